@@ -1,0 +1,119 @@
+"""Freezing: record the contract's canonical hash and every referenced file's sha256, signed.
+
+A frozen contract never changes; ``check_frozen`` refuses a run whose contract or any referenced file
+differs from its freeze record, and says what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from campaign import __version__
+from campaign.contracts.hashing import canonical_json, sha256_bytes, sha256_file
+from campaign.contracts.load import LoadedContract
+from campaign.errors import ContractError, FrozenChanged
+from campaign.fsutil import atomic_write_json, load_json_strict
+from campaign.signing import SigningKey, TrustedKeys
+
+__all__ = ["FREEZE_SCHEMA", "check_frozen", "default_record_path", "freeze", "freeze_record"]
+
+FREEZE_SCHEMA = "campaign.freeze/v1"
+
+
+def default_record_path(contract_path: Path) -> Path:
+    return contract_path.with_name(contract_path.stem + ".freeze.json")
+
+
+def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
+    files: dict[str, str] = {}
+    for name, path in sorted(loaded.referenced_files().items()):
+        try:
+            files[name] = sha256_file(path)
+        except OSError as exc:
+            raise ContractError(f"cannot read referenced file {name}: {exc.strerror}", file=str(loaded.path)) from exc
+    for input_name, spec in loaded.contract.inputs.items():
+        if spec.sha256 and files[spec.file] != spec.sha256:
+            raise loaded.error(("inputs", input_name, "sha256"),
+                               f"{spec.file} has sha256 {files[spec.file]}, not the pinned {spec.sha256}")
+    return {
+        "schema": FREEZE_SCHEMA,
+        "contract_file": loaded.path.name,
+        "contract_sha256": sha256_bytes(loaded.path.read_bytes()),
+        "canonical_sha256": loaded.canonical_sha256,
+        "canonical": loaded.canonical,
+        "files": files,
+        "tool_version": __version__,
+    }
+
+
+def freeze(loaded: LoadedContract, key: SigningKey, record_path: Path | None = None) -> tuple[Path, bool]:
+    """Write the signed freeze record; returns (path, created). Freezing an unchanged contract again
+    keeps the first record (its time is when the rules were fixed); a changed one is refused."""
+    record_path = record_path or default_record_path(loaded.path)
+    body = freeze_record(loaded)
+    if record_path.exists():
+        existing = load_json_strict(record_path)
+        previous = {k: existing.get(k) for k in ("canonical_sha256", "contract_sha256", "files")}
+        if previous == {k: body[k] for k in previous}:
+            return record_path, False
+        raise FrozenChanged(f"{record_path}: {loaded.path.name} was already frozen with other content "
+                            f"({describe_changes(existing, body)}); a frozen contract never changes: "
+                            "give the new one a new version and freeze it to a new record")
+    body["frozen_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    body["signature"] = {"keyid": key.keyid, "sig": key.sign(canonical_json(body))}
+    atomic_write_json(record_path, body)
+    return record_path, True
+
+
+def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys) -> dict[str, Any]:
+    """The verified freeze record, or ``FrozenChanged`` naming what differs."""
+    if not record_path.exists():
+        raise FrozenChanged(f"{loaded.path}: not frozen (no {record_path}); run `campaign freeze {loaded.path}`")
+    record = load_json_strict(record_path)
+    signature = record.get("signature") or {}
+    unsigned = {k: v for k, v in record.items() if k != "signature"}
+    if record.get("schema") != FREEZE_SCHEMA:
+        raise FrozenChanged(f"{record_path}: not a {FREEZE_SCHEMA} freeze record")
+    if not trusted.verify(str(signature.get("keyid")), str(signature.get("sig")), canonical_json(unsigned)):
+        raise FrozenChanged(f"{record_path}: freeze record signature is invalid or by an untrusted key "
+                            f"({signature.get('keyid', 'no key id')})")
+    current = freeze_record(loaded)
+    changes = describe_changes(record, current)
+    if changes:
+        raise FrozenChanged(f"{loaded.path}: changed since freezing at {record.get('frozen_at')}: {changes}")
+    return record
+
+
+def describe_changes(frozen: dict[str, Any], current: dict[str, Any]) -> str:
+    parts = []
+    if frozen.get("canonical_sha256") != current["canonical_sha256"]:
+        fields = _changed_fields(frozen.get("canonical", {}), current["canonical"])
+        parts.append("contract fields " + ", ".join(fields[:8]) + (" ..." if len(fields) > 8 else ""))
+    elif frozen.get("contract_sha256") != current["contract_sha256"]:
+        parts.append(f"contract file bytes of {current['contract_file']} (comments or layout)")
+    old_files, new_files = frozen.get("files", {}), current["files"]
+    for name in sorted(set(old_files) | set(new_files)):
+        if name not in new_files:
+            parts.append(f"file {name} no longer referenced")
+        elif name not in old_files:
+            parts.append(f"file {name} newly referenced")
+        elif old_files[name] != new_files[name]:
+            parts.append(f"file {name} (sha256 {old_files[name][:12]}... -> {new_files[name][:12]}...)")
+    return "; ".join(parts)
+
+
+def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += _changed_fields(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new)):
+            out += _changed_fields(a, b, f"{prefix}[{i}]")
+        return out
+    return [] if old == new else [prefix or "<root>"]

@@ -1,0 +1,201 @@
+"""Load a contract: safe YAML, schema, and the checks that need the whole document.
+
+Every error names the file, the line and the field. Cross-references (lanes, controls, inputs, gate
+ids), referenced files and the one-axis rule are checked here, once, so a run never discovers them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from campaign.contracts.hashing import canonical_sha256
+from campaign.contracts.resolve import EffectiveLane, axis_difference, effective_lane, normalize_axis
+from campaign.contracts.schema import Contract
+from campaign.contracts.yamlsafe import LocatedDocument, load_located
+from campaign.errors import AxisError, ContractError
+
+__all__ = ["LoadedContract", "dotted", "load_contract"]
+
+
+def dotted(path: tuple[Any, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@dataclass(frozen=True)
+class LoadedContract:
+    path: Path
+    contract: Contract
+    lanes: dict[str, EffectiveLane]
+    document: LocatedDocument = field(repr=False)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve(self, relative: str) -> Path:
+        candidate = Path(relative)
+        return candidate if candidate.is_absolute() else self.base_dir / candidate
+
+    @property
+    def canonical(self) -> dict[str, Any]:
+        return self.contract.model_dump(mode="json")
+
+    @property
+    def canonical_sha256(self) -> str:
+        return canonical_sha256(self.canonical)
+
+    def referenced_files(self) -> dict[str, Path]:
+        """Files whose bytes are part of the frozen contract (inputs, model manifests), by contract path."""
+        refs = {spec.file: self.resolve(spec.file) for spec in self.contract.inputs.values()}
+        for lane in self.lanes.values():
+            if lane.model.sha256_manifest:
+                refs[lane.model.sha256_manifest] = self.resolve(lane.model.sha256_manifest)
+        return refs
+
+    def controls(self) -> list[EffectiveLane]:
+        return [lane for lane in self.lanes.values() if lane.role == "control"]
+
+    def candidates(self) -> list[EffectiveLane]:
+        return [lane for lane in self.lanes.values() if lane.role == "candidate"]
+
+    def gate_ids(self) -> list[str]:
+        return [gate.id or gate.kind for gate in self.contract.gates]
+
+    def error(self, path: tuple[Any, ...], message: str) -> ContractError:
+        return ContractError(message, file=str(self.path), line=self.document.line_for(path), field=dotted(path))
+
+
+def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContract:
+    path = Path(path)
+    document = load_located(path)
+    try:
+        contract = Contract.model_validate(document.data)
+    except ValidationError as exc:
+        raise _located_error(document, exc) from None
+    lanes: dict[str, EffectiveLane] = {}
+    loaded = LoadedContract(path=path, contract=contract, lanes=lanes, document=document)
+    for index, lane in enumerate(contract.lanes):
+        if lane.name in lanes:
+            raise loaded.error(("lanes", index, "name"), f"duplicate lane name {lane.name!r}")
+        try:
+            lanes[lane.name] = EffectiveLane.model_validate(effective_lane(contract, lane))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ("lanes", index, *[p for p in first["loc"] if isinstance(p, (str, int))])
+            raise loaded.error(where, f"{first['msg']} (after merging lane_defaults)") from None
+        except ValueError as exc:
+            raise loaded.error(("lanes", index, "set"), str(exc)) from None
+        effective = lanes[lane.name]
+        if effective.runtime == "process" and not effective.executable:
+            raise loaded.error(("lanes", index), "a process lane needs `executable`")
+        if effective.runtime == "docker" and not effective.image:
+            raise loaded.error(("lanes", index), "a docker lane needs `image` pinned by digest")
+    _check_roles(loaded)
+    _check_gates(loaded, check_files)
+    _check_axes(loaded)
+    return loaded
+
+
+def _located_error(document: LocatedDocument, exc: ValidationError) -> ContractError:
+    errors = exc.errors()
+    first = errors[0]
+    path = _document_path(document.data, tuple(first["loc"]))
+    message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return ContractError(message + more, file=document.file, line=document.line_for(path), field=dotted(path))
+
+
+def _document_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drop the union tag pydantic inserts (``gates.0.greedy.repeats`` -> ``gates.0.repeats``)."""
+    kept: list[Any] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part not in node and part == node.get("kind"):
+            continue
+        kept.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return tuple(kept)
+
+
+def _check_roles(loaded: LoadedContract) -> None:
+    contract = loaded.contract
+    control_names = [lane.name for lane in contract.lanes if lane.role == "control"]
+    if not control_names:
+        raise loaded.error(("lanes",), "at least one lane must have role: control")
+    for index, lane in enumerate(contract.lanes):
+        if lane.role == "control":
+            if lane.axis:
+                raise loaded.error(("lanes", index, "axis"), "a control lane has no axis")
+            if lane.control:
+                raise loaded.error(("lanes", index, "control"), "a control lane is not compared with another")
+            continue
+        if lane.control is None and len(control_names) > 1:
+            raise loaded.error(("lanes", index), f"several controls exist ({', '.join(control_names)}): "
+                                                 "name this candidate's `control`")
+        control = lane.control or control_names[0]
+        if control not in loaded.lanes:
+            raise loaded.error(("lanes", index, "control"), f"no lane named {control!r}")
+        if control not in control_names:
+            raise loaded.error(("lanes", index, "control"), f"lane {control!r} is not a control")
+        if not lane.axis:
+            raise loaded.error(("lanes", index), "a candidate must declare its `axis`")
+        ordering = [l.name for l in contract.lanes]
+        if ordering.index(control) > index:
+            raise loaded.error(("lanes", index), f"control {control!r} must come before its candidate "
+                                                 "(control runs first)")
+        loaded.lanes[lane.name] = loaded.lanes[lane.name].model_copy(update={"control": control})
+
+
+def _check_gates(loaded: LoadedContract, check_files: bool) -> None:
+    contract = loaded.contract
+    seen: set[str] = set()
+    for index, gate in enumerate(contract.gates):
+        gate_id = gate.id or gate.kind
+        if gate_id in seen:
+            raise loaded.error(("gates", index), f"duplicate gate id {gate_id!r}: give each gate an `id`")
+        seen.add(gate_id)
+        input_name = getattr(gate, "input", None)
+        if input_name is not None and input_name not in contract.inputs:
+            raise loaded.error(("gates", index, "input"), f"no input set named {input_name!r}")
+    if contract.promotion:
+        for index, required in enumerate(contract.promotion.requires):
+            if required not in seen:
+                raise loaded.error(("promotion", "requires", index), f"no gate with id {required!r}")
+    if check_files:
+        for name, spec in contract.inputs.items():
+            if not loaded.resolve(spec.file).is_file():
+                raise loaded.error(("inputs", name, "file"), f"file not found: {loaded.resolve(spec.file)}")
+
+
+def _check_axes(loaded: LoadedContract) -> None:
+    for index, lane in enumerate(loaded.contract.lanes):
+        if lane.role != "candidate":
+            continue
+        effective = loaded.lanes[lane.name]
+        control = loaded.lanes[effective.control or ""]
+        computed = axis_difference(control, effective)
+        declared = {normalize_axis(entry) for entry in lane.axis}
+        if set(computed) != declared:
+            undeclared = sorted(set(computed) - declared)
+            unchanged = sorted(declared - set(computed))
+            parts = []
+            if undeclared:
+                parts.append("changed but not declared: " + ", ".join(
+                    f"{k} ({computed[k][0]!r} -> {computed[k][1]!r})" for k in undeclared))
+            if unchanged:
+                parts.append("declared but unchanged: " + ", ".join(unchanged))
+            line = loaded.document.line_for(("lanes", index, "axis"))
+            raise AxisError(f"{loaded.path}:{line}: lanes[{index}].axis: lane {lane.name!r} vs control "
+                            f"{control.name!r}: " + "; ".join(parts))

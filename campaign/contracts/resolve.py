@@ -1,0 +1,106 @@
+"""Effective lanes (defaults plus a lane's changes) and the one-axis check.
+
+The computed difference between a candidate and its control is a set of dotted keys
+(``args.spec-draft-n-max``, ``env.SLOT_CACHE_HOOK``, ``image``, ``model.path``...). It must equal the
+declared axis exactly: an undeclared change and a declared change that does not happen are both errors.
+Readiness budgets and boot-log rules are checks on a lane, not how it serves, so they are not axes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from campaign.contracts.args import axis_key, merge_args, parse_args, render_args
+from campaign.contracts.schema import (BootLogRules, Contract, EngineKind, Lane, ModelSpec, Mount, Readiness,
+                                       Role, StrictModel)
+
+__all__ = ["EffectiveLane", "axis_difference", "effective_lane", "flatten_serving", "normalize_axis"]
+
+_NOT_AXES = {"readiness", "boot_log", "stop"}
+
+
+class EffectiveLane(StrictModel):
+    name: str
+    role: Role
+    control: str | None = None
+    axis: list[str] = Field(default_factory=list)
+    runtime: Literal["process", "docker"]
+    engine: EngineKind
+    executable: str | None = None
+    image: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    mounts: list[Mount] = Field(default_factory=list)
+    shm_size: int | None = None
+    gpus: str | int | None = None
+    host: str = "127.0.0.1"
+    port: int
+    model: ModelSpec
+    readiness: Readiness = Field(default_factory=Readiness)
+    boot_log: BootLogRules = Field(default_factory=BootLogRules)
+    stop: Literal["remove", "keep"] = "remove"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def effective_lane(contract: Contract, lane: Lane) -> dict[str, Any]:
+    """Merge ``lane_defaults`` with ``lane.set``; returns plain data for ``EffectiveLane`` to validate."""
+    merged: dict[str, Any] = contract.lane_defaults.model_dump(exclude_none=True)
+    for key in sorted(lane.set.model_fields_set):
+        value = getattr(lane.set, key)
+        if value is None:
+            continue
+        if key == "args":
+            merged["args"] = render_args(merge_args(parse_args(merged.get("args", [])), value))
+        elif key == "env":
+            env = dict(merged.get("env", {}))
+            for name, val in value.items():
+                if val is None:
+                    env.pop(name, None)
+                else:
+                    env[name] = val
+            merged["env"] = env
+        elif isinstance(value, list):
+            merged[key] = [v.model_dump() if isinstance(v, StrictModel) else v for v in value]
+        elif isinstance(value, StrictModel):
+            merged[key] = value.model_dump(exclude_none=True)
+        else:
+            merged[key] = value
+    merged.update(name=lane.name, role=lane.role, control=lane.control, axis=list(lane.axis))
+    return merged
+
+
+def normalize_axis(entry: str) -> str:
+    entry = entry.strip()
+    if entry.startswith("args."):
+        return axis_key(entry[len("args."):])
+    return entry
+
+
+def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
+    """The lane as dotted keys, for diffing. Repeated options keep all their values."""
+    flat: dict[str, Any] = {}
+    data = lane.model_dump(exclude={"name", "role", "control", "axis", "args", "env", "mounts", "model",
+                                    *_NOT_AXES})
+    flat.update({k: v for k, v in data.items()})
+    for name, value in parse_args(lane.args):
+        key = axis_key(name) if not name.startswith("#") else f"args.{name}"
+        flat.setdefault(key, [])
+        flat[key].append(value)
+    for name, value in lane.env.items():
+        flat[f"env.{name}"] = value
+    for mount in lane.mounts:
+        flat[f"mounts.{mount.container}"] = mount.model_dump()
+    for key, value in lane.model.model_dump().items():
+        flat[f"model.{key}"] = value
+    return flat
+
+
+def axis_difference(control: EffectiveLane, candidate: EffectiveLane) -> dict[str, tuple[Any, Any]]:
+    """Keys whose values differ, with (control value, candidate value); absent is ``None``."""
+    a, b = flatten_serving(control), flatten_serving(candidate)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}

@@ -1,0 +1,62 @@
+"""What a gate is: a live part that collects raw records from one lane, and an offline judge that
+reads only raw records and the frozen rule. A gate never starts or stops a lane."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from campaign.contracts.load import LoadedContract
+from campaign.contracts.resolve import EffectiveLane
+from campaign.fsutil import JsonlAppender, read_jsonl
+from campaign.gates.result import GateResult
+from campaign.lanes.session import LaneRun
+
+__all__ = ["Gate", "GateContext", "gate_for"]
+
+
+@dataclass
+class GateContext:
+    bundle: Path
+    contract: LoadedContract
+    input_paths: dict[str, Path] = field(default_factory=dict)  # input name -> frozen copy in the bundle
+
+    def raw_path(self, gate_id: str, lane: str) -> Path:
+        return self.bundle / "raw" / gate_id / f"{lane}.jsonl"
+
+    def raw_records(self, gate_id: str, lane: str) -> list[dict[str, Any]]:
+        path = self.raw_path(gate_id, lane)
+        return read_jsonl(path) if path.exists() else []
+
+    @property
+    def request_defaults(self) -> dict[str, Any]:
+        return dict(self.contract.contract.request_defaults)
+
+
+class Gate(ABC):
+    def __init__(self, spec: Any, ctx: GateContext) -> None:
+        self.spec, self.ctx = spec, ctx
+
+    @property
+    def gate_id(self) -> str:
+        return self.spec.id or self.spec.kind
+
+    @abstractmethod
+    async def collect(self, run: LaneRun, sink: JsonlAppender) -> None:
+        """Send this gate's requests to a running lane; every response goes to ``sink`` as it arrives."""
+
+    @abstractmethod
+    def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+        """Judge from raw records against the frozen rule."""
+
+    def rule_dump(self) -> dict[str, Any]:
+        return self.spec.rule.model_dump(mode="json", exclude_none=True)
+
+
+def gate_for(spec: Any, ctx: GateContext) -> Gate:
+    from campaign.gates.greedy import GreedyGate
+
+    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate}
+    return kinds[spec.kind](spec, ctx)

@@ -1,0 +1,52 @@
+"""Engine adapters: how an engine is launched, when it is ready, and what it can do.
+
+An adapter turns an effective lane into a command line and knows the engine's readiness semantics
+(connection refused while loading, 503 while loading, or no health route at all).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.lanes.client import LaneClient
+
+__all__ = ["EngineAdapter", "Readiness", "adapter_for"]
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    detail: str
+
+
+class EngineAdapter(ABC):
+    name: str
+
+    @abstractmethod
+    def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
+        """Arguments after the executable: model, host, port, then the lane's own args."""
+
+    @abstractmethod
+    async def probe(self, client: LaneClient) -> Readiness:
+        """One readiness poll."""
+
+    def served_model(self, lane: EffectiveLane) -> str:
+        return lane.model.served_name or "default"
+
+    async def version(self, client: LaneClient) -> dict[str, Any]:
+        return {}
+
+
+def adapter_for(engine: str) -> EngineAdapter:
+    from campaign.lanes.llamacpp import LlamaCppAdapter
+
+    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter}
+    try:
+        return adapters[engine]()
+    except KeyError:
+        from campaign.errors import PreflightError
+
+        raise PreflightError(f"engine {engine!r} has no adapter yet (available: {', '.join(adapters)})") from None

@@ -1,0 +1,117 @@
+"""An OpenAI-compatible client that keeps one raw record per request, written as it completes.
+
+Timings use ``perf_counter`` taken as late as possible before sending; streaming requests record
+every event's arrival so gates can compute TTFT and decode rates from raw data later. Request
+headers (which may carry an API key) are never recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from typing import Any
+
+import httpx
+
+from campaign.errors import EngineError
+from campaign.fsutil import JsonlAppender
+
+__all__ = ["LaneClient", "RawRecord"]
+
+RawRecord = dict[str, Any]
+
+
+class LaneClient:
+    def __init__(self, base_url: str, *, lane: str, api_key: str | None = None, timeout: float = 600.0) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.lane = lane
+        self.base_url = base_url
+        self._http = httpx.AsyncClient(base_url=base_url, headers=headers,
+                                       timeout=httpx.Timeout(timeout, connect=10.0),
+                                       limits=httpx.Limits(max_connections=256, max_keepalive_connections=256))
+        self._seq = itertools.count()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "LaneClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def get_json(self, path: str) -> Any:
+        try:
+            response = await self._http.get(path)
+            response.raise_for_status()
+            return response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise EngineError(f"lane {self.lane}: GET {path} failed: {exc}") from exc
+
+    async def get_text(self, path: str) -> tuple[int, str]:
+        try:
+            response = await self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"lane {self.lane}: GET {path} failed: {exc}") from exc
+        return response.status_code, response.text
+
+    async def post(self, path: str, body: dict[str, Any], *, sink: JsonlAppender | None = None,
+                   tags: dict[str, Any] | None = None) -> RawRecord:
+        """POST and return the raw record; failures are recorded, not raised (a gate decides)."""
+        record: RawRecord = {"seq": next(self._seq), "lane": self.lane, "path": path, "request": body,
+                             "tags": tags or {}, "wall_start": time.time()}
+        start = time.perf_counter()
+        try:
+            response = await self._http.post(path, json=body)
+            record["elapsed_s"] = time.perf_counter() - start
+            record["status"] = response.status_code
+            try:
+                record["response"] = response.json()
+            except ValueError:
+                record["response_text"] = response.text[:4000]
+                record["error"] = "response is not JSON"
+            if response.status_code >= 400:
+                record["error"] = f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            record["elapsed_s"] = time.perf_counter() - start
+            record["error"] = f"{type(exc).__name__}: {exc}"
+        if sink is not None:
+            sink.append(record)
+        return record
+
+    async def stream(self, path: str, body: dict[str, Any], *, sink: JsonlAppender | None = None,
+                     tags: dict[str, Any] | None = None) -> RawRecord:
+        """A streaming POST; every SSE event is kept with its arrival time (seconds after sending)."""
+        body = {**body, "stream": True}
+        record: RawRecord = {"seq": next(self._seq), "lane": self.lane, "path": path, "request": body,
+                             "tags": tags or {}, "wall_start": time.time(), "events": []}
+        events: list[dict[str, Any]] = record["events"]
+        done = False
+        start = time.perf_counter()
+        try:
+            async with self._http.stream("POST", path, json=body) as response:
+                record["status"] = response.status_code
+                if response.status_code >= 400:
+                    record["response_text"] = (await response.aread()).decode(errors="replace")[:4000]
+                    record["error"] = f"HTTP {response.status_code}"
+                else:
+                    async for line in response.aiter_lines():
+                        now = time.perf_counter() - start
+                        if not line.startswith("data:"):
+                            continue
+                        payload = line[5:].strip()
+                        if payload == "[DONE]":
+                            done = True
+                            continue
+                        try:
+                            events.append({"t": now, "data": json.loads(payload)})
+                        except ValueError:
+                            events.append({"t": now, "raw": payload[:2000]})
+        except httpx.HTTPError as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"
+        record["elapsed_s"] = time.perf_counter() - start
+        record["done_marker"] = done
+        if sink is not None:
+            sink.append(record)
+        return record

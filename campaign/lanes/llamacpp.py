@@ -1,0 +1,51 @@
+"""llama.cpp's llama-server.
+
+Ready: /health answers 503 {"error": {"message": "Loading model"}} while loading, then 200.
+Greedy at temperature <= 0. No prompt-token logprobs (echo is rejected); top-k logprobs of
+generated tokens only. Metrics need --metrics. Speculative decoding without a draft model:
+--spec-type ngram-simple --spec-draft-n-max K.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.errors import EngineError
+from campaign.lanes.adapter import EngineAdapter, Readiness
+from campaign.lanes.client import LaneClient
+
+__all__ = ["LlamaCppAdapter"]
+
+
+class LlamaCppAdapter(EngineAdapter):
+    name = "llamacpp"
+
+    def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
+        args = ["-m", model_path, "--host", lane.host, "--port", str(lane.port)]
+        if lane.model.served_name:
+            args += ["--alias", lane.model.served_name]
+        return args + list(lane.args)
+
+    async def probe(self, client: LaneClient) -> Readiness:
+        try:
+            status, text = await client.get_text("/health")
+        except EngineError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, httpx.ConnectError):
+                return Readiness(False, "connection refused")
+            return Readiness(False, str(cause or exc))
+        if status == 200:
+            return Readiness(True, "health 200")
+        return Readiness(False, f"health {status}: {text[:120]}")
+
+    async def version(self, client: LaneClient) -> dict[str, Any]:
+        try:
+            props = await client.get_json("/props")
+        except EngineError:
+            return {}
+        return {"build_info": props.get("build_info"), "model_path": props.get("model_path"),
+                "n_ctx": (props.get("default_generation_settings") or {}).get("n_ctx"),
+                "total_slots": props.get("total_slots")}

@@ -1,0 +1,89 @@
+"""The process runtime: a local server in its own process group, its output captured to the bundle.
+
+Stop is escalated: SIGTERM to the whole group, then SIGKILL after the timeout, so a server's children
+(tokenizer workers, engine cores) never outlive the lane.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from campaign.errors import LaunchError
+from campaign.lanes.runtime import LaunchSpec
+
+__all__ = ["BASE_ENV_KEYS", "ProcessLane", "ProcessRuntime"]
+
+# A lane sees the variables its contract declares plus these, so the runner's own environment
+# (and any secrets in it) does not leak into the lane or change what it computes.
+BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+
+
+class ProcessLane:
+    def __init__(self, spec: LaunchSpec, popen: subprocess.Popen[bytes], log_handle: Any,
+                 env: dict[str, str]) -> None:
+        self.spec, self._popen, self._log, self._env = spec, popen, log_handle, env
+        self.pid = popen.pid
+        self.started_at = time.time()
+
+    def alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def exit_code(self) -> int | None:
+        return self._popen.poll()
+
+    def inspect(self) -> dict[str, Any]:
+        """What actually runs, read back from the kernel, not from what we meant to run."""
+        snapshot: dict[str, Any] = {"runtime": "process", "pid": self.pid, "argv": list(self.spec.argv),
+                                    "env": dict(self.spec.env), "launched_argv": list(self.spec.argv),
+                                    "launched_env": dict(self._env)}
+        try:
+            with open(f"/proc/{self.pid}/cmdline", "rb") as handle:
+                snapshot["argv"] = [p.decode() for p in handle.read().split(b"\0") if p]
+            with open(f"/proc/{self.pid}/environ", "rb") as handle:
+                pairs = [p.decode(errors="replace").split("=", 1) for p in handle.read().split(b"\0") if p]
+                snapshot["env"] = {k: v for k, v in (p for p in pairs if len(p) == 2)}
+            snapshot["exe"] = os.readlink(f"/proc/{self.pid}/exe")
+        except OSError:
+            snapshot["read_back"] = False  # exited already: keep what was launched
+        return snapshot
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        try:
+            if self._popen.poll() is None:
+                self._signal_group(signal.SIGTERM)
+                try:
+                    self._popen.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    self._signal_group(signal.SIGKILL)
+                    self._popen.wait(timeout=10)
+            # a group member may still be alive after the leader exits
+            self._signal_group(signal.SIGKILL)
+        finally:
+            self._log.close()
+        return self._popen.returncode
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class ProcessRuntime:
+    def start(self, spec: LaunchSpec) -> ProcessLane:
+        env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
+        env.update(spec.env)
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(spec.log_path, "ab", buffering=0)
+        try:
+            popen = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            log.close()
+            raise LaunchError(f"lane {spec.lane}: cannot start {spec.argv[0]}: {exc.strerror}",
+                              cause="cannot_execute") from exc
+        return ProcessLane(spec, popen, log, env)

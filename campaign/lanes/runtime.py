@@ -1,0 +1,34 @@
+"""What every runtime (local process, docker container) offers a lane session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["LaunchSpec", "Runtime", "RunningLane"]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """A fully resolved launch: what the runtime executes, nothing left to interpret."""
+
+    lane: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class RunningLane(Protocol):
+    def alive(self) -> bool: ...
+
+    def exit_code(self) -> int | None: ...
+
+    def inspect(self) -> dict[str, Any]: ...
+
+    def stop(self, timeout: float = 20.0) -> int | None: ...
+
+
+class Runtime(Protocol):
+    def start(self, spec: LaunchSpec) -> RunningLane: ...

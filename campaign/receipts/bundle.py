@@ -1,0 +1,129 @@
+"""Signing and verifying a receipt bundle.
+
+The envelope ``receipt.dsse.json`` is DSSE: its payload is an in-toto Statement v1 listing every
+other file of the bundle as a subject with its sha256, signed with Ed25519 over DSSE's PAE encoding.
+Verification is strict: the files on disk must equal the subjects exactly, every digest must match,
+a trusted key must have signed, and links, ``..``, absolute names and duplicate JSON keys are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from campaign.contracts.hashing import canonical_json, sha256_file
+from campaign.errors import InputError, VerifyError
+from campaign.fsutil import atomic_write_json, loads_strict
+from campaign.signing import SigningKey, TrustedKeys
+
+__all__ = ["ENVELOPE", "PAYLOAD_TYPE", "PREDICATE_TYPE", "VerifiedBundle", "pae", "sign_bundle", "verify_bundle"]
+
+ENVELOPE = "receipt.dsse.json"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://campaign.invalid/receipt-bundle/v1"
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE pre-authentication encoding: what is actually signed."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def _bundle_files(bundle: Path) -> list[str]:
+    """Relative POSIX names of every regular file; anything else (a link, a device) is an error."""
+    names = []
+    for root, dirs, files in os.walk(bundle, followlinks=False):
+        for name in dirs + files:
+            full = Path(root) / name
+            mode = full.lstat().st_mode
+            rel = full.relative_to(bundle).as_posix()
+            if stat.S_ISLNK(mode):
+                raise VerifyError(f"{rel}: symbolic links are not allowed in a bundle")
+            if name in files and not stat.S_ISREG(mode):
+                raise VerifyError(f"{rel}: not a regular file")
+            if name in files:
+                names.append(rel)
+    return sorted(names)
+
+
+def sign_bundle(bundle: Path, key: SigningKey, predicate: dict[str, Any]) -> Path:
+    subjects = [{"name": name, "digest": {"sha256": sha256_file(bundle / name)}}
+                for name in _bundle_files(bundle) if name != ENVELOPE]
+    statement = {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE,
+                 "predicate": predicate}
+    payload = canonical_json(statement)
+    envelope = {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
+                "signatures": [{"keyid": key.keyid, "sig": key.sign(pae(PAYLOAD_TYPE, payload))}]}
+    atomic_write_json(bundle / ENVELOPE, envelope)
+    return bundle / ENVELOPE
+
+
+@dataclass(frozen=True)
+class VerifiedBundle:
+    path: Path
+    keyid: str
+    files: int
+    predicate: dict[str, Any]
+
+
+def verify_bundle(bundle: Path, trusted: TrustedKeys) -> VerifiedBundle:
+    if not bundle.is_dir():
+        raise InputError(f"{bundle}: not a bundle directory")
+    envelope_path = bundle / ENVELOPE
+    if envelope_path.is_symlink():
+        raise VerifyError(f"{ENVELOPE}: symbolic links are not allowed in a bundle")
+    if not envelope_path.is_file():
+        raise VerifyError(f"{bundle}: no {ENVELOPE}: the run did not complete, or the bundle is not signed")
+    try:
+        envelope = loads_strict(envelope_path.read_bytes())
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        statement = loads_strict(payload)
+        payload_type = envelope["payloadType"]
+        signatures = envelope["signatures"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise VerifyError(f"{ENVELOPE}: malformed envelope: {exc}") from exc
+    if payload_type != PAYLOAD_TYPE or statement.get("_type") != STATEMENT_TYPE:
+        raise VerifyError(f"{ENVELOPE}: not an in-toto Statement v1 in a DSSE envelope")
+    signer = next((s.get("keyid") for s in signatures if isinstance(s, dict)
+                   and trusted.verify(str(s.get("keyid")), str(s.get("sig")), pae(payload_type, payload))), None)
+    if signer is None:
+        ids = ", ".join(str(s.get("keyid", "?"))[:16] for s in signatures if isinstance(s, dict))
+        raise VerifyError(f"{ENVELOPE}: no valid signature by a trusted key (signed by: {ids or 'nobody'})")
+    subjects: dict[str, str] = {}
+    for subject in statement.get("subject") or []:
+        name = subject.get("name") if isinstance(subject, dict) else None
+        digest = (subject.get("digest") or {}).get("sha256") if isinstance(subject, dict) else None
+        if not isinstance(name, str) or not isinstance(digest, str):
+            raise VerifyError(f"{ENVELOPE}: malformed subject {subject!r}")
+        pure = PurePosixPath(name)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in name or name in ("", ENVELOPE):
+            raise VerifyError(f"{ENVELOPE}: subject name {name!r} is not allowed")
+        if name in subjects:
+            raise VerifyError(f"{ENVELOPE}: subject {name!r} listed twice")
+        subjects[name] = digest
+    on_disk = set(_bundle_files(bundle)) - {ENVELOPE}
+    if extra := sorted(on_disk - set(subjects)):
+        raise VerifyError(f"{extra[0]}: file is not in the signed manifest" + _more(extra))
+    if missing := sorted(set(subjects) - on_disk):
+        raise VerifyError(f"{missing[0]}: file listed in the signed manifest is missing" + _more(missing))
+    for name, digest in sorted(subjects.items()):
+        if sha256_file(bundle / name) != digest:
+            raise VerifyError(f"{name}: sha256 does not match the signed manifest (file changed)")
+        if name.endswith(".json"):
+            try:
+                loads_strict((bundle / name).read_bytes())
+            except ValueError as exc:
+                raise VerifyError(f"{name}: {exc}") from exc
+    return VerifiedBundle(path=bundle, keyid=str(signer), files=len(subjects),
+                          predicate=statement.get("predicate") or {})
+
+
+def _more(names: list[str]) -> str:
+    return f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+
+

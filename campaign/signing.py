@@ -1,0 +1,148 @@
+"""Ed25519 keys and signatures, shared by freeze records and receipt bundles.
+
+Keys live under ``$XDG_CONFIG_HOME/campaign`` (else ``~/.config/campaign``): ``signing.key`` (PEM,
+mode 0600; a key readable by group or others is refused) and ``signing.pub`` (raw 32 bytes, hex).
+The key id is the sha256 of the raw public key. Trusted public keys are ``trusted/*.pub`` there; the
+local public key is trusted by default.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from campaign.errors import KeyMaterialError
+
+__all__ = [
+    "SigningKey",
+    "TrustedKeys",
+    "config_dir",
+    "init_keys",
+    "key_id",
+    "load_public_key",
+    "load_signing_key",
+    "load_trusted",
+]
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "campaign"
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    private: Ed25519PrivateKey
+
+    @property
+    def public(self) -> Ed25519PublicKey:
+        return self.private.public_key()
+
+    @property
+    def keyid(self) -> str:
+        return key_id(self.public)
+
+    def sign(self, message: bytes) -> str:
+        return base64.b64encode(self.private.sign(message)).decode()
+
+
+def init_keys(directory: Path | None = None, *, force: bool = False) -> Path:
+    """Make a key pair; safe to run twice (an existing key is kept unless ``force``)."""
+    directory = directory or config_dir()
+    private_path = directory / "signing.key"
+    if private_path.exists() and not force:
+        return private_path
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    tmp = private_path.with_suffix(".key.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, pem)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, private_path)
+    public_hex = private.public_key().public_bytes(serialization.Encoding.Raw,
+                                                   serialization.PublicFormat.Raw).hex()
+    (directory / "signing.pub").write_text(public_hex + "\n")
+    return private_path
+
+
+def load_signing_key(directory: Path | None = None) -> SigningKey:
+    path = (directory or config_dir()) / "signing.key"
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError as exc:
+        raise KeyMaterialError(f"{path}: no signing key; run `campaign keys init`") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyMaterialError(f"{path}: signing key is readable by group or others "
+                               f"(mode {stat.S_IMODE(mode):04o}); chmod 600 it")
+    try:
+        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError) as exc:
+        raise KeyMaterialError(f"{path}: cannot load signing key: {exc}") from exc
+    if not isinstance(private, Ed25519PrivateKey):
+        raise KeyMaterialError(f"{path}: not an Ed25519 key")
+    return SigningKey(private)
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """A public key file: 64 hex characters (raw key) or PEM."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise KeyMaterialError(f"{path}: cannot read public key: {exc.strerror}") from exc
+    try:
+        if data.lstrip().startswith(b"-----BEGIN"):
+            key = serialization.load_pem_public_key(data)
+            if not isinstance(key, Ed25519PublicKey):
+                raise ValueError("not an Ed25519 key")
+            return key
+        return Ed25519PublicKey.from_public_bytes(bytes.fromhex(data.decode().strip()))
+    except ValueError as exc:
+        raise KeyMaterialError(f"{path}: not an Ed25519 public key: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class TrustedKeys:
+    keys: dict[str, Ed25519PublicKey]
+
+    def verify(self, keyid: str, signature_b64: str, message: bytes) -> bool:
+        public = self.keys.get(keyid)
+        if public is None:
+            return False
+        try:
+            public.verify(base64.b64decode(signature_b64, validate=True), message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+
+def load_trusted(extra: list[Path] | None = None, *, include_local: bool = True) -> TrustedKeys:
+    """``--trust`` files, the ``trusted/`` directory, and the local public key (by default)."""
+    paths = list(extra or [])
+    directory = config_dir()
+    if include_local:
+        if (directory / "signing.pub").exists():
+            paths.append(directory / "signing.pub")
+        paths.extend(sorted((directory / "trusted").glob("*.pub")))
+    keys = {}
+    for path in paths:
+        public = load_public_key(path)
+        keys[key_id(public)] = public
+    return TrustedKeys(keys)

@@ -1,0 +1,110 @@
+"""Bundle signing and verification on real files: any one change is caught, with its reason."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from campaign.errors import VerifyError
+from campaign.receipts.bundle import ENVELOPE, sign_bundle, verify_bundle
+from campaign.signing import init_keys, load_signing_key, load_trusted
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    init_keys()
+    root = tmp_path / "bundle"
+    (root / "raw" / "greedy").mkdir(parents=True)
+    (root / "raw" / "greedy" / "a.jsonl").write_text('{"x": 1}\n')
+    (root / "SUMMARY.json").write_text('{"status": "complete"}\n')
+    sign_bundle(root, load_signing_key(), {"window": "w1"})
+    return root
+
+
+def test_signed_bundle_verifies(bundle: Path) -> None:
+    verified = verify_bundle(bundle, load_trusted())
+    assert verified.files == 2 and verified.predicate == {"window": "w1"}
+
+
+@pytest.mark.parametrize("name", ["SUMMARY.json", "raw/greedy/a.jsonl"])
+def test_one_byte_change_is_caught(bundle: Path, name: str) -> None:
+    path = bundle / name
+    data = bytearray(path.read_bytes())
+    data[2] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(VerifyError, match=f"{name}: sha256 does not match"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_added_file_is_caught(bundle: Path) -> None:
+    (bundle / "raw" / "extra.jsonl").write_text("{}\n")
+    with pytest.raises(VerifyError, match="raw/extra.jsonl: file is not in the signed manifest"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_removed_file_is_caught(bundle: Path) -> None:
+    (bundle / "SUMMARY.json").unlink()
+    with pytest.raises(VerifyError, match="SUMMARY.json: file listed in the signed manifest is missing"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_symlink_is_refused(bundle: Path) -> None:
+    os.symlink("/etc/passwd", bundle / "raw" / "link")
+    with pytest.raises(VerifyError, match="raw/link: symbolic links are not allowed"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_untrusted_signer_is_refused(bundle: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    init_keys(other)
+    from campaign.signing import load_signing_key as load
+
+    sign_bundle(bundle, load(other), {"window": "w1"})
+    with pytest.raises(VerifyError, match="no valid signature by a trusted key"):
+        verify_bundle(bundle, load_trusted())
+    verified = verify_bundle(bundle, load_trusted([other / "signing.pub"]))
+    assert verified.keyid == load(other).keyid
+
+
+def test_missing_envelope_means_incomplete(bundle: Path) -> None:
+    (bundle / ENVELOPE).unlink()
+    with pytest.raises(VerifyError, match="the run did not complete"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_duplicate_json_keys_in_envelope_are_refused(bundle: Path) -> None:
+    text = (bundle / ENVELOPE).read_text()
+    (bundle / ENVELOPE).write_text(text.replace('"payloadType"', '"payloadType": "x", "payloadType"', 1))
+    with pytest.raises(VerifyError, match="duplicate JSON key 'payloadType'"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_dotdot_subject_name_is_refused(bundle: Path) -> None:
+    import base64
+
+    from campaign.contracts.hashing import canonical_json
+    from campaign.receipts.bundle import PAYLOAD_TYPE, pae
+
+    envelope = json.loads((bundle / ENVELOPE).read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["subject"].append({"name": "../outside", "digest": {"sha256": "0" * 64}})
+    payload = canonical_json(statement)
+    key = load_signing_key()
+    envelope.update(payload=base64.b64encode(payload).decode(),
+                    signatures=[{"keyid": key.keyid, "sig": key.sign(pae(PAYLOAD_TYPE, payload))}])
+    (bundle / ENVELOPE).write_text(json.dumps(envelope))
+    with pytest.raises(VerifyError, match="subject name '../outside' is not allowed"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_group_readable_key_is_refused_for_signing(tmp_path: Path) -> None:
+    from campaign.errors import KeyMaterialError
+    from campaign.signing import config_dir
+
+    init_keys()
+    os.chmod(config_dir() / "signing.key", 0o640)
+    with pytest.raises(KeyMaterialError, match="readable by group or others"):
+        load_signing_key()
