@@ -14,7 +14,20 @@ from campaign.fsutil import JsonlAppender, read_jsonl
 from campaign.gates.result import GateResult
 from campaign.lanes.session import LaneRun
 
-__all__ = ["Gate", "GateContext", "gate_for"]
+__all__ = ["Gate", "GateContext", "Visit", "gate_for"]
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One boot of a lane in a window. Controls may be visited again after the candidates (index 1),
+    so boot-to-boot drift is measured and gates can score candidates' outputs on the control."""
+
+    lane: EffectiveLane
+    index: int = 0
+
+    @property
+    def key(self) -> str:
+        return self.lane.name if self.index == 0 else f"{self.lane.name}.rerun{self.index}"
 
 
 @dataclass
@@ -23,11 +36,12 @@ class GateContext:
     contract: LoadedContract
     input_paths: dict[str, Path] = field(default_factory=dict)  # input name -> frozen copy in the bundle
 
-    def raw_path(self, gate_id: str, lane: str) -> Path:
-        return self.bundle / "raw" / gate_id / f"{lane}.jsonl"
+    def raw_path(self, gate_id: str, visit_key: str) -> Path:
+        return self.bundle / "raw" / gate_id / f"{visit_key}.jsonl"
 
-    def raw_records(self, gate_id: str, lane: str) -> list[dict[str, Any]]:
-        path = self.raw_path(gate_id, lane)
+    def raw_records(self, gate_id: str, visit_key: str) -> list[dict[str, Any]]:
+        """Records of one visit (a lane name, or ``<lane>.rerun1`` for a control's second boot)."""
+        path = self.raw_path(gate_id, visit_key)
         return read_jsonl(path) if path.exists() else []
 
     @property
@@ -36,6 +50,8 @@ class GateContext:
 
 
 class Gate(ABC):
+    rerun_control: bool = False  # True: visit each control again after its candidates, for this gate
+
     def __init__(self, spec: Any, ctx: GateContext) -> None:
         self.spec, self.ctx = spec, ctx
 
@@ -44,8 +60,9 @@ class Gate(ABC):
         return self.spec.id or self.spec.kind
 
     @abstractmethod
-    async def collect(self, run: LaneRun, sink: JsonlAppender) -> None:
-        """Send this gate's requests to a running lane; every response goes to ``sink`` as it arrives."""
+    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
+        """Send this gate's requests to a running lane; every response goes to ``sink`` as it arrives.
+        Records of lanes visited earlier in the window are readable through ``self.ctx``."""
 
     @abstractmethod
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:

@@ -15,7 +15,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import GreedyGate as GreedySpec
 from campaign.contracts.schema import parse_fraction
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate
+from campaign.gates.base import Gate, Visit
 from campaign.gates.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.session import LaneRun
@@ -29,7 +29,7 @@ class GreedyGate(Gate):
     def prompts(self):  # noqa: ANN201 - list[Prompt]
         return load_prompts(self.ctx.input_paths[self.spec.input])
 
-    async def collect(self, run: LaneRun, sink: JsonlAppender) -> None:
+    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         prompts = self.prompts()
         # repeat-major: a prompt's repeats are separated by the other prompts, as in real traffic
         for repeat in range(self.spec.repeats):

@@ -49,9 +49,9 @@ class LaneClient:
         except (httpx.HTTPError, ValueError) as exc:
             raise EngineError(f"lane {self.lane}: GET {path} failed: {exc}") from exc
 
-    async def get_text(self, path: str) -> tuple[int, str]:
+    async def get_text(self, path: str, *, timeout: float | None = None) -> tuple[int, str]:
         try:
-            response = await self._http.get(path)
+            response = await self._http.get(path, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:
             raise EngineError(f"lane {self.lane}: GET {path} failed: {exc}") from exc
         return response.status_code, response.text

@@ -31,7 +31,7 @@ class LlamaCppAdapter(EngineAdapter):
 
     async def probe(self, client: LaneClient) -> Readiness:
         try:
-            status, text = await client.get_text("/health")
+            status, text = await client.get_text("/health", timeout=5.0)
         except EngineError as exc:
             cause = exc.__cause__
             if isinstance(cause, httpx.ConnectError):

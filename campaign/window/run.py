@@ -22,7 +22,7 @@ from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.errors import LaunchError, PreflightError
 from campaign.fsutil import JsonlAppender, atomic_write_json
-from campaign.gates.base import Gate, GateContext, gate_for
+from campaign.gates.base import Gate, GateContext, Visit, gate_for
 from campaign.gates.result import GateResult, Verdict, worst
 from campaign.lanes.session import boot_lane, port_is_free, resolve_executable
 from campaign.receipts.bundle import sign_bundle
@@ -116,7 +116,7 @@ async def _run(loaded: LoadedContract, record_path: Path, freeze_record: dict[st
 
     journal = Journal(bundle / "journal.jsonl")
     started = time.time()
-    lanes: dict[str, LaneOutcome] = {name: LaneOutcome() for name in loaded.lanes}
+    lanes: dict[str, LaneOutcome] = {name: LaneOutcome() for name in loaded.lanes}  # by visit key
     results: list[GateResult] = []
     status = "interrupted"
     signed = False
@@ -128,10 +128,14 @@ async def _run(loaded: LoadedContract, record_path: Path, freeze_record: dict[st
         ctx = GateContext(bundle=bundle, contract=loaded, input_paths=input_paths)
         gates = [gate_for(spec, ctx) for spec in loaded.contract.gates]
         atomic_write_json(bundle / "source.json", source_snapshot())
-        for lane in loaded.lanes.values():
-            atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
-            await _run_lane(lane, gates, model_paths[lane.name], bundle, journal, lanes[lane.name],
-                            {"campaign.window": window_id, "campaign.contract": loaded.canonical_sha256})
+        labels = {"campaign.window": window_id, "campaign.contract": loaded.canonical_sha256}
+        for visit in plan_visits(loaded, gates):
+            lane = visit.lane
+            if visit.index == 0:
+                atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
+            visit_gates = gates if visit.index == 0 else [g for g in gates if g.rerun_control]
+            await _run_lane(visit, visit_gates, model_paths[lane.name], bundle, journal,
+                            lanes.setdefault(visit.key, LaneOutcome()), labels)
         journal.intent("judge")
         results = _judge(loaded, gates, lanes, bundle)
         for result in results:
@@ -169,33 +173,44 @@ def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> d
     return paths
 
 
-async def _run_lane(lane: EffectiveLane, gates: list[Gate], model_path: str, bundle: Path, journal: Any,
+def plan_visits(loaded: LoadedContract, gates: list[Gate]) -> list[Visit]:
+    """Lanes in contract order (controls precede their candidates); then, if a gate asks for it,
+    each control once more, so its drift across the window is measured, not assumed."""
+    visits = [Visit(lane) for lane in loaded.lanes.values()]
+    if any(gate.rerun_control for gate in gates):
+        visits += [Visit(lane, 1) for lane in loaded.controls()
+                   if any(c.control == lane.name for c in loaded.candidates())]
+    return visits
+
+
+async def _run_lane(visit: Visit, gates: list[Gate], model_path: str, bundle: Path, journal: Any,
                     outcome: LaneOutcome, labels: dict[str, str]) -> None:
-    lane_dir = bundle / "lanes" / lane.name
-    journal.intent("boot", lane=lane.name)
-    with JsonlAppender(bundle / "raw" / "warmup" / f"{lane.name}.jsonl") as warm_sink:
+    lane = visit.lane
+    lane_dir = bundle / "lanes" / visit.key
+    journal.intent("boot", lane=visit.key)
+    with JsonlAppender(bundle / "raw" / "warmup" / f"{visit.key}.jsonl") as warm_sink:
         try:
             run = await boot_lane(lane, model_path=model_path, log_path=lane_dir / "boot.log",
                                   warm_sink=warm_sink, labels=labels)
         except LaunchError as exc:
             outcome.status, outcome.cause, outcome.message = "launch_failed", exc.cause, str(exc)
             (lane_dir / "launch_failure.txt").write_text(f"{exc.cause}: {exc}\n\n{exc.log_tail}\n")
-            journal.failed("boot", lane=lane.name, cause=exc.cause, message=str(exc))
+            journal.failed("boot", lane=visit.key, cause=exc.cause, message=str(exc))
             return
     outcome.boot_seconds, outcome.engine_version = run.boot_seconds, run.engine_version
-    journal.done("boot", lane=lane.name, boot_seconds=run.boot_seconds)
+    journal.done("boot", lane=visit.key, boot_seconds=run.boot_seconds)
     try:
         atomic_write_json(lane_dir / "inspect.json", _redacted(run.inspect, lane))
         for gate in gates:
-            journal.intent("gate", gate=gate.gate_id, lane=lane.name)
-            with JsonlAppender(gate.ctx.raw_path(gate.gate_id, lane.name)) as sink:
-                await gate.collect(run, sink)
-            journal.done("gate", gate=gate.gate_id, lane=lane.name)
+            journal.intent("gate", gate=gate.gate_id, lane=visit.key)
+            with JsonlAppender(gate.ctx.raw_path(gate.gate_id, visit.key)) as sink:
+                await gate.collect(run, sink, visit)
+            journal.done("gate", gate=gate.gate_id, lane=visit.key)
         outcome.status = "ran"
     finally:
-        journal.intent("stop", lane=lane.name)
+        journal.intent("stop", lane=visit.key)
         code = await run.stop()
-        journal.done("stop", lane=lane.name, exit_code=code)
+        journal.done("stop", lane=visit.key, exit_code=code)
 
 
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
