@@ -18,6 +18,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Frozen-contract experiment windows for LLM inference serving.")
 keys_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Signing keys.")
 app.add_typer(keys_app, name="keys")
+daily_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The daily (incumbent) lane.")
+app.add_typer(daily_app, name="daily")
 out = Console()
 err = Console(stderr=True)
 
@@ -118,16 +120,84 @@ def schema() -> None:
 @app.command()
 @one_line_errors
 def run(contract: Path, out_dir: Path = typer.Option(Path("runs"), "--out", help="Where bundles go."),
-        record: Optional[Path] = typer.Option(None, help="Freeze record (default: next to the contract).")) -> None:
+        record: Optional[Path] = typer.Option(None, help="Freeze record (default: next to the contract)."),
+        detach: bool = typer.Option(False, help="Run in the background; print the window id and return."),
+        window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run a window of a frozen contract and write a signed receipt bundle."""
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import run_window
 
-    outcome = run_window(contract, key=load_signing_key(), trusted=load_trusted(), out_dir=out_dir,
-                         record_path=record)
+    key, trusted = load_signing_key(), load_trusted()
+    if detach:
+        from campaign.window.detach import detach_window
+
+        window, bundle = detach_window(contract, out_dir=out_dir, record=record, trusted=trusted)
+        out.print(f"window {window} started in the background; log: {bundle / 'runner.log'}")
+        out.print(f"follow it with: campaign status {window}")
+        return
+    background = window_id is not None
+    outcome = run_window(contract, key=key, trusted=trusted, out_dir=out_dir, record_path=record,
+                         window_id=window_id, echo=_echo)
+    if not background:
+        _print_outcome(outcome.summary, outcome.bundle)
+    if not outcome.signed or outcome.summary.get("restore", {}).get("proved") is False:
+        raise typer.Exit(1)
+
+
+@app.command()
+@one_line_errors
+def resume(window: str) -> None:
+    """Continue a crashed or killed window from its journal (finished gates are not re-run)."""
+    from campaign.signing import load_signing_key, load_trusted
+    from campaign.window.run import resume_window
+
+    outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=_echo)
     _print_outcome(outcome.summary, outcome.bundle)
     if not outcome.signed:
         raise typer.Exit(1)
+
+
+@app.command()
+@one_line_errors
+def status(window: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Phase, lane, gate, progress, runner pid and failsafe deadline of windows (the newest, or WINDOW)."""
+    from campaign.window.status import window_status
+
+    rows = window_status(window)
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table("window", "phase", "lane", "gate", "progress", "runner", "failsafe", "daily")
+    for row in rows:
+        runner = f"{row['runner_pid']} ({'alive' if row['runner_alive'] else 'gone'})"
+        failsafe = f"armed until {row['deadline']}" if row["armed"] else "disarmed"
+        table.add_row(row["window"], row["phase"], row["lane"] or "-", row["gate"] or "-",
+                      f"{row['gates_done']}/{row['gates_planned']}", runner, failsafe, row["daily"])
+    out.print(table)
+
+
+@app.command()
+@one_line_errors
+def abort(window: str) -> None:
+    """Restore the daily now: stop the runner (orderly) or, if it is gone, restore directly."""
+    from campaign.window.status import abort_window
+
+    out.print(abort_window(window))
+
+
+def _echo(line: str) -> None:
+    out.print(line, highlight=False)
+
+
+@daily_app.command("start")
+@one_line_errors
+def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"), help="The daily's log.")) -> None:
+    """Start the contract's incumbent lane as the daily, detached, unless it already runs."""
+    from campaign.contracts.load import load_contract
+    from campaign.window.daily import start_daily
+
+    pid, started = start_daily(load_contract(contract), log)
+    out.print(f"daily {'started' if started else 'already running'}: pid {pid}")
 
 
 def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:

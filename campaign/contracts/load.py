@@ -98,6 +98,7 @@ def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContra
         if effective.runtime == "docker" and not effective.image:
             raise loaded.error(("lanes", index), "a docker lane needs `image` pinned by digest")
     _check_roles(loaded)
+    _check_incumbent(loaded)
     _check_gates(loaded, check_files)
     _check_axes(loaded)
     return loaded
@@ -156,6 +157,20 @@ def _check_roles(loaded: LoadedContract) -> None:
             raise loaded.error(("lanes", index), f"control {control!r} must come before its candidate "
                                                  "(control runs first)")
         loaded.lanes[lane.name] = loaded.lanes[lane.name].model_copy(update={"control": control})
+
+
+def _check_incumbent(loaded: LoadedContract) -> None:
+    incumbent = loaded.contract.incumbent
+    if incumbent is None:
+        return
+    if loaded.contract.failsafe is None:
+        raise loaded.error(("incumbent",), "an incumbent is only stopped behind a failsafe: add `failsafe`")
+    if incumbent.runtime == "process" and not incumbent.pidfile:
+        raise loaded.error(("incumbent",), "a process incumbent needs `pidfile`")
+    if incumbent.runtime == "docker" and not incumbent.container:
+        raise loaded.error(("incumbent",), "a docker incumbent needs `container`")
+    if incumbent.lane is not None and incumbent.lane not in loaded.lanes:
+        raise loaded.error(("incumbent", "lane"), f"no lane named {incumbent.lane!r}")
 
 
 def _check_gates(loaded: LoadedContract, check_files: bool) -> None:

@@ -205,15 +205,29 @@ GateSpec = Annotated[Union[GreedyGate], Field(discriminator="kind")]
 
 
 class IncumbentSpec(StrictModel):
-    lane: str | None = Field(None, description="A lane of this contract that is the daily one.")
-    container: str | None = Field(None, description="Name of the daily container (docker).")
-    endpoint: str | None = Field(None, description="Where the daily lane answers.")
-    api_key_env: str | None = Field(None, description="Name of the env var holding the daily's API key.")
+    """The daily lane serving users before the window: stopped only behind an armed failsafe, restored
+    with proof after the last lane."""
+
+    runtime: Literal["process", "docker"] = Field("process", description="How the daily runs.")
+    endpoint: str = Field(description="Where the daily answers, e.g. http://127.0.0.1:30006.")
+    pidfile: str | None = Field(None, description="process: file holding the daily's pid (relative to the contract).")
+    container: str | None = Field(None, description="docker: the daily container's name.")
+    lane: str | None = Field(None, description="A lane of this contract whose spec the daily runs "
+                                               "(used by `campaign daily start`).")
+    api_key_env: str | None = Field(None, description="Name of the env var holding the daily's API key; "
+                                                      "the key itself never enters a contract or a receipt.")
+    served_model: str | None = Field(None, description="Model name for the proof completion.")
+    stop_timeout: Duration = Field(30.0, description="Seconds between SIGTERM and SIGKILL when stopping it.")
+    readiness: Readiness = Field(default_factory=lambda: Readiness(budget=600.0),
+                                 description="How long a restored daily may take to serve again.")
 
 
 class FailsafeSpec(StrictModel):
     deadline: Duration = Field(description="Restore the incumbent no later than this after the window starts.")
-    backend: Literal["auto", "systemd", "watchdog"] = "auto"
+    backend: Literal["auto", "systemd", "watchdog"] = Field(
+        "auto", description="systemd transient timer where systemd runs, else a detached watchdog process.")
+    heartbeat_grace: Duration = Field(60.0, description="Watchdog: restore early when the runner's heartbeat "
+                                                        "is older than this.")
 
 
 class PromotionRule(StrictModel):

@@ -12,7 +12,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.resolve import EffectiveLane
@@ -37,9 +37,9 @@ class LaneRun:
     inspect: dict[str, Any] = field(default_factory=dict)
     engine_version: dict[str, Any] = field(default_factory=dict)
 
-    async def stop(self) -> int | None:
+    async def stop(self, timeout: float = 20.0) -> int | None:
         await self.client.aclose()
-        return await asyncio.to_thread(self.running.stop)
+        return await asyncio.to_thread(self.running.stop, timeout)
 
 
 def runtime_for(lane: EffectiveLane) -> Runtime:
@@ -66,7 +66,8 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, warm_sink: JsonlAppender,
-                    labels: dict[str, str] | None = None, runtime: Runtime | None = None) -> LaneRun:
+                    labels: dict[str, str] | None = None, runtime: Runtime | None = None,
+                    on_started: Callable[[int | None], None] | None = None) -> LaneRun:
     adapter = adapter_for(lane.engine)
     executable = resolve_executable(lane)
     argv = [executable, *adapter.server_args(lane, model_path)]
@@ -74,6 +75,8 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     started = time.monotonic()
     running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=dict(lane.env),
                                                                 log_path=log_path, labels=labels or {}))
+    if on_started is not None:
+        on_started(getattr(running, "pid", None))
     client = LaneClient(lane.base_url, lane=lane.name)
     run = LaneRun(lane=lane, adapter=adapter, running=running, client=client, boot_seconds=0.0)
     try:

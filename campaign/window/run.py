@@ -9,28 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from campaign import __version__
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
-from campaign.errors import LaunchError, PreflightError
-from campaign.fsutil import JsonlAppender, atomic_write_json
+from campaign.errors import InputError, LaunchError, PreflightError, RunError
+from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json, read_jsonl
 from campaign.gates.base import Gate, GateContext, Visit, gate_for
 from campaign.gates.result import GateResult, Verdict, worst
 from campaign.lanes.session import boot_lane, port_is_free, resolve_executable
-from campaign.receipts.bundle import sign_bundle
+from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
+from campaign.window import incumbent
+from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.window.inspectdiff import runtime_axis_difference
+from campaign.window.restore import restore
 from campaign.window.source import source_snapshot
+from campaign.window.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 
-__all__ = ["WindowOutcome", "run_window"]
+__all__ = ["WindowOutcome", "plan_visits", "preflight", "resume_window", "run_window"]
 
 
 @dataclass
@@ -57,24 +64,108 @@ def _window_id(loaded: LoadedContract) -> str:
 
 
 def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path = Path("runs"),
-               record_path: Path | None = None) -> WindowOutcome:
+               record_path: Path | None = None, window_id: str | None = None,
+               echo: Callable[[str], None] | None = None) -> WindowOutcome:
     loaded = load_contract(contract_path)
     record_path = record_path or default_record_path(loaded.path)
     freeze_record = check_frozen(loaded, record_path, trusted)
     model_paths = preflight(loaded)
-    window_id = _window_id(loaded)
+    window_id = window_id or _window_id(loaded)
     bundle = out_dir / window_id
-    bundle.mkdir(parents=True, exist_ok=False)
-    return asyncio.run(_run(loaded, record_path, freeze_record, model_paths, bundle, window_id, key))
+    bundle.mkdir(parents=True, exist_ok=window_id is not None)
+    if any(bundle.iterdir()) and list(bundle.iterdir()) != [bundle / "runner.log"]:
+        raise PreflightError(f"{bundle} is not empty: a window id is used once (use `campaign resume`)")
+    state = WindowState(window=window_id, bundle=str(bundle.resolve()), contract=str(loaded.path.resolve()),
+                        record=str(record_path.resolve()), runner_pid=os.getpid(),
+                        runner_start_time=process_start_time(os.getpid()), boot_id=boot_id())
+    state.save()
+    window = _Window(loaded=loaded, record_path=record_path, freeze_record=freeze_record, bundle=bundle,
+                     window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo)
+    return _run_async(window)
 
 
-def preflight(loaded: LoadedContract) -> dict[str, str]:
-    """Everything checkable before a lane starts: engines, executables, model identity, ports."""
-    contract = loaded.contract
-    if contract.incumbent is not None or contract.failsafe is not None:
-        raise PreflightError("this version cannot yet stop and restore an incumbent behind a failsafe; "
-                             "remove `incumbent`/`failsafe` or run a version that supports them")
+def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
+                  echo: Callable[[str], None] | None = None) -> WindowOutcome:
+    """Continue a crashed or killed window from its journal; finished gate work is not redone."""
+    window_id = Path(target).name
+    try:
+        state = WindowState.load(window_id)
+    except InputError as exc:
+        raise InputError(f"no window state for {window_id!r} under {windows_dir()}") from exc
+    bundle = Path(state.bundle)
+    try:
+        records = read_jsonl(bundle / "journal.jsonl")
+    except (InputError, OSError) as exc:
+        restore(window_id, reason="journal unreadable at resume", by="campaign resume")
+        raise RunError(f"{bundle / 'journal.jsonl'} is unreadable ({exc}); the incumbent was restored, "
+                       "the window stops here") from exc
+    if (bundle / ENVELOPE).exists():
+        raise InputError(f"window {window_id} already finished and was signed; nothing to resume")
+    loaded = load_contract(state.contract)
+    freeze_record = check_frozen(loaded, Path(state.record), trusted)
+    model_paths = preflight(loaded, ports=False)
+    done = {(r.get("gate"), r.get("lane")) for r in records if r.get("event") == "done" and r.get("step") == "gate"}
+    with state.locked():
+        state = state.reload()
+        state.runner_pid, state.runner_start_time = os.getpid(), process_start_time(os.getpid())
+        state.save()
+    window = _Window(loaded=loaded, record_path=Path(state.record), freeze_record=freeze_record, bundle=bundle,
+                     window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo,
+                     finished_gates=done, resumed=True)
+    return _run_async(window)
+
+
+@dataclass
+class _Window:
+    loaded: LoadedContract
+    record_path: Path
+    freeze_record: dict[str, Any]
+    bundle: Path
+    window_id: str
+    key: SigningKey
+    state: WindowState
+    model_paths: dict[str, str]
+    echo: Callable[[str], None] | None = None
+    finished_gates: set[tuple[Any, Any]] = field(default_factory=set)
+    resumed: bool = False
+    escalated: bool = False
+
+
+def _run_async(window: _Window) -> WindowOutcome:
+    async def main() -> WindowOutcome:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        interrupts = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal interrupts
+            interrupts += 1
+            if interrupts == 1:
+                _say(window, f"signal {signum}: stopping the window and restoring the incumbent "
+                             "(send it again to stop lanes without waiting)")
+                assert task is not None
+                task.cancel()
+            else:
+                window.escalated = True
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+        return await _execute(window)
+
+    return asyncio.run(main())
+
+
+def _say(window: _Window, line: str) -> None:
+    if window.echo:
+        window.echo(line)
+
+
+def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
+    """Everything checkable before a lane starts: engines, executables, model identity, ports.
+    A port held by the incumbent is fine: it is stopped before the first lane boots."""
     from campaign.lanes.adapter import adapter_for
+
+    incumbent_port = _incumbent_port(loaded)
 
     model_paths: dict[str, str] = {}
     hashed: dict[Path, str] = {}
@@ -94,10 +185,15 @@ def preflight(loaded: LoadedContract) -> dict[str, str]:
         if lane.model.sha256_manifest:
             _check_manifest(loaded, lane, path)
         model_paths[lane.name] = str(path.resolve())
-        if not port_is_free(lane.host, lane.port):
+        if ports and lane.port != incumbent_port and not port_is_free(lane.host, lane.port):
             raise PreflightError(f"lane {lane.name}: port {lane.host}:{lane.port} is already in use; "
                                  "another server there would be measured instead")
     return model_paths
+
+
+def _incumbent_port(loaded: LoadedContract) -> int | None:
+    incumbent = loaded.contract.incumbent
+    return urlsplit(incumbent.endpoint).port if incumbent else None
 
 
 def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path) -> None:
@@ -110,67 +206,158 @@ def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path
                              f"{manifest.name}, e.g. {bad[0]}")
 
 
-async def _run(loaded: LoadedContract, record_path: Path, freeze_record: dict[str, Any],
-               model_paths: dict[str, str], bundle: Path, window_id: str, key: SigningKey) -> WindowOutcome:
+async def _execute(w: _Window) -> WindowOutcome:
     from campaign.window.journal import Journal
 
-    journal = Journal(bundle / "journal.jsonl")
+    loaded, bundle, state = w.loaded, w.bundle, w.state
+    journal = Journal(bundle / "journal.jsonl", echo=w.echo)
     started = time.time()
-    lanes: dict[str, LaneOutcome] = {name: LaneOutcome() for name in loaded.lanes}  # by visit key
+    lanes: dict[str, LaneOutcome] = {}  # by visit key
     results: list[GateResult] = []
     status = "interrupted"
-    signed = False
-    summary: dict[str, Any] = {}
+    restore_record: dict[str, Any] | None = None
+    heartbeat = asyncio.create_task(_heartbeat(state))
     try:
-        journal.done("start", window=window_id, contract=loaded.contract.contract,
-                     canonical_sha256=loaded.canonical_sha256)
-        input_paths = _copy_contract(loaded, record_path, bundle)
-        ctx = GateContext(bundle=bundle, contract=loaded, input_paths=input_paths)
+        if w.resumed:
+            journal.done("resume", window=w.window_id, finished_gates=len(w.finished_gates))
+        else:
+            journal.done("start", window=w.window_id, contract=loaded.contract.contract,
+                         canonical_sha256=loaded.canonical_sha256)
+            _copy_contract(loaded, w.record_path, bundle)
+            atomic_write_json(bundle / "source.json", source_snapshot())
+        ctx = GateContext(bundle=bundle, contract=loaded, input_paths=_input_copies(loaded, bundle))
         gates = [gate_for(spec, ctx) for spec in loaded.contract.gates]
-        atomic_write_json(bundle / "source.json", source_snapshot())
-        labels = {"campaign.window": window_id, "campaign.contract": loaded.canonical_sha256}
+        if loaded.contract.incumbent is not None:
+            state = await asyncio.to_thread(_take_down_incumbent, w, journal)
+        labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
         for visit in plan_visits(loaded, gates):
             lane = visit.lane
             if visit.index == 0:
                 atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
-            visit_gates = gates if visit.index == 0 else [g for g in gates if g.rerun_control]
-            await _run_lane(visit, visit_gates, model_paths[lane.name], bundle, journal,
-                            lanes.setdefault(visit.key, LaneOutcome()), labels)
+            visit_gates = [g for g in (gates if visit.index == 0 else [g for g in gates if g.rerun_control])
+                           if (g.gate_id, visit.key) not in w.finished_gates]
+            outcome = lanes.setdefault(visit.key, LaneOutcome())
+            if not visit_gates and w.resumed:
+                outcome.status = "ran"  # every gate of this visit finished before the interruption
+                continue
+            await _run_lane(w, visit, visit_gates, journal, outcome, labels)
+        if loaded.contract.incumbent is not None:
+            restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal, "window finished")
         journal.intent("judge")
         results = _judge(loaded, gates, lanes, bundle)
         for result in results:
             atomic_write_json(bundle / "gates" / result.gate / f"{result.candidate}.json", result.dump())
         journal.done("judge", verdicts={f"{r.gate}/{r.candidate}": r.verdict.value for r in results})
         status = "complete"
+    except asyncio.CancelledError:
+        status = "interrupted"
     finally:
-        summary = _summary(loaded, freeze_record, window_id, started, status, lanes, results)
+        heartbeat.cancel()
+        if loaded.contract.incumbent is not None and restore_record is None:
+            try:
+                restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal, f"window {status}")
+            except RunError as exc:
+                restore_record = {"event": "failed", "error": str(exc)}
+        summary = _summary(loaded, w.freeze_record, w.window_id, started, status, lanes,
+                           results)
+        summary["resumed"] = w.resumed
+        summary["restore"] = _restore_summary(loaded, restore_record)
         atomic_write_json(bundle / "SUMMARY.json", summary)
         journal.done("end", status=status)
         journal.close()
     if status == "complete":
-        sign_bundle(bundle, key, {"window": window_id, "contract": loaded.contract.contract,
-                                  "contract_version": loaded.contract.version,
-                                  "canonical_sha256": loaded.canonical_sha256, "tool_version": __version__})
-        signed = True
+        sign_bundle(bundle, w.key, {"window": w.window_id, "contract": loaded.contract.contract,
+                                    "contract_version": loaded.contract.version,
+                                    "canonical_sha256": loaded.canonical_sha256, "tool_version": __version__})
     verdicts: dict[str, dict[str, str]] = {}
     for result in results:
         verdicts.setdefault(result.candidate, {})[result.gate] = result.verdict.value
-    return WindowOutcome(bundle=bundle, window_id=window_id, verdicts=verdicts, signed=signed, summary=summary)
+    return WindowOutcome(bundle=bundle, window_id=w.window_id, verdicts=verdicts, signed=status == "complete",
+                         summary=summary)
 
 
-def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> dict[str, Path]:
+async def _heartbeat(state: WindowState) -> None:
+    while True:
+        await asyncio.to_thread(state.beat)
+        await asyncio.sleep(2.0)
+
+
+def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
+    """Snapshot, failsafe dry run, arm, stop: in that order, each journaled; any failure before the
+    stop leaves the daily untouched."""
+    spec, failsafe_spec = w.loaded.contract.incumbent, w.loaded.contract.failsafe
+    assert spec is not None and failsafe_spec is not None
+    state = w.state.reload()
+    if state.incumbent is None:
+        journal.intent("incumbent.snapshot")
+        snap = incumbent.snapshot(spec, w.loaded.base_dir)
+        with state.locked():
+            state = state.reload()
+            state.incumbent = snap
+            state.heartbeat_grace = failsafe_spec.heartbeat_grace
+            state.save()
+        atomic_write_json(w.bundle / "incumbent" / "snapshot.json", _redacted_snapshot(snap))
+        journal.done("incumbent.snapshot", pid=snap["pid"])
+    backend = choose_backend(failsafe_spec.backend)
+    journal.intent("failsafe.dry_run", backend=backend)
+    journal.done("failsafe.dry_run", result=dry_run(backend, state.directory))
+    journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
+    state = arm(state, backend, failsafe_spec.deadline)
+    journal.done("failsafe.arm", backend=backend, generation=state.failsafe_generation,
+                 deadline_wall=state.deadline_wall)
+    journal.intent("incumbent.stop")
+    stopped = incumbent.stop(state.incumbent or {}, escalate_after=1.0 if w.escalated else None)
+    with state.locked():
+        state = state.reload()
+        state.incumbent_stopped, state.restored = True, False
+        state.save()
+    journal.done("incumbent.stop", pid=stopped)
+    w.state = state
+    return state
+
+
+def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, Any]:
+    """Restore with proof, then disarm: the failsafe stays armed until the daily is proven."""
+    journal.close()  # restore appends its own intent/result records to the same journal
+    try:
+        record = restore(w.window_id, reason=reason, by="runner", grace=1.0 if w.escalated else 10.0)
+    finally:
+        journal.reopen()
+    atomic_write_json(w.bundle / "incumbent" / "restore.json", record)
+    journal.intent("failsafe.disarm")
+    disarm(w.state)
+    journal.done("failsafe.disarm")
+    return record
+
+
+def _restore_summary(loaded: LoadedContract, record: dict[str, Any] | None) -> dict[str, Any]:
+    if loaded.contract.incumbent is None:
+        return {"incumbent": None}
+    ok = bool(record and record.get("event") == "done" and record.get("proof"))
+    return {"incumbent": loaded.contract.incumbent.endpoint, "proved": ok,
+            "action": (record or {}).get("action"), "error": (record or {}).get("error")}
+
+
+def _redacted_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in snap.items() if k != "env"}
+    out["env"] = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in snap["env"].items()}
+    return out
+
+
+def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> None:
     """The frozen contract, its record and its input files go into the bundle; gates read these copies."""
     target = bundle / "contract"
-    target.mkdir(parents=True)
+    target.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(loaded.path, target / loaded.path.name)
     shutil.copyfile(record_path, target / "freeze.json")
-    paths = {}
-    for name, spec in loaded.contract.inputs.items():
-        destination = target / "inputs" / f"{name}{Path(spec.file).suffix}"
+    for name, destination in _input_copies(loaded, bundle).items():
         destination.parent.mkdir(exist_ok=True)
-        shutil.copyfile(loaded.resolve(spec.file), destination)
-        paths[name] = destination
-    return paths
+        shutil.copyfile(loaded.resolve(loaded.contract.inputs[name].file), destination)
+
+
+def _input_copies(loaded: LoadedContract, bundle: Path) -> dict[str, Path]:
+    return {name: bundle / "contract" / "inputs" / f"{name}{Path(spec.file).suffix}"
+            for name, spec in loaded.contract.inputs.items()}
 
 
 def plan_visits(loaded: LoadedContract, gates: list[Gate]) -> list[Visit]:
@@ -183,18 +370,24 @@ def plan_visits(loaded: LoadedContract, gates: list[Gate]) -> list[Visit]:
     return visits
 
 
-async def _run_lane(visit: Visit, gates: list[Gate], model_path: str, bundle: Path, journal: Any,
-                    outcome: LaneOutcome, labels: dict[str, str]) -> None:
-    lane = visit.lane
+async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, outcome: LaneOutcome,
+                    labels: dict[str, str]) -> None:
+    lane, bundle = visit.lane, w.bundle
     lane_dir = bundle / "lanes" / visit.key
+    if w.resumed and (lane_dir / "boot.log").exists():
+        _set_aside(lane_dir / "boot.log")
     journal.intent("boot", lane=visit.key)
+
+    def started(pid: int | None) -> None:
+        _track_lane(w, visit.key, pid)
+
     with JsonlAppender(bundle / "raw" / "warmup" / f"{visit.key}.jsonl") as warm_sink:
         try:
-            run = await boot_lane(lane, model_path=model_path, log_path=lane_dir / "boot.log",
-                                  warm_sink=warm_sink, labels=labels)
+            run = await boot_lane(lane, model_path=w.model_paths[lane.name], log_path=lane_dir / "boot.log",
+                                  warm_sink=warm_sink, labels=labels, on_started=started)
         except LaunchError as exc:
             outcome.status, outcome.cause, outcome.message = "launch_failed", exc.cause, str(exc)
-            (lane_dir / "launch_failure.txt").write_text(f"{exc.cause}: {exc}\n\n{exc.log_tail}\n")
+            atomic_write_bytes(lane_dir / "launch_failure.txt", f"{exc.cause}: {exc}\n\n{exc.log_tail}\n".encode())
             journal.failed("boot", lane=visit.key, cause=exc.cause, message=str(exc))
             return
     outcome.boot_seconds, outcome.engine_version = run.boot_seconds, run.engine_version
@@ -202,15 +395,36 @@ async def _run_lane(visit: Visit, gates: list[Gate], model_path: str, bundle: Pa
     try:
         atomic_write_json(lane_dir / "inspect.json", _redacted(run.inspect, lane))
         for gate in gates:
+            raw = gate.ctx.raw_path(gate.gate_id, visit.key)
+            if raw.exists():
+                _set_aside(raw)  # a gate cut short by a crash: its records are kept, and redone whole
             journal.intent("gate", gate=gate.gate_id, lane=visit.key)
-            with JsonlAppender(gate.ctx.raw_path(gate.gate_id, visit.key)) as sink:
+            with JsonlAppender(raw) as sink:
                 await gate.collect(run, sink, visit)
             journal.done("gate", gate=gate.gate_id, lane=visit.key)
         outcome.status = "ran"
     finally:
         journal.intent("stop", lane=visit.key)
-        code = await run.stop()
+        code = await run.stop(timeout=1.0 if w.escalated else 20.0)
         journal.done("stop", lane=visit.key, exit_code=code)
+
+
+def _set_aside(path: Path) -> None:
+    """Keep an interrupted attempt's file in the bundle under a new name; judges read only the final one."""
+    n = 1
+    while (target := path.with_name(f"{path.stem}.interrupted-{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(target)
+
+
+def _track_lane(w: _Window, visit_key: str, pid: int | None) -> None:
+    """Recorded the moment the lane starts, so the failsafe can stop it if the runner dies mid-boot."""
+    with w.state.locked():
+        state = w.state.reload()
+        state.lanes.append(LaneProcess(visit=visit_key, pid=pid,
+                                       start_time=process_start_time(pid) if pid else None))
+        state.save()
+        w.state = state
 
 
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:

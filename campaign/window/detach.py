@@ -1,0 +1,34 @@
+"""`campaign run --detach`: check everything a user can fix now, then run the window in the background.
+
+The background runner is a new session (a lost SSH session does not end it); its output goes to
+``runner.log`` in the bundle, and it prints nothing after signing so the log is final when signed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from campaign.contracts.freeze import check_frozen, default_record_path
+from campaign.contracts.load import load_contract
+from campaign.signing import TrustedKeys
+from campaign.window.run import _window_id, preflight
+
+__all__ = ["detach_window"]
+
+
+def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted: TrustedKeys) -> tuple[str, Path]:
+    loaded = load_contract(contract)
+    record = record or default_record_path(loaded.path)
+    check_frozen(loaded, record, trusted)
+    preflight(loaded)
+    window = _window_id(loaded)
+    bundle = out_dir / window
+    bundle.mkdir(parents=True)
+    with open(bundle / "runner.log", "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out_dir),
+                          "--record", str(record), "--window-id", window],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                         close_fds=True)
+    return window, bundle

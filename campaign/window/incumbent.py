@@ -1,0 +1,149 @@
+"""The incumbent (daily) lane: snapshot it, stop it, start it again exactly as it was, prove it serves.
+
+Process incumbents are found through their pidfile and read back from ``/proc`` (argv, environment,
+working directory, executable digest); a restore relaunches that snapshot verbatim in its own session
+and rewrites the pidfile. The proof is the running lane matching the snapshot and a real completion
+succeeding with the daily's own credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from campaign.contracts.hashing import sha256_file
+from campaign.errors import PreflightError, RunError
+from campaign.fsutil import atomic_write_bytes
+from campaign.window.state import process_start_time
+
+__all__ = ["prove", "running_pid", "snapshot", "start", "stop"]
+
+
+def _read_pid(pidfile: Path) -> int | None:
+    try:
+        return int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def snapshot(spec: Any, base_dir: Path) -> dict[str, Any]:
+    """Everything needed to start the daily again as it is now. Refuses if it is not running."""
+    if spec.runtime != "process":
+        raise PreflightError(f"incumbent runtime {spec.runtime!r} is not supported by this version")
+    pidfile = (base_dir / spec.pidfile).resolve()
+    pid = _read_pid(pidfile)
+    if pid is None or _cmdline(pid) is None:
+        raise PreflightError(f"incumbent is not running (no live process in {pidfile}): there is nothing to "
+                             "restore to; start the daily first (`campaign daily start`) or drop `incumbent`")
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError as exc:
+        raise PreflightError(f"incumbent pid {pid}: cannot read its launch from /proc: {exc.strerror}") from exc
+    env = dict(p.decode(errors="replace").split("=", 1) for p in environ.split(b"\0") if b"=" in p)
+    return {"runtime": "process", "pid": pid, "start_time": process_start_time(pid), "argv": _cmdline(pid),
+            "env": env, "cwd": cwd, "exe": exe, "exe_sha256": sha256_file(Path(exe)), "pidfile": str(pidfile),
+            "endpoint": spec.endpoint, "api_key_env": spec.api_key_env, "served_model": spec.served_model,
+            "stop_timeout": spec.stop_timeout, "ready_budget": spec.readiness.budget}
+
+
+def running_pid(snap: dict[str, Any]) -> int | None:
+    """The pid serving as the daily now, if it runs the snapshot's command line."""
+    pid = _read_pid(Path(snap["pidfile"]))
+    if pid is not None and _cmdline(pid) == snap["argv"]:
+        return pid
+    return None
+
+
+def stop(snap: dict[str, Any], *, escalate_after: float | None = None) -> int | None:
+    pid = running_pid(snap)
+    if pid is None:
+        return None
+    group = os.getpgid(pid) == pid
+    kill = (lambda sig: os.killpg(pid, sig)) if group else (lambda sig: os.kill(pid, sig))
+    try:
+        kill(signal.SIGTERM)
+        deadline = time.monotonic() + (snap["stop_timeout"] if escalate_after is None else escalate_after)
+        while time.monotonic() < deadline and _cmdline(pid) is not None and not _zombie(pid):
+            time.sleep(0.1)
+        if _cmdline(pid) is not None and not _zombie(pid):
+            kill(signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+    return pid
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def start(snap: dict[str, Any], log_path: Path) -> int:
+    """Relaunch the snapshot verbatim, detached from whoever restores it (runner or failsafe)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            popen = subprocess.Popen(snap["argv"], cwd=snap["cwd"], env=snap["env"], stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise RunError(f"cannot start the incumbent {snap['argv'][0]}: {exc.strerror}") from exc
+    atomic_write_bytes(Path(snap["pidfile"]), f"{popen.pid}\n".encode())
+    return popen.pid
+
+
+def prove(snap: dict[str, Any], *, budget: float | None = None) -> dict[str, Any]:
+    """The daily serves again: same command line and binary as the snapshot, and a real completion."""
+    budget = snap["ready_budget"] if budget is None else budget
+    deadline = time.monotonic() + budget
+    pid = running_pid(snap)
+    if pid is None:
+        raise RunError("restored incumbent is not running the snapshot's command line")
+    exe_sha = sha256_file(Path(os.readlink(f"/proc/{pid}/exe")))
+    if exe_sha != snap["exe_sha256"]:
+        raise RunError("restored incumbent runs a different binary than the snapshot")
+    key = os.environ.get(snap["api_key_env"]) if snap.get("api_key_env") else None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"model": snap.get("served_model") or "default", "max_tokens": 4, "temperature": 0,
+            "messages": [{"role": "user", "content": "Say OK."}]}
+    last = "no attempt"
+    with httpx.Client(base_url=snap["endpoint"], headers=headers, timeout=30.0) as client:
+        while time.monotonic() < deadline:
+            if _cmdline(pid) is None:
+                raise RunError(f"restored incumbent pid {pid} exited while loading")
+            try:
+                response = client.post("/v1/chat/completions", json=body)
+                if response.status_code == 200 and response.json().get("choices"):
+                    return {"pid": pid, "argv_matches": True, "exe_sha256_matches": True,
+                            "completion": {"status": 200, "text": response.json()["choices"][0]
+                                           .get("message", {}).get("content")},
+                            "proved_at": time.time()}
+                last = f"HTTP {response.status_code}"
+            except (httpx.HTTPError, ValueError) as exc:
+                last = type(exc).__name__
+            time.sleep(0.5)
+    raise RunError(f"restored incumbent did not serve a completion within {budget:g}s (last: {last})")

@@ -1,0 +1,81 @@
+"""Restore: idempotent and fenced.
+
+It stops only this window's own lanes (pids recorded with their kernel start times, so a reused pid or
+another window's lane is never touched), starts the incumbent from its snapshot unless it already
+serves, proves it, and records what it did in the journal. A second run finds the daily serving and
+only re-proves it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from campaign.errors import RunError
+from campaign.fsutil import JsonlAppender
+from campaign.window import incumbent
+from campaign.window.state import WindowState, process_start_time
+
+__all__ = ["restore", "stop_window_lanes"]
+
+
+def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
+    stopped = []
+    for lane in state.lanes:
+        if lane.pid is None or lane.start_time is None or process_start_time(lane.pid) != lane.start_time:
+            continue  # gone, or the pid now belongs to someone else
+        try:
+            os.killpg(lane.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and process_start_time(lane.pid) == lane.start_time:
+            try:
+                os.waitpid(lane.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.1)
+        try:
+            os.killpg(lane.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stopped.append(lane.visit)
+    return stopped
+
+
+def restore(window: str, *, reason: str, by: str, grace: float = 10.0) -> dict[str, Any]:
+    """Bring the daily back. Safe to call from the runner, the failsafe and `campaign abort` alike."""
+    state = WindowState.load(window)
+    with state.locked():
+        state = state.reload()
+        journal = JsonlAppender(Path(state.bundle) / "journal.jsonl") if Path(state.bundle).is_dir() else None
+        record: dict[str, Any] = {"t": time.time(), "step": "incumbent.restore", "by": by, "reason": reason,
+                                  "pid": os.getpid()}
+        try:
+            if journal:
+                journal.append({**record, "event": "intent"})
+            record["stopped_lanes"] = stop_window_lanes(state, grace=grace)
+            snap = state.incumbent
+            if snap is None:
+                record["incumbent"] = "none declared"
+            else:
+                if incumbent.running_pid(snap) is None:
+                    record["started_pid"] = incumbent.start(snap, state.directory / "incumbent.log")
+                    record["action"] = "started"
+                else:
+                    record["action"] = "already serving"
+                record["proof"] = incumbent.prove(snap)
+            state.restored, state.incumbent_stopped = True, False
+            state.save()
+            record["event"] = "done"
+            return record
+        except Exception as exc:
+            record["event"], record["error"] = "failed", f"{type(exc).__name__}: {exc}"
+            raise RunError(f"restore failed: {exc}") from exc
+        finally:
+            if journal:
+                journal.append(record)
+                journal.close()

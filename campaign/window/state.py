@@ -1,0 +1,120 @@
+"""A window's private state, kept outside the bundle (it holds the incumbent's full environment).
+
+``$XDG_STATE_HOME/campaign/windows/<window>/`` (default ``~/.local/state``), mode 0700: ``state.json``
+(atomic), ``heartbeat`` (the runner's boot-clock time), ``lock`` (restore runs under it), and the
+restored incumbent's log. The failsafe reads only this directory, so it works after the runner died.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import fcntl
+from pydantic import BaseModel, ConfigDict, Field
+
+from campaign.fsutil import atomic_write_bytes, load_json_strict
+
+__all__ = ["LaneProcess", "WindowState", "boot_id", "boottime", "process_start_time", "state_root", "windows_dir"]
+
+
+def state_root() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "campaign"
+
+
+def windows_dir() -> Path:
+    return state_root() / "windows"
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def boottime() -> float:
+    """Seconds since boot, counting suspend: wall-clock changes and sleep cannot move a deadline."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def process_start_time(pid: int) -> int | None:
+    """Kernel start time of ``pid`` (clock ticks since boot): tells a live process from a reused pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+class LaneProcess(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    visit: str
+    pid: int | None = None
+    start_time: int | None = None
+    container: str | None = None
+
+
+class WindowState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    window: str
+    bundle: str
+    contract: str
+    record: str
+    runner_pid: int
+    runner_start_time: int | None = None
+    boot_id: str
+    deadline_boottime: float | None = Field(None, description="Boot-clock second by which the daily must serve.")
+    deadline_wall: float | None = None
+    heartbeat_grace: float = 60.0
+    failsafe_generation: int = 0
+    failsafe_backend: str | None = None
+    failsafe_unit: str | None = None
+    armed: bool = False
+    incumbent: dict[str, Any] | None = None  # the full snapshot, env included: never copied to the bundle
+    incumbent_stopped: bool = False
+    restored: bool = False
+    lanes: list[LaneProcess] = Field(default_factory=list)
+
+    @property
+    def directory(self) -> Path:
+        return windows_dir() / self.window
+
+    @classmethod
+    def load(cls, window: str) -> "WindowState":
+        return cls.model_validate(load_json_strict(windows_dir() / window / "state.json"))
+
+    def save(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.directory, 0o700)
+        atomic_write_bytes(self.directory / "state.json", self.model_dump_json(indent=2).encode())
+        os.chmod(self.directory / "state.json", 0o600)
+
+    def beat(self) -> None:
+        atomic_write_bytes(self.directory / "heartbeat", f"{boottime():.3f}\n".encode())
+
+    def last_beat(self) -> float | None:
+        try:
+            return float((self.directory / "heartbeat").read_text())
+        except (OSError, ValueError):
+            return None
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Restore and state changes that race with the failsafe run under this lock."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.directory / "lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def reload(self) -> "WindowState":
+        return WindowState.load(self.window)

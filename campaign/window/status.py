@@ -1,0 +1,81 @@
+"""`campaign status` and `campaign abort`: read a window's state and journal; restore on request."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from campaign.contracts.load import load_contract
+from campaign.errors import InputError
+from campaign.fsutil import read_jsonl
+from campaign.gates.base import GateContext, gate_for
+from campaign.window import incumbent
+from campaign.window.restore import restore
+from campaign.window.state import WindowState, process_start_time, windows_dir
+
+__all__ = ["abort_window", "window_status"]
+
+
+def _states(window: str | None) -> list[WindowState]:
+    if window is not None:
+        name = Path(window).name
+        if not (windows_dir() / name / "state.json").exists():
+            raise InputError(f"no window {name!r} under {windows_dir()}")
+        return [WindowState.load(name)]
+    dirs = sorted(windows_dir().glob("*/state.json"), key=lambda p: p.stat().st_mtime) if windows_dir().exists() else []
+    if not dirs:
+        raise InputError(f"no windows under {windows_dir()}")
+    return [WindowState.load(dirs[-1].parent.name)]
+
+
+def _planned(state: WindowState) -> int:
+    from campaign.window.run import plan_visits
+
+    loaded = load_contract(state.contract, check_files=False)
+    gates = [gate_for(spec, GateContext(bundle=Path(state.bundle), contract=loaded)) for spec in loaded.contract.gates]
+    return sum(len(gates) if v.index == 0 else sum(g.rerun_control for g in gates) for v in plan_visits(loaded, gates))
+
+
+def window_status(window: str | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for state in _states(window):
+        journal = Path(state.bundle) / "journal.jsonl"
+        records = read_jsonl(journal) if journal.exists() else []
+        last = records[-1] if records else {}
+        current = next((r for r in reversed(records) if r.get("event") == "intent"), {})
+        done = {(r.get("gate"), r.get("lane")) for r in records if r.get("step") == "gate" and r.get("event") == "done"}
+        daily = "none declared"
+        if state.incumbent:
+            pid = incumbent.running_pid(state.incumbent)
+            daily = f"running (pid {pid})" if pid else "stopped"
+        rows.append({
+            "window": state.window, "bundle": state.bundle,
+            "phase": f"{last.get('step', 'not started')} {last.get('event', '')}".strip(),
+            "lane": current.get("lane"), "gate": current.get("gate"),
+            "gates_done": len(done), "gates_planned": _planned(state),
+            "runner_pid": state.runner_pid,
+            "runner_alive": process_start_time(state.runner_pid) == state.runner_start_time,
+            "armed": state.armed,
+            "deadline": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.deadline_wall))
+            if state.deadline_wall else None,
+            "restored": state.restored, "daily": daily,
+            "signed": (Path(state.bundle) / "receipt.dsse.json").exists(),
+        })
+    return rows
+
+
+def abort_window(window: str, *, wait: float = 120.0) -> str:
+    state = _states(window)[0]
+    if process_start_time(state.runner_pid) == state.runner_start_time:
+        os.kill(state.runner_pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and process_start_time(state.runner_pid) == state.runner_start_time:
+            time.sleep(0.2)
+    state = state.reload()
+    if state.incumbent is not None and not state.restored:
+        restore(state.window, reason="abort", by="campaign abort")
+        return f"window {state.window}: runner gone; daily restored and proved"
+    return f"window {state.window}: stopped; daily {'restored' if state.restored else 'was never stopped'}"

@@ -1,0 +1,86 @@
+"""The detached watchdog failsafe: ``python -m campaign.window.watchdog WINDOW GENERATION``.
+
+It runs in its own session and process group, so the runner's death (kill -9, a lost SSH session)
+does not take it along. It holds the deadline as boot id plus boot-clock seconds, and restores the
+daily when the deadline passes, when the runner is gone, or when the runner's heartbeat is older than
+the grace. It exits, doing nothing, once its window is disarmed or a newer generation supersedes it.
+
+``--dry-run FILE --after S`` is the pre-flight check: the same detached start and clock loop, firing a
+harmless action (creating FILE) instead of a restore.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from campaign.window.state import WindowState, boot_id, boottime, process_start_time
+
+POLL = 0.25
+
+
+def _runner_gone(state: WindowState) -> bool:
+    return process_start_time(state.runner_pid) != state.runner_start_time
+
+
+def watch(window: str, generation: int) -> int:
+    my_boot = boot_id()
+    ack = None
+    while True:
+        try:
+            state = WindowState.load(window)
+        except Exception:  # state removed: the window is over
+            return 0
+        if state.failsafe_generation != generation or not state.armed or state.boot_id != my_boot:
+            return 0
+        if ack is None:
+            ack = state.directory / f"watchdog-{generation}.ack"
+            ack.write_text(f"{boottime():.3f}\n")
+        reason = None
+        if state.deadline_boottime is not None and boottime() >= state.deadline_boottime:
+            reason = "deadline reached"
+        elif _runner_gone(state):
+            reason = "runner is gone"
+        else:
+            beat = state.last_beat()
+            if beat is not None and boottime() - beat > state.heartbeat_grace:
+                reason = f"runner heartbeat older than {state.heartbeat_grace:g}s"
+        if reason:
+            from campaign.window.restore import restore
+
+            try:
+                restore(window, reason=reason, by=f"watchdog generation {generation}")
+            finally:
+                with state.locked():
+                    fresh = state.reload()
+                    if fresh.failsafe_generation == generation:
+                        fresh.armed = False
+                        fresh.save()
+            return 0
+        time.sleep(POLL)
+
+
+def dry_run(target: Path, after: float) -> int:
+    fire_at = boottime() + after
+    while boottime() < fire_at:
+        time.sleep(0.05)
+    target.write_text(f"fired at boot-clock {boottime():.3f}\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="campaign-watchdog")
+    parser.add_argument("window", nargs="?")
+    parser.add_argument("generation", nargs="?", type=int)
+    parser.add_argument("--dry-run", type=Path)
+    parser.add_argument("--after", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        return dry_run(args.dry_run, args.after)
+    return watch(args.window, args.generation)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

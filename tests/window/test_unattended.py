@@ -1,0 +1,223 @@
+"""Unattended windows against real llama-server processes: a real daily is stopped behind the watchdog
+failsafe and restored with proof, whatever happens to the runner (kill -9 at every journal step,
+a kill mid-gate then `campaign resume`, a failsafe that cannot be armed, a detached run)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from campaign.fsutil import read_jsonl
+from campaign.window.state import WindowState, process_start_time
+from tests.conftest import demo_like, free_port, write_contract
+
+pytestmark = pytest.mark.integration
+
+
+def campaign(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "campaign.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def serves(port: int) -> bool:
+    try:
+        response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=20.0, json={
+            "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        return response.status_code == 200 and bool(response.json()["choices"])
+    except httpx.HTTPError:
+        return False
+
+
+def daily_pid(root: Path) -> int:
+    return int((root / "daily.pid").read_text())
+
+
+@pytest.fixture
+def daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = free_port()
+    body = textwrap.dedent(demo_like(port, max_tokens=8, rule='"2/2"')) + textwrap.dedent(f"""\
+        incumbent:
+          runtime: process
+          endpoint: http://127.0.0.1:{port}
+          pidfile: daily.pid
+          lane: base
+        failsafe:
+          deadline: 10m
+          heartbeat_grace: 30s
+        """)
+    contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
+                                                       ("sea", "Describe the sea.")])
+    assert campaign("keys", "init").returncode == 0
+    assert campaign("freeze", str(contract)).returncode == 0
+    started = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily.log"))
+    assert started.returncode == 0, started.stderr
+    assert serves(port)
+    yield {"root": tmp_path, "contract": contract, "port": port}
+    for pidfile in [tmp_path / "daily.pid"]:
+        try:
+            os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    for state in (tmp_path / "state").glob("campaign/windows/*/state.json"):
+        for lane in json.loads(state.read_text())["lanes"]:
+            if lane["pid"] and process_start_time(lane["pid"]) == lane["start_time"]:
+                os.killpg(lane["pid"], signal.SIGKILL)
+
+
+def _window_state(root: Path) -> WindowState:
+    (state_dir,) = list((root / "state" / "campaign" / "windows").iterdir())
+    return WindowState.load(state_dir.name)
+
+
+def test_window_stops_and_restores_the_daily_with_proof(daily: dict) -> None:
+    before = daily_pid(daily["root"])
+    ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundle = next((daily["root"] / "runs").iterdir())
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["restore"]["proved"] is True and summary["restore"]["action"] == "started"
+    assert daily_pid(daily["root"]) != before and serves(daily["port"])
+    steps = [(r["step"], r["event"]) for r in read_jsonl(bundle / "journal.jsonl")]
+    order = [s for s, e in steps if e == "done"]
+    assert order.index("failsafe.arm") < order.index("incumbent.stop") < order.index("boot")
+    assert order.index("incumbent.restore") < order.index("failsafe.disarm") < order.index("judge")
+    state = _window_state(daily["root"])
+    assert not state.armed and state.restored
+    snapshot = json.loads((bundle / "incumbent" / "snapshot.json").read_text())
+    assert all(v.startswith("sha256:") for v in snapshot["env"].values())  # the daily's env never enters the bundle
+    assert campaign("verify", str(bundle)).returncode == 0
+
+
+def _records_of_a_full_window(daily: dict) -> int:
+    ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "probe"))
+    assert ran.returncode == 0, ran.stderr
+    bundle = next((daily["root"] / "probe").iterdir())
+    # records the runner itself writes through the journal (restore records come from restore())
+    return sum(1 for r in read_jsonl(bundle / "journal.jsonl") if r["step"] != "incumbent.restore")
+
+
+def test_kill_at_every_journal_step_leaves_the_daily_serving(daily: dict) -> None:
+    total = _records_of_a_full_window(daily)
+    assert total >= 20
+    for k in range(1, total + 1):
+        out = daily["root"] / f"runs-{k}"
+        killed = campaign("run", str(daily["contract"]), "--out", str(out),
+                          env={"CAMPAIGN_FAULT_KILL_AFTER_RECORD": str(k)})
+        assert killed.returncode == -signal.SIGKILL, (k, killed.stderr)
+        bundle = next(out.iterdir())
+        window = bundle.name
+        state = WindowState.load(window)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (state.armed or (state.incumbent_stopped and not state.restored)):
+            time.sleep(0.2)
+            state = state.reload()
+        assert not state.armed, f"failsafe still armed after kill at record {k}"
+        assert serves(daily["port"]), f"daily not serving after kill at record {k}"
+        for lane in state.lanes:
+            assert lane.pid is None or process_start_time(lane.pid) != lane.start_time, (k, lane)
+        records = read_jsonl(bundle / "journal.jsonl")
+        if any(r["step"] == "incumbent.stop" for r in records):
+            assert records[-1]["step"] == "incumbent.restore" and records[-1]["event"] == "done", k
+        assert not (bundle / "receipt.dsse.json").exists()  # an interrupted window never verifies
+
+
+def test_kill_mid_gate_then_resume_keeps_finished_gates(daily: dict) -> None:
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(daily["contract"]), "--out",
+                               str(daily["root"] / "runs")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    raw_spec = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = list((daily["root"] / "runs").glob("*/raw/greedy/spec.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            raw_spec = found[0]
+            break
+        time.sleep(0.05)
+    assert raw_spec is not None, "the candidate's gate never started"
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    bundle = raw_spec.parent.parent.parent
+    base_raw = bundle / "raw" / "greedy" / "base.jsonl"
+    base_digest = hashlib.sha256(base_raw.read_bytes()).hexdigest()
+    partial = raw_spec.read_bytes()
+    assert len(read_jsonl(raw_spec)) < 4  # cut short: 2 prompts x 2 repeats were asked for
+    resumed = campaign("resume", bundle.name)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert hashlib.sha256(base_raw.read_bytes()).hexdigest() == base_digest  # not re-run
+    assert (bundle / "raw" / "greedy" / "spec.interrupted-1.jsonl").read_bytes() == partial  # kept
+    assert len(read_jsonl(raw_spec)) == 4
+    records = read_jsonl(bundle / "journal.jsonl")
+    gate_runs = [(r["lane"]) for r in records if r["step"] == "gate" and r["event"] == "intent"]
+    assert gate_runs.count("base") == 1 and gate_runs.count("spec") == 2
+    assert campaign("verify", str(bundle)).returncode == 0
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["resumed"] is True and summary["restore"]["proved"] is True
+    assert serves(daily["port"])
+
+
+def test_failsafe_that_cannot_be_armed_leaves_the_daily_untouched(daily: dict) -> None:
+    contract = daily["contract"]
+    contract.write_text(contract.read_text().replace("heartbeat_grace: 30s", "heartbeat_grace: 30s\n  backend: systemd"))
+    (daily["root"] / "c.freeze.json").unlink()
+    assert campaign("freeze", str(contract)).returncode == 0
+    before = daily_pid(daily["root"])
+    ran = campaign("run", str(contract), "--out", str(daily["root"] / "runs"))
+    assert ran.returncode == 1
+    assert "failsafe dry run failed, so the incumbent was not touched" in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1
+    assert daily_pid(daily["root"]) == before and serves(daily["port"])
+
+
+def test_detached_window_finishes_and_status_follows_it(daily: dict) -> None:
+    started = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"), "--detach")
+    assert started.returncode == 0, started.stderr
+    window = started.stdout.split()[1]
+    seen = set()
+    deadline = time.monotonic() + 300
+    row = {}
+    while time.monotonic() < deadline:
+        status = campaign("status", window, "--json")
+        if status.returncode == 0:
+            (row,) = json.loads(status.stdout)
+            seen.add(row["phase"])
+            if row["signed"] and not row["runner_alive"]:
+                break
+        time.sleep(0.5)
+    assert row.get("signed"), row
+    assert row["gates_done"] == row["gates_planned"] == 2
+    assert len(seen) >= 2  # status showed the window moving
+    bundle = Path(row["bundle"])
+    assert "judge done" in (bundle / "runner.log").read_text()
+    assert campaign("verify", str(bundle)).returncode == 0
+    assert serves(daily["port"])
+
+
+def test_restore_twice_is_a_no_op_and_fenced(daily: dict) -> None:
+    from campaign.window.restore import restore
+
+    ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"))
+    assert ran.returncode == 0
+    state = _window_state(daily["root"])
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        with state.locked():
+            fresh = state.reload()
+            # a pid recorded with another start time is not ours any more: it must not be touched
+            fresh.lanes.append(type(fresh.lanes[0])(visit="ghost", pid=bystander.pid, start_time=1))
+            fresh.save()
+        pid = daily_pid(daily["root"])
+        record = restore(state.window, reason="test", by="test")
+        assert record["action"] == "already serving" and record["proof"]["pid"] == pid
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
