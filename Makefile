@@ -30,6 +30,7 @@ demo: venv engine model keys
 	export PATH="$$bin_dir:$$PATH"; \
 	mkdir -p runs/freeze; \
 	$(VENV)/bin/campaign freeze examples/demo.yaml --record runs/freeze/demo.freeze.json && \
+	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
 	$(VENV)/bin/campaign run examples/demo.yaml --record runs/freeze/demo.freeze.json --out runs && \
 	bundle=$$(ls -1d runs/*-demo-smollm2-* | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle"

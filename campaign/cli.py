@@ -189,6 +189,88 @@ def _echo(line: str) -> None:
     out.print(line, highlight=False)
 
 
+@app.command()
+@one_line_errors
+def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Candidate lane to promote."),
+            dry_run: bool = typer.Option(False, help="Show the decision and the steps; change nothing."),
+            trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
+    """Promote a candidate to daily from a verified bundle whose required gates all PASS."""
+    from campaign.signing import load_signing_key, load_trusted
+    from campaign.window.promote import promote as do_promote
+
+    key = None if dry_run else load_signing_key()
+    decision, steps, entry = do_promote(bundle, key=key, trusted=load_trusted(trust),  # type: ignore[arg-type]
+                                        candidate=candidate, dry_run=dry_run)
+    if not decision.ok and entry is None:
+        for reason in decision.refusals:
+            err.print(f"refused: {reason}", highlight=False)
+        raise typer.Exit(1)
+    if dry_run:
+        out.print(f"would promote {decision.candidate} from {bundle}:")
+        for number, step in enumerate(steps, 1):
+            out.print(f"  {number}. {step}")
+        return
+    if decision.refusals:  # promoted, smoke failed, rolled back
+        for reason in decision.refusals:
+            err.print(f"promotion undone: {reason}", highlight=False)
+        raise typer.Exit(1)
+    assert entry is not None
+    out.print(f"promoted {decision.candidate} (ledger entry {entry['seq']}); smoke: "
+              f"{entry['smoke']['greedy_replayed']} greedy replies replayed byte-identical")
+
+
+@app.command()
+@one_line_errors
+def rollback() -> None:
+    """Restore the previous daily from the ledger, prove it, record it."""
+    from campaign.signing import load_signing_key
+    from campaign.window.promote import rollback as do_rollback
+
+    entry = do_rollback(key=load_signing_key())
+    out.print(f"rolled back promotion {entry['undoes']} (ledger entry {entry['seq']}); daily pid {entry['proof']['pid']}")
+
+
+@app.command()
+@one_line_errors
+def ledger(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show the ledger of promotions and rollbacks, after checking its chain and signatures."""
+    from campaign.signing import load_trusted
+    from campaign.window.ledger import Ledger
+
+    entries = Ledger().verify(load_trusted())
+    if as_json:
+        sys.stdout.write(json.dumps(entries, indent=2) + "\n")
+        return
+    table = Table("seq", "kind", "at", "who", "lane", "from")
+    for entry in entries:
+        lane = entry.get("daily_name") or entry.get("candidate") or f"undo {entry.get('undoes')}"
+        table.add_row(str(entry["seq"]), entry["kind"], entry["at"], entry["who"], lane,
+                      Path(entry.get("bundle", "-")).name)
+    out.print(table if entries else "the ledger is empty")
+
+
+@daily_app.command("show")
+@one_line_errors
+def daily_show() -> None:
+    """What serves as the daily now, and the one command that launches it by hand."""
+    import shlex
+
+    from campaign.signing import load_trusted
+    from campaign.window.ledger import Ledger
+
+    entries = Ledger().verify(load_trusted())
+    if not entries:
+        out.print("no promotion recorded: the daily is whatever was started by hand")
+        return
+    last = entries[-1]
+    daily = last["daily"]
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((daily.get("declared_env") or {}).items()))
+    out.print(f"daily: {last.get('daily_name') or 'previous daily (rolled back)'} (ledger entry {last['seq']}, "
+              f"{last['kind']})")
+    out.print("launch by hand:")
+    sys.stdout.write(((env + " ") if env else "") + shlex.join(daily["argv"]) + "\n")
+
+
 @daily_app.command("start")
 @one_line_errors
 def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"), help="The daily's log.")) -> None:
@@ -223,8 +305,25 @@ def verify(bundle: Path, trust: list[Path] = typer.Option([], help="Also trust t
     from campaign.receipts.bundle import verify_bundle
     from campaign.signing import load_trusted
 
-    verified = verify_bundle(bundle, load_trusted(trust, include_local=not no_local_trust))
+    from campaign.receipts.publish import unpack_archive
+
+    target = unpack_archive(bundle) if bundle.is_file() else bundle
+    verified = verify_bundle(target, load_trusted(trust, include_local=not no_local_trust))
     out.print(f"verified: {bundle} ({verified.files} files, signed by {verified.keyid[:16]})")
+
+
+@app.command()
+@one_line_errors
+def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write the report.")) -> None:
+    """Render a verified bundle: report.html (static, no network), SUMMARY.md, and a .tar.gz of the bundle."""
+    from campaign.receipts.bundle import verify_bundle
+    from campaign.receipts.publish import publish as do_publish
+    from campaign.signing import load_trusted
+
+    verify_bundle(bundle, load_trusted())
+    written = do_publish(bundle, out_dir)
+    for kind, path in written.items():
+        out.print(f"{kind}: {path}")
 
 
 @keys_app.command("init")

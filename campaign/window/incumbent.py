@@ -22,7 +22,9 @@ from campaign.errors import PreflightError, RunError
 from campaign.fsutil import atomic_write_bytes
 from campaign.window.state import process_start_time
 
-__all__ = ["prove", "running_pid", "snapshot", "start", "stop"]
+__all__ = ["SETTINGS", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
+
+SETTINGS = ("endpoint", "api_key_env", "served_model", "stop_timeout", "ready_budget")
 
 
 def _read_pid(pidfile: Path) -> int | None:
@@ -44,7 +46,13 @@ def snapshot(spec: Any, base_dir: Path) -> dict[str, Any]:
     """Everything needed to start the daily again as it is now. Refuses if it is not running."""
     if spec.runtime != "process":
         raise PreflightError(f"incumbent runtime {spec.runtime!r} is not supported by this version")
-    pidfile = (base_dir / spec.pidfile).resolve()
+    return snapshot_pidfile((base_dir / spec.pidfile).resolve(), {
+        "endpoint": spec.endpoint, "api_key_env": spec.api_key_env, "served_model": spec.served_model,
+        "stop_timeout": spec.stop_timeout, "ready_budget": spec.readiness.budget})
+
+
+def snapshot_pidfile(pidfile: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The live process named by ``pidfile``, read back from /proc, plus how to reach and stop it."""
     pid = _read_pid(pidfile)
     if pid is None or _cmdline(pid) is None:
         raise PreflightError(f"incumbent is not running (no live process in {pidfile}): there is nothing to "
@@ -58,8 +66,7 @@ def snapshot(spec: Any, base_dir: Path) -> dict[str, Any]:
     env = dict(p.decode(errors="replace").split("=", 1) for p in environ.split(b"\0") if b"=" in p)
     return {"runtime": "process", "pid": pid, "start_time": process_start_time(pid), "argv": _cmdline(pid),
             "env": env, "cwd": cwd, "exe": exe, "exe_sha256": sha256_file(Path(exe)), "pidfile": str(pidfile),
-            "endpoint": spec.endpoint, "api_key_env": spec.api_key_env, "served_model": spec.served_model,
-            "stop_timeout": spec.stop_timeout, "ready_budget": spec.readiness.budget}
+            **settings}
 
 
 def running_pid(snap: dict[str, Any]) -> int | None:

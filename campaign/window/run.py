@@ -211,7 +211,6 @@ async def _execute(w: _Window) -> WindowOutcome:
 
     loaded, bundle, state = w.loaded, w.bundle, w.state
     journal = Journal(bundle / "journal.jsonl", echo=w.echo)
-    started = time.time()
     lanes: dict[str, LaneOutcome] = {}  # by visit key
     results: list[GateResult] = []
     status = "interrupted"
@@ -258,7 +257,7 @@ async def _execute(w: _Window) -> WindowOutcome:
                 restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal, f"window {status}")
             except RunError as exc:
                 restore_record = {"event": "failed", "error": str(exc)}
-        summary = _summary(loaded, w.freeze_record, w.window_id, started, status, lanes,
+        summary = _summary(loaded, w.freeze_record, w.window_id, state.started_at, status, lanes,
                            results)
         summary["resumed"] = w.resumed
         summary["restore"] = _restore_summary(loaded, restore_record)

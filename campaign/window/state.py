@@ -70,6 +70,7 @@ class WindowState(BaseModel):
     runner_pid: int
     runner_start_time: int | None = None
     boot_id: str
+    started_at: float = Field(default_factory=time.time, description="Wall time the window began (not a resume).")
     deadline_boottime: float | None = Field(None, description="Boot-clock second by which the daily must serve.")
     deadline_wall: float | None = None
     heartbeat_grace: float = 60.0

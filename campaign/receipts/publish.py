@@ -1,0 +1,163 @@
+"""Publishing a bundle: a static HTML report, a Markdown summary and a .tar.gz archive.
+
+Everything is rendered from the bundle's own files (SUMMARY.json, gates/*/*.json, lanes/*), so a
+report can be re-rendered later and shows nothing the bundle does not hold. The HTML needs no network:
+styles inline, plots as inline SVG, jinja2 autoescape on.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from campaign.errors import InputError
+from campaign.fsutil import atomic_write_bytes, load_json_strict
+
+__all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "unpack_archive"]
+
+
+def load_report_data(bundle: Path) -> dict[str, Any]:
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    gates: list[dict[str, Any]] = []
+    for path in sorted((bundle / "gates").glob("*/*.json")):
+        gates.append(load_json_strict(path))
+    lanes = {}
+    for lane_dir in sorted((bundle / "lanes").iterdir()) if (bundle / "lanes").exists() else []:
+        failure = lane_dir / "launch_failure.txt"
+        lanes[lane_dir.name] = {"failure": failure.read_text(errors="replace")[:4000] if failure.exists() else None}
+    return {"summary": summary, "gates": gates, "lanes": lanes, "bundle": bundle.name}
+
+
+def _table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in columns and not isinstance(row[key], (dict, list)):
+                columns.append(key)
+    return {"columns": columns, "rows": [[row.get(c) for c in columns] for row in rows]}
+
+
+def _detail_tables(details: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-item evidence of any gate: each list of records becomes a table, in the bundle's own words."""
+    tables = []
+    for name, value in details.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            tables.append({"name": name, **_table(value)})
+        elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            tables.append({"name": name, **_table([{"key": k, **v} for k, v in value.items()])})
+    return tables
+
+
+def _bar_svg(points: list[tuple[str, float, float | None, float | None]], unit: str) -> str:
+    """Horizontal bars with optional CI whiskers, as inline SVG (no scripts, no network)."""
+    if not points:
+        return ""
+    values = [abs(v) for _, v, _, _ in points] + [abs(x) for _, _, lo, hi in points for x in (lo, hi) if x is not None]
+    scale = max(values) or 1.0
+    height = 22 * len(points) + 10
+    mid = 260
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="560" height="{height}" role="img">',
+             f'<line x1="{mid}" y1="0" x2="{mid}" y2="{height}" stroke="#888"/>']
+    for i, (label, value, lo, hi) in enumerate(points):
+        y = 8 + 22 * i
+        width = 200 * value / scale
+        x = mid if width >= 0 else mid + width
+        colour = "#2a7" if value >= 0 else "#c44"
+        parts.append(f'<text x="4" y="{y + 12}" font-size="11">{_xml(label)[:30]}</text>')
+        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{abs(width):.1f}" height="14" fill="{colour}"/>')
+        if lo is not None and hi is not None:
+            parts.append(f'<line x1="{mid + 200 * lo / scale:.1f}" y1="{y + 7}" x2="{mid + 200 * hi / scale:.1f}" '
+                         f'y2="{y + 7}" stroke="#000"/>')
+        parts.append(f'<text x="{mid + 205 if value >= 0 else mid + 5}" y="{y + 12}" font-size="11">'
+                     f'{value:+.3g} {_xml(unit)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _xml(text: str) -> str:
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _plots(gate: dict[str, Any]) -> list[dict[str, str]]:
+    """Plots for evidence that has a per-item change: any detail row carrying a numeric change."""
+    plots = []
+    for name, value in (gate.get("details") or {}).items():
+        if not (isinstance(value, list) and value and isinstance(value[0], dict)):
+            continue
+        key = next((k for k in ("change_pct", "delta", "abs_delta_logprob") if k in value[0]), None)
+        if key is None:
+            continue
+        points = []
+        for row in value:
+            if isinstance(row.get(key), (int, float)):
+                label = str(row.get("prompt") or row.get("id") or row.get("text") or len(points))
+                points.append((label, float(row[key]), row.get("ci_low"), row.get("ci_high")))
+        if points:
+            plots.append({"name": f"{name}: {key}", "svg": _bar_svg(points, "%" if key.endswith("pct") else "")})
+    return plots
+
+
+def _environment() -> Environment:
+    return Environment(loader=PackageLoader("campaign.receipts", "templates"),
+                       autoescape=select_autoescape(["html", "xml"]), trim_blocks=True, lstrip_blocks=True)
+
+
+def render_html(data: dict[str, Any]) -> str:
+    gates = [{**g, "tables": _detail_tables(g.get("details") or {}), "plots": _plots(g)} for g in data["gates"]]
+    return _environment().get_template("report.html.j2").render(**data, gate_views=gates)
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    return _environment().get_template("summary.md.j2").render(**data)
+
+
+def archive_bundle(bundle: Path, target: Path) -> Path:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(bundle.rglob("*")):
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise InputError(f"{path}: only regular files and directories are archived")
+            tar.add(path, arcname=f"{bundle.name}/{path.relative_to(bundle).as_posix()}", recursive=False)
+    atomic_write_bytes(target, buffer.getvalue())
+    return target
+
+
+def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
+    """report.html, SUMMARY.md and <bundle>.tar.gz, written beside (not inside) the signed bundle."""
+    out_dir = out_dir or bundle.parent / f"{bundle.name}.published"
+    data = load_report_data(bundle)
+    html = out_dir / "report.html"
+    markdown = out_dir / "SUMMARY.md"
+    atomic_write_bytes(html, render_html(data).encode())
+    atomic_write_bytes(markdown, render_markdown(data).encode())
+    archive = archive_bundle(bundle, out_dir / f"{bundle.name}.tar.gz")
+    return {"html": html, "markdown": markdown, "archive": archive}
+
+
+def unpack_archive(archive: Path) -> Path:
+    """Into a new empty temporary directory, after checking every member: regular files and
+    directories only, no links, no absolute or ``..`` names. Returns the bundle directory."""
+    try:
+        tar = tarfile.open(archive, mode="r:*")
+    except (OSError, tarfile.TarError) as exc:
+        raise InputError(f"{archive}: not a readable archive: {exc}") from exc
+    with tar:
+        members = tar.getmembers()
+        tops = set()
+        for member in members:
+            pure = PurePosixPath(member.name)
+            if pure.is_absolute() or ".." in pure.parts or not member.name:
+                raise InputError(f"{archive}: member name {member.name!r} is not allowed")
+            if not (member.isreg() or member.isdir()):
+                raise InputError(f"{archive}: member {member.name!r} is not a regular file or directory")
+            tops.add(pure.parts[0])
+        if len(tops) != 1:
+            raise InputError(f"{archive}: expected one bundle directory, found {len(tops)}")
+        target = Path(tempfile.mkdtemp(prefix="campaign-verify-"))
+        tar.extractall(target, members=members, filter="data")
+    return target / tops.pop()

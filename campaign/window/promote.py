@@ -1,0 +1,206 @@
+"""Promotion and rollback, reading only verified receipts.
+
+``decide`` copies the bundle to a private directory, verifies that copy (so nothing can change between
+the check and the use), and refuses, each time with its reason: an untrusted or tampered bundle, an
+incomplete window, a contract frozen after the window began or not matching its freeze record, a
+restore that was not proven, or a required gate that is not PASS (FAIL, INCONCLUSIVE or missing).
+``promote`` then swaps the daily: the current one is snapshotted and kept for rollback, the candidate
+starts with the arguments it was measured with, byte for byte, and must pass the smoke check (the
+proof completion, then its measured greedy replies replayed byte-identically); a failed smoke rolls
+back automatically.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from campaign.contracts.freeze import FREEZE_SCHEMA
+from campaign.contracts.hashing import canonical_json, sha256_file
+from campaign.contracts.load import load_contract
+from campaign.errors import InputError, RunError, VerifyError
+from campaign.fsutil import load_json_strict, read_jsonl
+from campaign.lanes.process import BASE_ENV_KEYS
+from campaign.receipts.bundle import ENVELOPE, verify_bundle
+from campaign.signing import SigningKey, TrustedKeys
+from campaign.window import incumbent
+from campaign.window.ledger import Ledger
+
+__all__ = ["Decision", "decide", "promote", "rollback"]
+
+
+@dataclass
+class Decision:
+    bundle: Path
+    candidate: str | None
+    refusals: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusals
+
+
+def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None = None) -> tuple[Decision, Path]:
+    """The decision, and the private verified copy everything later is read from."""
+    private = Path(tempfile.mkdtemp(prefix="campaign-promote-"))
+    copy = private / "bundle"
+    try:
+        shutil.copytree(bundle, copy, symlinks=True)
+    except OSError as exc:
+        raise InputError(f"{bundle}: cannot copy the bundle: {exc}") from exc
+    decision = Decision(bundle=bundle, candidate=candidate)
+    try:
+        verified = verify_bundle(copy, trusted)
+    except VerifyError as exc:
+        decision.refusals.append(f"bundle does not verify: {exc}")
+        return decision, copy
+    decision.facts["signed_by"] = verified.keyid
+    summary = load_json_strict(copy / "SUMMARY.json")
+    if summary.get("status") != "complete":
+        decision.refusals.append(f"the window did not complete (status {summary.get('status')})")
+    _check_freeze(copy, summary, trusted, decision)
+    candidates = list((summary.get("candidates") or {}))
+    if candidate is None:
+        if len(candidates) != 1:
+            decision.refusals.append(f"name the candidate to promote (--candidate): {', '.join(candidates) or 'none'}")
+            return decision, copy
+        candidate = decision.candidate = candidates[0]
+    if candidate not in candidates:
+        decision.refusals.append(f"no candidate {candidate!r} in this bundle ({', '.join(candidates)})")
+        return decision, copy
+    restore = summary.get("restore") or {}
+    if not restore.get("incumbent"):
+        decision.refusals.append("the contract declares no incumbent: there is no daily to swap")
+    elif restore.get("proved") is not True:
+        decision.refusals.append(f"the window did not prove the incumbent restored ({restore.get('error') or 'no proof'})")
+    loaded = load_contract(next(p for p in (copy / "contract").iterdir() if p.suffix in (".yaml", ".yml")),
+                           check_files=False)
+    required = loaded.contract.promotion.requires if loaded.contract.promotion else []
+    if not required:
+        decision.refusals.append("the contract has no promotion rule naming the gates that must pass")
+    for gate in required:
+        path = copy / "gates" / gate / f"{candidate}.json"
+        if not path.exists():
+            decision.refusals.append(f"gate {gate}: missing from the bundle")
+            continue
+        result = load_json_strict(path)
+        if result.get("verdict") != "PASS":
+            decision.refusals.append(f"gate {gate}: {result.get('verdict')} ({'; '.join(result.get('reasons', [])[:2])})")
+    decision.facts.update(window=summary.get("window"), contract=loaded.contract.contract,
+                          daily_name=loaded.contract.promotion.daily_name if loaded.contract.promotion else None,
+                          required=required)
+    return decision, copy
+
+
+def _check_freeze(copy: Path, summary: dict[str, Any], trusted: TrustedKeys, decision: Decision) -> None:
+    record = load_json_strict(copy / "contract" / "freeze.json")
+    signature = record.get("signature") or {}
+    body = {k: v for k, v in record.items() if k != "signature"}
+    if record.get("schema") != FREEZE_SCHEMA or not trusted.verify(str(signature.get("keyid")),
+                                                                   str(signature.get("sig")), canonical_json(body)):
+        decision.refusals.append("the freeze record is not signed by a trusted key")
+    contract_file = copy / "contract" / str(record.get("contract_file"))
+    if not contract_file.is_file() or sha256_file(contract_file) != record.get("contract_sha256"):
+        decision.refusals.append("the bundle's contract does not match its freeze record")
+    if record.get("canonical_sha256") != (summary.get("contract") or {}).get("canonical_sha256"):
+        decision.refusals.append("the window ran a different contract than the freeze record holds")
+    frozen_at, started_at = str(record.get("frozen_at")), str(summary.get("started_at"))
+    if not frozen_at or frozen_at > started_at:  # both ISO-8601 UTC, so text order is time order
+        decision.refusals.append(f"the contract was frozen at {frozen_at}, after the window began at {started_at}: "
+                                 "rules must be fixed before scoring")
+
+
+def _candidate_launch(copy: Path, candidate: str, daily: dict[str, Any]) -> dict[str, Any]:
+    """The candidate exactly as measured: its launched argv, its declared env on the same base."""
+    inspect = load_json_strict(copy / "lanes" / candidate / "inspect.json")
+    spec = load_json_strict(copy / "lanes" / candidate / "spec.json")
+    argv = inspect["launched_argv"]
+    if sha256_file(Path(argv[0])) != inspect.get("executable_sha256"):
+        raise RunError(f"{argv[0]} changed since the window measured it; refusing to promote a different binary")
+    env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(spec.get("env") or {})
+    return {"runtime": "process", "argv": argv, "env": env, "cwd": os.getcwd(), "exe": argv[0],
+            "exe_sha256": inspect["executable_sha256"], "pidfile": daily["pidfile"],
+            **{k: daily.get(k) for k in incumbent.SETTINGS}}
+
+
+def _smoke(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]:
+    """Proof completion, then the candidate's measured greedy replies must come back byte-identical."""
+    proof = incumbent.prove(launch)
+    replayed, mismatches = 0, []
+    for raw in sorted((copy / "raw").glob(f"*/{candidate}.jsonl")):
+        records = [r for r in read_jsonl(raw) if r.get("tags", {}).get("repeat") == 0
+                   and r.get("request", {}).get("temperature") == 0 and not r.get("request", {}).get("stream")]
+        for record in records[:4]:
+            with httpx.Client(base_url=launch["endpoint"], timeout=120.0) as client:
+                response = client.post(record["path"], json=record["request"]).json()
+            got = response["choices"][0]["message"]["content"]
+            want = record["response"]["choices"][0]["message"]["content"]
+            replayed += 1
+            if got != want:
+                mismatches.append(record["tags"].get("prompt"))
+    return {"proof": proof, "greedy_replayed": replayed, "greedy_mismatches": mismatches,
+            "ok": not mismatches}
+
+
+def promote(bundle: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: str | None = None,
+            dry_run: bool = False, ledger: Ledger | None = None) -> tuple[Decision, list[str], dict[str, Any] | None]:
+    decision, copy = decide(bundle, trusted, candidate)
+    steps: list[str] = []
+    if not decision.ok:
+        return decision, steps, None
+    cand = decision.candidate or ""
+    settings = load_json_strict(copy / "incumbent" / "snapshot.json")
+    pidfile = Path(settings["pidfile"])
+    steps = [f"snapshot the daily in {pidfile} and keep it for rollback",
+             f"stop it, start {cand} as the daily with its measured arguments",
+             "smoke: proof completion and its measured greedy replies, byte-identical",
+             "record the promotion in the ledger (a failed smoke rolls back automatically)"]
+    if dry_run:
+        return decision, steps, None
+    ledger = ledger or Ledger()
+    previous = incumbent.snapshot_pidfile(pidfile, {k: settings.get(k) for k in incumbent.SETTINGS})
+    launch = _candidate_launch(copy, cand, previous)
+    log = ledger.path.parent / "daily.log"
+    incumbent.stop(previous)
+    incumbent.start(launch, log)
+    try:
+        smoke = _smoke(copy, cand, launch)
+    except (RunError, httpx.HTTPError, KeyError, ValueError) as exc:
+        smoke = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    fields = {"bundle": str(bundle.resolve()), "receipt_sha256": sha256_file(copy / ENVELOPE),
+              "window": decision.facts.get("window"), "contract": decision.facts.get("contract"),
+              "candidate": cand, "daily_name": decision.facts.get("daily_name") or cand,
+              "daily": {"argv": launch["argv"], "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json")
+                        .get("env", {}), "exe_sha256": launch["exe_sha256"]},
+              "pidfile": str(pidfile), "endpoint": launch["endpoint"], "smoke": smoke}
+    entry = ledger.append(key, "promote", fields, rollback_launch=previous)
+    if not smoke["ok"]:
+        rollback(key=key, ledger=ledger, reason=f"smoke failed after promotion {entry['seq']}")
+        decision.refusals.append(f"smoke failed ({smoke.get('error') or smoke.get('greedy_mismatches')}); "
+                                 "rolled back to the previous daily")
+    return decision, steps, entry
+
+
+def rollback(*, key: SigningKey, ledger: Ledger | None = None, reason: str = "manual") -> dict[str, Any]:
+    ledger = ledger or Ledger()
+    entries = ledger.entries()
+    undone = {e.get("undoes") for e in entries if e["kind"] == "rollback"}
+    target = next((e for e in reversed(entries) if e["kind"] == "promote" and e["seq"] not in undone), None)
+    if target is None:
+        raise InputError(f"{ledger.path}: no promotion left to roll back")
+    previous = ledger.rollback_launch(target["seq"])
+    current = incumbent.snapshot_pidfile(Path(target["pidfile"]), {k: previous.get(k) for k in incumbent.SETTINGS})
+    incumbent.stop(current)
+    incumbent.start(previous, ledger.path.parent / "daily.log")
+    proof = incumbent.prove(previous)
+    return ledger.append(key, "rollback", {"undoes": target["seq"], "reason": reason, "pidfile": target["pidfile"],
+                                           "endpoint": previous["endpoint"],
+                                           "daily": {"argv": previous["argv"], "exe_sha256": previous["exe_sha256"]},
+                                           "proof": proof})
