@@ -32,8 +32,11 @@ demo: venv engine model keys
 	$(VENV)/bin/campaign freeze examples/demo.yaml --record runs/freeze/demo.freeze.json && \
 	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
 	$(VENV)/bin/campaign run examples/demo.yaml --record runs/freeze/demo.freeze.json --out runs && \
-	bundle=$$(ls -1d runs/*-demo-smollm2-* | tail -n 1) && \
-	$(VENV)/bin/campaign verify "$$bundle"
+	bundle=$$(ls -1d runs/*-demo-smollm2-* | grep -v '\.published$$' | tail -n 1) && \
+	$(VENV)/bin/campaign verify "$$bundle" && \
+	$(VENV)/bin/campaign publish "$$bundle" && \
+	echo "promotion decision on $$bundle:" && \
+	{ $(VENV)/bin/campaign promote "$$bundle" --dry-run || echo "(refused: the daily stays as it is)"; }
 
 test: venv engine model
 	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader
 
 from campaign.errors import InputError
 from campaign.fsutil import atomic_write_bytes, load_json_strict
@@ -102,9 +102,10 @@ def _plots(gate: dict[str, Any]) -> list[dict[str, str]]:
     return plots
 
 
-def _environment() -> Environment:
-    return Environment(loader=PackageLoader("campaign.receipts", "templates"),
-                       autoescape=select_autoescape(["html", "xml"]), trim_blocks=True, lstrip_blocks=True)
+def _environment(*, html: bool = True) -> Environment:
+    # autoescape is on for HTML unconditionally: bundle text (model output, boot logs) is untrusted
+    return Environment(loader=PackageLoader("campaign.receipts", "templates"), autoescape=html,
+                       trim_blocks=True, lstrip_blocks=True)
 
 
 def render_html(data: dict[str, Any]) -> str:
@@ -113,7 +114,7 @@ def render_html(data: dict[str, Any]) -> str:
 
 
 def render_markdown(data: dict[str, Any]) -> str:
-    return _environment().get_template("summary.md.j2").render(**data)
+    return _environment(html=False).get_template("summary.md.j2").render(**data)
 
 
 def archive_bundle(bundle: Path, target: Path) -> Path:

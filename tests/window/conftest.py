@@ -1,0 +1,70 @@
+"""Fixtures for window tests: a real daily llama-server, started as users start theirs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from campaign.window.state import process_start_time
+from tests.conftest import demo_like, free_port, write_contract
+
+
+def campaign(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "campaign.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def serves(port: int) -> bool:
+    try:
+        response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=20.0, json={
+            "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        return response.status_code == 200 and bool(response.json()["choices"])
+    except httpx.HTTPError:
+        return False
+
+
+def daily_pid(root: Path) -> int:
+    return int((root / "daily.pid").read_text())
+
+
+@pytest.fixture
+def daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = free_port()
+    body = textwrap.dedent(demo_like(port, max_tokens=8, rule='"2/2"')) + textwrap.dedent(f"""\
+        incumbent:
+          runtime: process
+          endpoint: http://127.0.0.1:{port}
+          pidfile: daily.pid
+          lane: base
+        failsafe:
+          deadline: 10m
+          heartbeat_grace: 30s
+        """)
+    contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
+                                                       ("sea", "Describe the sea.")])
+    assert campaign("keys", "init").returncode == 0
+    assert campaign("freeze", str(contract)).returncode == 0
+    started = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily.log"))
+    assert started.returncode == 0, started.stderr
+    assert serves(port)
+    yield {"root": tmp_path, "contract": contract, "port": port}
+    for pidfile in [tmp_path / "daily.pid"]:
+        try:
+            os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    for state in (tmp_path / "state").glob("campaign/windows/*/state.json"):
+        for lane in json.loads(state.read_text())["lanes"]:
+            if lane["pid"] and process_start_time(lane["pid"]) == lane["start_time"]:
+                os.killpg(lane["pid"], signal.SIGKILL)
+
+
