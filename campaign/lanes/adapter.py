@@ -39,6 +39,13 @@ class EngineAdapter(ABC):
     async def version(self, client: LaneClient) -> dict[str, Any]:
         return {}
 
+    def api_key(self, lane: EffectiveLane) -> str | None:
+        """The key the lane's server demands (its ``--api-key``), so our own client can call it."""
+        from campaign.contracts.args import parse_args
+
+        keys = [value for name, value in parse_args(lane.args) if name == "--api-key" and value]
+        return keys[-1] if keys else None
+
 
 def adapter_for(engine: str) -> EngineAdapter:
     from campaign.lanes.llamacpp import LlamaCppAdapter

@@ -24,7 +24,8 @@ from campaign.errors import LaunchError, PreflightError
 from campaign.fsutil import JsonlAppender, atomic_write_json
 from campaign.gates.base import Gate, GateContext, Visit, gate_for
 from campaign.gates.result import GateResult, Verdict, worst
-from campaign.lanes.session import boot_lane, port_is_free, resolve_executable
+from campaign.lanes.redact import redactor_for
+from campaign.lanes.session import boot_lane, check_lane, is_local, port_is_free, resolve_executable
 from campaign.receipts.bundle import sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.inspectdiff import runtime_axis_difference
@@ -94,7 +95,8 @@ def preflight(loaded: LoadedContract) -> dict[str, str]:
         if lane.model.sha256_manifest:
             _check_manifest(loaded, lane, path)
         model_paths[lane.name] = str(path.resolve())
-        if not port_is_free(lane.host, lane.port):
+        check_lane(lane, model_paths[lane.name])
+        if is_local(lane) and not port_is_free(lane.host, lane.port):
             raise PreflightError(f"lane {lane.name}: port {lane.host}:{lane.port} is already in use; "
                                  "another server there would be measured instead")
     return model_paths
@@ -214,12 +216,9 @@ async def _run_lane(visit: Visit, gates: list[Gate], model_path: str, bundle: Pa
 
 
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
-    """Env values the contract did not declare are replaced by a digest: they may be secrets."""
-    out = dict(snapshot)
-    env = snapshot.get("env") or {}
-    out["env"] = {k: (v if k in lane.env else "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16])
-                  for k, v in env.items()}
-    return out
+    """No secret reaches the bundle: undeclared env values and credential arguments become keyed digests,
+    token-shaped strings are cut (rules in campaign.lanes.redact; idempotent, boot_lane applies it too)."""
+    return redactor_for(lane).snapshot(snapshot)
 
 
 def _judge(loaded: LoadedContract, gates: list[Gate], lanes: dict[str, LaneOutcome],
