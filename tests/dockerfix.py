@@ -44,9 +44,12 @@ def need_engine_files() -> None:
         pytest.fail(f"{LLAMA_SERVER} or the model under {MODELS_DIR} missing: run `make engine model`")
 
 
-def pinned_demo_docker(directory: Path, image_id: str) -> Path:
-    """examples/demo-docker.yaml with this machine's image id and cache put in, as `make demo-docker` does."""
+def pinned_demo_docker(directory: Path, image_id: str, port: int | None = None) -> Path:
+    """examples/demo-docker.yaml with this machine's image id and cache put in, as `make demo-docker` does
+    (and a free port, so a test never meets another server on the demo's)."""
     text = (REPO / "examples" / "demo-docker.yaml").read_text()
+    if port is not None:
+        text = text.replace("port: 18441", f"port: {port}")
     text = re.sub(ZERO_DIGEST, image_id, text).replace("/root/.cache/campaign", str(CACHE))
     text = text.replace("../models/", f"{REPO}/models/").replace("../examples/", f"{REPO}/examples/")
     path = directory / "demo-docker.yaml"

@@ -49,8 +49,9 @@ class EngineAdapter(ABC):
 
 def adapter_for(engine: str) -> EngineAdapter:
     from campaign.lanes.llamacpp import LlamaCppAdapter
+    from campaign.lanes.sglang import SGLangAdapter
 
-    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter}
+    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "sglang": SGLangAdapter}
     try:
         return adapters[engine]()
     except KeyError:
