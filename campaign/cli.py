@@ -165,7 +165,7 @@ def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of 
             remove: bool = typer.Option(False, help="Stop and remove them (default: only list).")) -> None:
     """List (or remove) containers left by windows: found by their campaign.* labels."""
     from campaign.contracts.schema import DockerHost
-    from campaign.lanes.docker import find_leftovers
+    from campaign.lanes.docker import find_leftovers, remove_container
     from campaign.lanes.dockerhost import client_for
 
     client = client_for(DockerHost(url=docker_host) if docker_host else None)
@@ -174,7 +174,7 @@ def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of 
     for item in found:
         table.add_row(item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-")
         if remove:
-            client.api.remove_container(item["id"], force=True, v=True)
+            remove_container(client, item["id"])
     out.print(table if found else "no campaign containers")
     if remove and found:
         out.print(f"removed {len(found)}")

@@ -134,7 +134,9 @@ class LaneFields(StrictModel):
 
     runtime: Literal["process", "docker"] | None = Field(None, description="Local process or docker container.")
     engine: EngineKind | None = Field(None, description="Engine adapter that launches and talks to the lane.")
-    executable: str | None = Field(None, description="process runtime: the server binary, a path or a PATH name.")
+    executable: str | None = Field(None, description="process runtime: the server binary, a path or a PATH name; "
+                                                      "docker: its absolute path inside the container "
+                                                      "(default: the image ENTRYPOINT).")
     image: str | None = Field(None, description="docker runtime: image pinned by digest, name@sha256:... or sha256:...")
     args: StrList | None = Field(None, description="Engine arguments, as on a command line.")
     env: StrDict | None = Field(None, description="Environment variables given to the lane.")

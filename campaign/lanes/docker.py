@@ -17,14 +17,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.errors import LaunchError, PreflightError
+from campaign.errors import LaunchError, PreflightError, RunError
 from campaign.lanes.dockerhost import client_for, describe, is_local
 from campaign.lanes.redact import RedactingLog, redactor_for
 from campaign.lanes.runtime import LaunchSpec
 
 __all__ = ["LABEL_CONTRACT", "LABEL_LANE", "LABEL_PREFIX", "LABEL_WINDOW", "DockerLane", "DockerRuntime",
            "check_lane", "container_path", "create_kwargs", "device_requests", "find_leftovers", "host_path",
-           "resolve_image"]
+           "remove_container", "resolve_image"]
 
 LABEL_PREFIX = "campaign."
 LABEL_WINDOW = LABEL_PREFIX + "window"
@@ -36,6 +36,13 @@ def _docker() -> Any:
     import docker  # imported late: process-only windows never need the SDK
 
     return docker
+
+
+def _failures() -> tuple[type[BaseException], ...]:
+    """What talking to an engine can raise: the SDK's errors, and requests' when the engine is unreachable."""
+    import requests
+
+    return (_docker().errors.DockerException, requests.exceptions.RequestException)
 
 
 # --- images -------------------------------------------------------------------------------------------
@@ -79,7 +86,7 @@ def resolve_image(client: Any, ref: str, *, where: str = "") -> dict[str, Any]:
     except docker.errors.ImageNotFound as exc:
         raise PreflightError(f"{where}image {ref} is not on engine {_engine(client)}; no registry pull is "
                              "attempted (load or pull the pinned image first)") from exc
-    except docker.errors.DockerException as exc:
+    except _failures() as exc:
         raise PreflightError(f"{where}docker engine {_engine(client)} unreachable: {exc}") from exc
 
 
@@ -224,7 +231,7 @@ class DockerLane:
             self._attrs = self._client.api.inspect_container(self.container.id)
         except docker.errors.NotFound:
             return {"Status": "removed"}
-        except docker.errors.DockerException:
+        except _failures():
             pass  # keep the last known state; the engine may be briefly busy
         return self._attrs.get("State") or {}
 
@@ -297,7 +304,7 @@ class DockerLane:
                     self.container.remove(v=True, force=True)
                 except docker.errors.NotFound:
                     pass
-                except docker.errors.DockerException as exc:
+                except _failures() as exc:
                     self._log.write(f"\n[campaign] remove failed: {exc}\n".encode())
         finally:
             self._log.close()
@@ -332,21 +339,21 @@ class DockerRuntime:
             log.close()
             raise LaunchError(f"lane {lane.name}: image {lane.image} vanished: {exc.explanation}",
                               cause="missing_image") from exc
-        except docker.errors.DockerException as exc:
+        except _failures() as exc:
             log.write(f"[campaign] create failed: {exc}\n".encode())
             log.close()
             raise LaunchError(f"lane {lane.name}: docker could not create the container: {exc}",
                               cause="create_failed") from exc
         try:
             container.start()
-        except docker.errors.DockerException as exc:
+        except _failures() as exc:
             # e.g. the executable is not in the image: the engine says so here, not in the log
             log.write(f"[campaign] start failed: {exc}\n".encode())
             log.close()
             if lane.stop == "remove":
                 try:
                     container.remove(force=True)
-                except docker.errors.DockerException:
+                except _failures():
                     pass
             from campaign.lanes.bootlog import classify_failure
 
@@ -370,6 +377,16 @@ class DockerRuntime:
         raise LaunchError(f"no free container name after {base}-19", cause="create_failed")
 
 
+def remove_container(client: Any, container_id: str) -> None:
+    docker = _docker()
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except _failures() as exc:
+        raise RunError(f"docker engine {_engine(client)}: cannot remove {container_id[:12]}: {exc}") from exc
+
+
 def find_leftovers(client: Any, *, window: str | None = None, contract: str | None = None,
                    all_states: bool = True) -> list[dict[str, Any]]:
     """Containers this tool made (by label), optionally of one window or contract: what `campaign cleanup`
@@ -379,8 +396,13 @@ def find_leftovers(client: Any, *, window: str | None = None, contract: str | No
         filters.append(f"{LABEL_WINDOW}={window}")
     if contract:
         filters.append(f"{LABEL_CONTRACT}={contract}")
+    docker = _docker()
+    try:
+        items = client.api.containers(all=all_states, filters={"label": filters})
+    except _failures() as exc:
+        raise RunError(f"docker engine {_engine(client)}: cannot list containers: {exc}") from exc
     found = []
-    for item in client.api.containers(all=all_states, filters={"label": filters}):
+    for item in items:
         labels = item.get("Labels") or {}
         found.append({"id": item["Id"], "name": (item.get("Names") or ["?"])[0].lstrip("/"),
                       "lane": labels.get(LABEL_LANE), "window": labels.get(LABEL_WINDOW),

@@ -49,11 +49,16 @@ def container_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any
     return flat
 
 
+def _image_env(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
+    """Variables in what ran that neither lane was launched with: they come from the image."""
+    names = set(a.get("env") or {}) | set(b.get("env") or {})
+    return names - (set(a.get("launched_env") or {}) | set(b.get("launched_env") or {}))
+
+
 def _undeclared_direct(a: dict[str, Any], b: dict[str, Any], keys: set[str], declared: set[str]) -> set[str]:
     """Directly declarable keys that differ without being on the axis. Env variables that neither lane was
     launched with come from the image, so a declared image change covers them."""
-    from_image = set(a.get("env") or {}) | set(b.get("env") or {})
-    from_image -= set(a.get("launched_env") or {}) | set(b.get("launched_env") or {})
+    from_image = _image_env(a, b)
     out = set()
     for key in keys:
         if not key.startswith(_DIRECT) or key in declared:
@@ -85,6 +90,8 @@ def runtime_axis_difference(bundle: Path, control: EffectiveLane, candidate: Eff
     actual |= _diff(container_keys(a, launched=False), container_keys(b, launched=False))
     if a.get("executable_sha256") != b.get("executable_sha256") and "executable" not in declared:
         actual.add("executable (binary sha256)")
+    if "image" in declared:  # variables only an image sets change with a declared image
+        intended |= {k for k in actual if k.startswith("env.") and k[4:] in _image_env(a, b)}
     undeclared = _undeclared_direct(a, b, actual | intended, declared)
     if actual == intended and not undeclared:
         return ""

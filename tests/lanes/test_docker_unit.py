@@ -186,3 +186,20 @@ def test_another_box_is_an_axis_and_bad_hosts_are_refused(tmp_path: Path) -> Non
 ])
 def test_launch_failure_classification(log: str, code: int | None, facts: dict, cause: str) -> None:
     assert classify_failure(log, code, **facts) == cause
+
+
+def test_unreachable_engine_is_a_preflight_refusal() -> None:
+    from campaign.lanes.docker import check_lane
+
+    with pytest.raises(PreflightError, match=r"lane l: docker engine http://127.0.0.1:1 unreachable"):
+        check_lane(lane(docker_host={"url": "tcp://127.0.0.1:1"}), "/srv/models/model.gguf")
+
+
+def test_demo_docker_contract_is_valid_and_pins_a_placeholder() -> None:
+    from tests.conftest import REPO
+
+    loaded = load_contract(REPO / "examples" / "demo-docker.yaml")
+    base, candidate = loaded.lanes["baseline"], loaded.lanes["ngram-k4"]
+    assert base.runtime == candidate.runtime == "docker" and base.image == "sha256:" + "0" * 64
+    assert all(m.read_only for m in base.mounts) and base.shm_size == 64 << 20 and base.stop == "remove"
+    assert base.args == candidate.args[:-4]  # the same one axis as examples/demo.yaml
