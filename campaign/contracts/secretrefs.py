@@ -38,19 +38,24 @@ def is_secret_name(name: str) -> bool:
     return any(w in _SECRET_WORDS for w in words) or any(a == "api" and b == "key" for a, b in zip(words, words[1:]))
 
 
+def _credential_like(value: str) -> bool:
+    # flags (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) and file paths (--api-key-file /run/secrets/k) are not credentials
+    return len(value) >= 8 and not value.startswith(("/", "~", "./"))
+
+
 def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:
     """(where, why) for every literal credential: a secret-named variable or option with a value that is
     not a reference, or any value shaped like a token."""
     found = []
     for name, value in env.items():
         if value is not None and not REF.fullmatch(value):
-            if is_secret_name(name):
+            if is_secret_name(name) and _credential_like(value):
                 found.append((f"env.{name}", f"{name} names a credential"))
             elif looks_like_token(value):
                 found.append((f"env.{name}", "the value looks like a token"))
     for option, value in args:
         if value is not None and not REF.fullmatch(value):
-            if not option.startswith("#") and is_secret_name(option):
+            if not option.startswith("#") and is_secret_name(option) and _credential_like(value):
                 found.append((f"args.{option}", f"{option} takes a credential"))
             elif looks_like_token(value):
                 found.append((f"args.{option}", "the value looks like a token"))

@@ -159,7 +159,7 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
         if not run.running.alive():
             code = run.running.exit_code()
             tail = log_tail(log_path)
-            facts = run.running.failure_facts()
+            facts = getattr(run.running, "failure_facts", dict)()  # runtimes written before it may lack it
             why = f" ({facts['error']})" if facts.get("error") else ""
             raise LaunchError(f"lane {lane.name}: exited with code {code} before it was ready{why}",
                               cause=classify_failure(f"{tail}\n{facts.get('error', '')}", code,

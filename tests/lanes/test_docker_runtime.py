@@ -168,3 +168,16 @@ def test_undeclared_env_difference_between_lanes_is_caught(image_id: str, tmp_pa
     assert "ran with undeclared differences env.GGML_SNEAKY" in verdict
     # the same two snapshots with the variable declared on the axis: nothing to report
     assert runtime_axis_difference(bundle, control, candidate, {"args.k", "env.GGML_SNEAKY"}) == ""
+
+
+def test_image_gone_at_launch_is_a_missing_image_launch_failure(image_id: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pre-flight saw the image; if it is gone when the lane starts (removed by someone in between), the
+    lane is a classified launch failure, not a crash of the window."""
+    monkeypatch.setenv("CAMPAIGN_RT_SECRET", SECRET)
+    lane = make_lane("sha256:" + "d" * 64, tmp_path)
+    spec = LaunchSpec(lane="rt", argv=["/bin/sh", "-c", "true"], env={}, log_path=tmp_path / "boot.log",
+                      labels={"campaign.window": f"gone-{time.time_ns()}"})
+    with pytest.raises(LaunchError) as info:
+        DockerRuntime(lane).start(spec)
+    assert info.value.cause == "missing_image" and "no registry pull is attempted" in str(info.value)

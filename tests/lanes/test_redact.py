@@ -58,6 +58,9 @@ def test_literal_credential_in_contract_is_refused_with_its_line(tmp_path: Path)
     path = _contract(tmp_path, f"          env: {{NOTE: {SK}}}")
     with pytest.raises(ContractError, match="looks like a token"):
         load_contract(path)
+    # a credential-named switch or a key file's path is not a credential
+    load_contract(_contract(tmp_path, "          env: {HF_HUB_DISABLE_IMPLICIT_TOKEN: '1'}",
+                            candidate_set=", --api-key-file: /run/secrets/key", axis="args.api-key-file"))
 
 
 def test_references_load_and_resolve_only_at_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
