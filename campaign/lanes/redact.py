@@ -8,8 +8,9 @@ Three rules, applied everywhere a lane's launch is recorded:
 - anything shaped like a token (``hf_...``, ``sk-...``), and the exact value of every ``${env:NAME}`` the
   lane references, is cut out of any string, log lines included.
 
-The digest key is random per runner process: digests compare lanes within one window, never across
-windows (a fixed key would let anyone test guesses against a bundle).
+The digest key is a random secret kept beside the signing key (``redact.key``, mode 0600): digests stay
+comparable across a resumed runner and across windows of this machine, and nobody without the key can
+test guesses against a bundle. Where it cannot be kept, a per-process key is used.
 """
 
 from __future__ import annotations
@@ -32,7 +33,37 @@ ENV_ALLOW = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "TZ", "TMPD
                        "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
                        "NVIDIA_DRIVER_CAPABILITIES", "OMP_NUM_THREADS"})
 _PROCESS_KEY = os.urandom(32)
+_KEYS: dict[str, bytes] = {}
 _MIN_EXACT = 4  # shorter "secrets" would cut ordinary words out of logs
+
+
+def _stored_key() -> bytes:
+    from campaign.signing import config_dir
+
+    path = config_dir() / "redact.key"
+    if str(path) in _KEYS:
+        return _KEYS[str(path)]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            # written whole under a temporary name, then linked: a concurrent first use never reads half a key
+            tmp = path.with_name(f".redact.key.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(os.urandom(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        key = path.read_bytes()
+        if len(key) < 32:
+            raise OSError(f"{path} is truncated")
+    except OSError:
+        key = _PROCESS_KEY
+    _KEYS[str(path)] = key
+    return key
 
 
 def lane_secrets(lane: EffectiveLane, environ: dict[str, str] | None = None) -> list[str]:
@@ -48,7 +79,7 @@ class Redactor:
         self.secrets = sorted({s for s in secrets if len(s) >= _MIN_EXACT}, key=len, reverse=True)
         # a declared value that is itself a reference is a secret, not a literal to show
         self.declared_env = {k: v for k, v in (declared_env or {}).items() if not REF.search(v)}
-        self._key = key or _PROCESS_KEY
+        self._key = key or _stored_key()
 
     def digest(self, value: str) -> str:
         return f"<redacted hmac:{hmac.new(self._key, value.encode(), hashlib.sha256).hexdigest()[:16]}>"

@@ -112,3 +112,18 @@ def test_log_redaction_holds_partial_lines(tmp_path: Path) -> None:
     text = (tmp_path / "boot.log").read_text()
     assert "k3y-value-long" not in text and HF not in text
     assert text == f"args: --api-key {MARK} token={MARK}\ntail without newline {MARK}"
+
+
+def test_digest_key_survives_a_restart_and_stays_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed runner (a new process) must digest the same value the same way, or the runtime axis
+    check would see differences that are not there; another machine's key digests differently."""
+    import campaign.lanes.redact as redact
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "a"))
+    first = Redactor().digest("value")
+    monkeypatch.setattr(redact, "_KEYS", {})  # as if a new process
+    assert Redactor().digest("value") == first
+    key = tmp_path / "a" / "campaign" / "redact.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "b"))
+    assert Redactor().digest("value") != first
