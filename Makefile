@@ -51,9 +51,10 @@ docker:
 # placeholder; the pinned copy frozen and run is runs/demo-docker.yaml (README: "Docker lanes").
 demo-docker: venv engine model keys docker
 	@id=$$(scripts/docker-test-image.sh | tail -n 1); \
+	engine_dir=$$(dirname "$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)")"); \
 	mkdir -p runs/freeze; \
-	sed -e "s|sha256:0\{64\}|$$id|" -e "s|/root/.cache/campaign|$(CAMPAIGN_CACHE)|g" \
-	  examples/demo-docker.yaml > runs/demo-docker.yaml; \
+	sed -e "s|sha256:0\{64\}|$$id|" -e "s|/root/.cache/campaign/engines/llama-server-[^,}]*|$$engine_dir|" \
+	  -e "s|/root/.cache/campaign|$(CAMPAIGN_CACHE)|g" examples/demo-docker.yaml > runs/demo-docker.yaml; \
 	record=runs/freeze/demo-docker-$${id:7:12}.freeze.json; \
 	$(VENV)/bin/campaign freeze runs/demo-docker.yaml --record $$record && \
 	$(VENV)/bin/campaign run runs/demo-docker.yaml --record $$record --out runs && \

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import MODEL, REPO
 
 TEST_IMAGE = os.environ.get("CAMPAIGN_TEST_IMAGE", "campaign-test-base:1")
 CACHE = Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache" / "campaign"))
-ENGINE_DIR = CACHE / "engines" / "llama-server-0.3.36"
-LLAMA_SERVER = ENGINE_DIR / "bin" / "llama-server"
-MODELS_DIR = CACHE / "models"
+# the build `make test` put on PATH, and the cached model behind the repo's models/ link
+LLAMA_SERVER = Path(os.path.realpath(shutil.which("llama-server") or CACHE / "engines" / "llama-server-0.3.36"
+                                     / "bin" / "llama-server"))
+ENGINE_DIR = LLAMA_SERVER.parent.parent
+MODELS_DIR = Path(os.path.realpath(MODEL)).parent
+EXAMPLE_ENGINE_DIR = "/root/.cache/campaign/engines/llama-server-0.3.36"
 ZERO_DIGEST = "sha256:" + "0" * 64
 
 
@@ -50,7 +54,8 @@ def pinned_demo_docker(directory: Path, image_id: str, port: int | None = None) 
     text = (REPO / "examples" / "demo-docker.yaml").read_text()
     if port is not None:
         text = text.replace("port: 18441", f"port: {port}")
-    text = re.sub(ZERO_DIGEST, image_id, text).replace("/root/.cache/campaign", str(CACHE))
+    text = re.sub(ZERO_DIGEST, image_id, text).replace(EXAMPLE_ENGINE_DIR, str(ENGINE_DIR))
+    text = text.replace("/root/.cache/campaign/models", str(MODELS_DIR))
     text = text.replace("../models/", f"{REPO}/models/").replace("../examples/", f"{REPO}/examples/")
     path = directory / "demo-docker.yaml"
     path.write_text(text)
