@@ -125,8 +125,8 @@ def _check_literal_secrets(loaded: LoadedContract) -> None:
         places.append((("lanes", index, "set"), dict(lane.set.env or {}), list((lane.set.args or {}).items())))
     for where, env, args in places:
         pairs = [(k, None if isinstance(v, bool) else v) for k, v in args]
-        for field, why in literal_secrets(env, pairs):
-            kind, name = field.split(".", 1)
+        for place, why in literal_secrets(env, pairs):
+            kind, name = place.split(".", 1)
             raise loaded.error((*where, kind, name), f"{why}: write \"${{env:NAME}}\" and set NAME in the "
                                                      "runner's environment, so the secret is neither frozen nor "
                                                      "copied into bundles")

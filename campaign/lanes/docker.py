@@ -396,7 +396,6 @@ def find_leftovers(client: Any, *, window: str | None = None, contract: str | No
         filters.append(f"{LABEL_WINDOW}={window}")
     if contract:
         filters.append(f"{LABEL_CONTRACT}={contract}")
-    docker = _docker()
     try:
         items = client.api.containers(all=all_states, filters={"label": filters})
     except _failures() as exc:
