@@ -7,7 +7,7 @@ CAMPAIGN_CACHE ?= $(HOME)/.cache/campaign
 export CAMPAIGN_CACHE
 LLAMA_SERVER_BIN = $(shell scripts/build-llama-server.sh | tail -n 1)
 
-.PHONY: venv engine model keys demo test test-unit clean
+.PHONY: venv engine model keys demo test test-unit clean docker demo-docker
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -38,12 +38,32 @@ demo: venv engine model keys
 	echo "promotion decision on $$bundle:" && \
 	{ $(VENV)/bin/campaign promote "$$bundle" --dry-run || echo "(refused: the daily stays as it is)"; }
 
-test: venv engine model
+# CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
+test: venv engine model $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
 	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \
 	PATH="$$bin_dir:$$PATH" $(VENV)/bin/python -m pytest -q -rs
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"
+
+# A Docker engine (installed and started if none answers) and the local test image campaign-test-base:1.
+docker:
+	scripts/docker-up.sh >/dev/null
+	scripts/docker-test-image.sh >/dev/null
+
+# The demo as docker lanes. The test image's id is this machine's, so examples/demo-docker.yaml pins a
+# placeholder; the pinned copy frozen and run is runs/demo-docker.yaml (README: "Docker lanes").
+demo-docker: venv engine model keys docker
+	@id=$$(scripts/docker-test-image.sh | tail -n 1); \
+	engine_dir=$$(dirname "$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)")"); \
+	mkdir -p runs/freeze; \
+	sed -e "s|sha256:0\{64\}|$$id|" -e "s|/root/.cache/campaign/engines/llama-server-[^,}]*|$$engine_dir|" \
+	  -e "s|/root/.cache/campaign|$(CAMPAIGN_CACHE)|g" examples/demo-docker.yaml > runs/demo-docker.yaml; \
+	record=runs/freeze/demo-docker-$${id:7:12}.freeze.json; \
+	$(VENV)/bin/campaign freeze runs/demo-docker.yaml --record $$record && \
+	$(VENV)/bin/campaign run runs/demo-docker.yaml --record $$record --out runs && \
+	bundle=$$(ls -1d runs/*-demo-docker-smollm2-* | tail -n 1) && \
+	$(VENV)/bin/campaign verify "$$bundle"
 
 clean:
 	rm -rf runs .pytest_cache

@@ -326,6 +326,29 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
         out.print(f"{kind}: {path}")
 
 
+@app.command()
+@one_line_errors
+def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of this window id."),
+            contract: Optional[str] = typer.Option(None, help="Only containers of this contract hash."),
+            docker_host: Optional[str] = typer.Option(None, help="Engine URL (default: DOCKER_HOST)."),
+            remove: bool = typer.Option(False, help="Stop and remove them (default: only list).")) -> None:
+    """List (or remove) containers left by windows: found by their campaign.* labels."""
+    from campaign.contracts.schema import DockerHost
+    from campaign.lanes.docker import find_leftovers, remove_container
+    from campaign.lanes.dockerhost import client_for
+
+    client = client_for(DockerHost(url=docker_host) if docker_host else None)
+    found = find_leftovers(client, window=window, contract=contract)
+    table = Table("container", "lane", "window", "status")
+    for item in found:
+        table.add_row(item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-")
+        if remove:
+            remove_container(client, item["id"])
+    out.print(table if found else "no campaign containers")
+    if remove and found:
+        out.print(f"removed {len(found)}")
+
+
 @keys_app.command("init")
 @one_line_errors
 def keys_init(force: bool = typer.Option(False, help="Replace an existing key.")) -> None:

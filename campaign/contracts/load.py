@@ -12,9 +12,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from campaign.contracts.args import parse_args
 from campaign.contracts.hashing import canonical_sha256
-from campaign.contracts.resolve import EffectiveLane, axis_difference, effective_lane, normalize_axis
+from campaign.contracts.resolve import (EffectiveLane, axis_difference, contract_docker_host, effective_lane,
+                                       normalize_axis)
 from campaign.contracts.schema import Contract
+from campaign.contracts.secretrefs import literal_secrets
 from campaign.contracts.yamlsafe import LocatedDocument, load_located
 from campaign.errors import AxisError, ContractError
 
@@ -45,7 +48,9 @@ class LoadedContract:
 
     @property
     def canonical(self) -> dict[str, Any]:
-        return self.contract.model_dump(mode="json")
+        """What the file says, normalized (units parsed, scalars typed); defaults are left out so a
+        newer tool that adds a field does not change the hash of a contract that never used it."""
+        return self.contract.model_dump(mode="json", exclude_unset=True)
 
     @property
     def canonical_sha256(self) -> str:
@@ -81,6 +86,7 @@ def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContra
         raise _located_error(document, exc) from None
     lanes: dict[str, EffectiveLane] = {}
     loaded = LoadedContract(path=path, contract=contract, lanes=lanes, document=document)
+    _check_host(loaded)
     for index, lane in enumerate(contract.lanes):
         if lane.name in lanes:
             raise loaded.error(("lanes", index, "name"), f"duplicate lane name {lane.name!r}")
@@ -97,11 +103,36 @@ def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContra
             raise loaded.error(("lanes", index), "a process lane needs `executable`")
         if effective.runtime == "docker" and not effective.image:
             raise loaded.error(("lanes", index), "a docker lane needs `image` pinned by digest")
+    _check_literal_secrets(loaded)
     _check_roles(loaded)
     _check_incumbent(loaded)
     _check_gates(loaded, check_files)
     _check_axes(loaded)
     return loaded
+
+
+def _check_host(loaded: LoadedContract) -> None:
+    try:
+        contract_docker_host(loaded.contract)
+    except (ValueError, ValidationError) as exc:
+        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise loaded.error(("host",), message) from None
+
+
+def _check_literal_secrets(loaded: LoadedContract) -> None:
+    """A credential written into a contract would be frozen into it and copied into every bundle."""
+    places: list[tuple[tuple[Any, ...], dict[str, Any], list[tuple[str, Any]]]] = []
+    defaults = loaded.contract.lane_defaults
+    places.append((("lane_defaults",), dict(defaults.env or {}), parse_args(defaults.args or [])))
+    for index, lane in enumerate(loaded.contract.lanes):
+        places.append((("lanes", index, "set"), dict(lane.set.env or {}), list((lane.set.args or {}).items())))
+    for where, env, args in places:
+        pairs = [(k, None if isinstance(v, bool) else v) for k, v in args]
+        for place, why in literal_secrets(env, pairs):
+            kind, name = place.split(".", 1)
+            raise loaded.error((*where, kind, name), f"{why}: write \"${{env:NAME}}\" and set NAME in the "
+                                                     "runner's environment, so the secret is neither frozen nor "
+                                                     "copied into bundles")
 
 
 def _located_error(document: LocatedDocument, exc: ValidationError) -> ContractError:

@@ -13,10 +13,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from campaign.contracts.args import axis_key, merge_args, parse_args, render_args
-from campaign.contracts.schema import (BootLogRules, Contract, EngineKind, Lane, ModelSpec, Mount, Readiness,
-                                       Role, StrictModel)
+from campaign.contracts.schema import (BootLogRules, Contract, DockerHost, EngineKind, Lane, ModelSpec, Mount,
+                                       Readiness, Role, StrictModel)
 
-__all__ = ["EffectiveLane", "axis_difference", "effective_lane", "flatten_serving", "normalize_axis"]
+__all__ = ["EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane", "flatten_serving",
+           "normalize_axis"]
 
 _NOT_AXES = {"readiness", "boot_log", "stop"}
 
@@ -41,6 +42,8 @@ class EffectiveLane(StrictModel):
     readiness: Readiness = Field(default_factory=Readiness)
     boot_log: BootLogRules = Field(default_factory=BootLogRules)
     stop: Literal["remove", "keep"] = "remove"
+    network: Literal["host", "bridge"] = "host"
+    docker_host: DockerHost | None = None
 
     @property
     def base_url(self) -> str:
@@ -70,8 +73,35 @@ def effective_lane(contract: Contract, lane: Lane) -> dict[str, Any]:
             merged[key] = value.model_dump(exclude_none=True)
         else:
             merged[key] = value
+    if merged.get("runtime") == "docker" and "docker_host" not in merged:
+        shared = contract_docker_host(contract)
+        if shared is not None:
+            merged["docker_host"] = shared
     merged.update(name=lane.name, role=lane.role, control=lane.control, axis=list(lane.axis))
     return merged
+
+
+_HOST_TLS_KEYS = {"tls_ca_cert": "ca_cert", "tls_client_cert": "client_cert", "tls_client_key": "client_key"}
+
+
+def contract_docker_host(contract: Contract) -> dict[str, Any] | None:
+    """The contract's ``host: {docker: URL, tls_ca_cert: ..., tls_client_cert: ..., tls_client_key: ...,
+    tls_verify: "true"}`` as a lane's ``docker_host``; a lane's own ``docker_host`` wins."""
+    if not contract.host:
+        return None
+    unknown = sorted(set(contract.host) - {"docker", "tls_verify", *_HOST_TLS_KEYS})
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(unknown)} (known: docker, tls_ca_cert, tls_client_cert, "
+                         "tls_client_key, tls_verify)")
+    if "docker" not in contract.host:
+        raise ValueError("`docker` (the engine URL) is missing")
+    tls = {field: contract.host[key] for key, field in _HOST_TLS_KEYS.items() if key in contract.host}
+    if "tls_verify" in contract.host:
+        tls["verify"] = contract.host["tls_verify"].lower() in ("1", "true", "yes")
+    host: dict[str, Any] = {"url": contract.host["docker"]}
+    if tls:
+        host["tls"] = tls
+    return DockerHost.model_validate(host).model_dump(exclude_none=True)
 
 
 def normalize_axis(entry: str) -> str:

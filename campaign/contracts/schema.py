@@ -18,6 +18,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "BootLogRules",
     "Contract",
+    "DockerHost",
+    "DockerTLS",
     "EngineKind",
     "FailsafeSpec",
     "GateSpec",
@@ -79,6 +81,25 @@ class Mount(StrictModel):
     read_only: bool = Field(True, description="Mounted read-only unless declared otherwise.")
 
 
+class DockerTLS(StrictModel):
+    ca_cert: str | None = Field(None, description="CA certificate (PEM) that signed the engine's certificate.")
+    client_cert: str | None = Field(None, description="Client certificate (PEM), with client_key.")
+    client_key: str | None = Field(None, description="Client key (PEM), with client_cert.")
+    verify: bool = Field(True, description="Verify the engine's certificate against ca_cert.")
+
+
+def _docker_host_from_url(value: Any) -> Any:
+    return {"url": value} if isinstance(value, str) else value
+
+
+class DockerHost(StrictModel):
+    """The Docker engine a lane runs on: this box's socket, or another box's engine."""
+
+    url: str = Field(pattern=r"^(unix|tcp|ssh)://\S+$",
+                     description="unix:///var/run/docker.sock, tcp://box:2376 (with tls) or ssh://user@box.")
+    tls: DockerTLS | None = Field(None, description="tcp:// only: TLS client settings (paths absolute or ~/).")
+
+
 class ModelSpec(StrictModel):
     path: str = Field(description="Model file or directory; relative paths are relative to the contract.")
     sha256: str | None = Field(None, pattern=_SHA256, description="sha256 of a single model file.")
@@ -113,7 +134,9 @@ class LaneFields(StrictModel):
 
     runtime: Literal["process", "docker"] | None = Field(None, description="Local process or docker container.")
     engine: EngineKind | None = Field(None, description="Engine adapter that launches and talks to the lane.")
-    executable: str | None = Field(None, description="process runtime: the server binary, a path or a PATH name.")
+    executable: str | None = Field(None, description="process runtime: the server binary, a path or a PATH name; "
+                                                      "docker: its absolute path inside the container "
+                                                      "(default: the image ENTRYPOINT).")
     image: str | None = Field(None, description="docker runtime: image pinned by digest, name@sha256:... or sha256:...")
     args: StrList | None = Field(None, description="Engine arguments, as on a command line.")
     env: StrDict | None = Field(None, description="Environment variables given to the lane.")
@@ -126,6 +149,10 @@ class LaneFields(StrictModel):
     readiness: Readiness | None = Field(None, description="Readiness budget.")
     boot_log: BootLogRules | None = Field(None, description="Patterns required or forbidden in the boot log.")
     stop: Literal["remove", "keep"] | None = Field(None, description="After its gates: remove the lane or keep it.")
+    network: Literal["host", "bridge"] | None = Field(
+        None, description="docker runtime: share the host's network (default) or publish the port from a bridge.")
+    docker_host: Annotated[DockerHost | None, BeforeValidator(_docker_host_from_url)] = Field(
+        None, description="docker runtime: the engine to run on (default: the contract's host.docker, then DOCKER_HOST).")
 
     @field_validator("image")
     @classmethod

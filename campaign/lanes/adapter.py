@@ -39,11 +39,19 @@ class EngineAdapter(ABC):
     async def version(self, client: LaneClient) -> dict[str, Any]:
         return {}
 
+    def api_key(self, lane: EffectiveLane) -> str | None:
+        """The key the lane's server demands (its ``--api-key``), so our own client can call it."""
+        from campaign.contracts.args import parse_args
+
+        keys = [value for name, value in parse_args(lane.args) if name == "--api-key" and value]
+        return keys[-1] if keys else None
+
 
 def adapter_for(engine: str) -> EngineAdapter:
     from campaign.lanes.llamacpp import LlamaCppAdapter
+    from campaign.lanes.sglang import SGLangAdapter
 
-    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter}
+    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "sglang": SGLangAdapter}
     try:
         return adapters[engine]()
     except KeyError:

@@ -14,7 +14,10 @@ from campaign.contracts.schema import BootLogRules
 __all__ = ["check_rules", "classify_failure", "log_tail"]
 
 _CAUSES: list[tuple[str, re.Pattern[str]]] = [
-    ("shm_too_small", re.compile(r"/dev/shm|Insufficient space in /dev/shm|shm_size", re.I)),
+    ("shm_too_small", re.compile(r"/dev/shm|Insufficient space in /dev/shm|shm_size|insufficient shared memory|"
+                                 r"\bBus error\b|SIGBUS", re.I)),
+    ("gpu_unavailable", re.compile(r"could not select device driver|nvidia-container-cli|no CUDA-capable device|"
+                                   r"unknown or invalid runtime name: nvidia", re.I)),
     ("gpu_out_of_memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation", re.I)),
     ("out_of_memory", re.compile(r"out of memory|Cannot allocate memory|std::bad_alloc|failed to allocate", re.I)),
     ("bad_argument", re.compile(r"unknown argument|unrecognized argument|invalid argument|error: argument|"
@@ -24,6 +27,9 @@ _CAUSES: list[tuple[str, re.Pattern[str]]] = [
                                      r"No such file or directory", re.I)),
     ("missing_image", re.compile(r"No such image|pull access denied|manifest unknown", re.I)),
 ]
+# Said by the engine when it could not even exec the command (docker start), before any log exists.
+_NOT_STARTED = re.compile(r"executable file not found|exec format error|no such file or directory|"
+                          r"permission denied|not a directory", re.I)
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -34,13 +40,23 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def classify_failure(log_text: str, exit_code: int | None) -> str:
-    """A short cause for a lane that exited or never became ready."""
+def classify_failure(log_text: str, exit_code: int | None, *, oom_killed: bool = False,
+                     started: bool = True) -> str:
+    """A short cause for a lane that exited or never became ready. ``oom_killed`` is the engine's own
+    word (docker's State.OOMKilled); ``started=False`` means the runtime could not exec the command."""
+    if oom_killed:
+        return "oom_killed"
+    if not started and not _CAUSES[1][1].search(log_text) and _NOT_STARTED.search(log_text):
+        return "cannot_execute"
     for cause, pattern in _CAUSES:
         if pattern.search(log_text):
             return cause
+    if exit_code in (135, -7):
+        return "shm_too_small"  # SIGBUS: a write past a full /dev/shm (tmpfs) mapping
     if exit_code in (137, -9):
         return "killed"  # SIGKILL: the kernel's OOM killer or an outside kill
+    if not started:
+        return "start_failed"
     if exit_code is None:
         return "readiness_timeout"
     return f"exited_{exit_code}"

@@ -1,7 +1,8 @@
 """The process runtime: a local server in its own process group, its output captured to the bundle.
 
 Stop is escalated: SIGTERM to the whole group, then SIGKILL after the timeout, so a server's children
-(tokenizer workers, engine cores) never outlive the lane.
+(tokenizer workers, engine cores) never outlive the lane. With a redactor, the server's output reaches
+boot.log through a pipe and the redactor, line by line, so a secret it echoes never touches the disk.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from typing import Any
 
 from campaign.errors import LaunchError
+from campaign.lanes.redact import RedactingLog, Redactor
 from campaign.lanes.runtime import LaunchSpec
 
 __all__ = ["BASE_ENV_KEYS", "ProcessLane", "ProcessRuntime"]
@@ -28,12 +31,32 @@ class ProcessLane:
         self.spec, self._popen, self._log, self._env = spec, popen, log_handle, env
         self.pid = popen.pid
         self.started_at = time.time()
+        self._copier: threading.Thread | None = None
+        if popen.stdout is not None:
+            self._copier = threading.Thread(target=self._copy, args=(popen.stdout,), daemon=True,
+                                            name=f"log-{spec.lane}")
+            self._copier.start()
+
+    def _copy(self, pipe: Any) -> None:
+        with pipe:
+            while chunk := os.read(pipe.fileno(), 65536):
+                self._log.write(chunk)
+
+    def _drain(self) -> None:
+        if self._copier is not None:
+            self._copier.join(timeout=5)
 
     def alive(self) -> bool:
-        return self._popen.poll() is None
+        if self._popen.poll() is None:
+            return True
+        self._drain()  # its last words explain the exit: on disk before anyone reads the log
+        return False
 
     def exit_code(self) -> int | None:
         return self._popen.poll()
+
+    def failure_facts(self) -> dict[str, Any]:
+        return {}
 
     def inspect(self) -> dict[str, Any]:
         """What actually runs, read back from the kernel, not from what we meant to run."""
@@ -62,6 +85,7 @@ class ProcessLane:
                     self._popen.wait(timeout=10)
             # a group member may still be alive after the leader exits
             self._signal_group(signal.SIGKILL)
+            self._drain()
         finally:
             self._log.close()
         return self._popen.returncode
@@ -74,14 +98,19 @@ class ProcessLane:
 
 
 class ProcessRuntime:
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        self.redactor = redactor
+
     def start(self, spec: LaunchSpec) -> ProcessLane:
         env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
         env.update(spec.env)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(spec.log_path, "ab", buffering=0)
+        log: Any = (RedactingLog(spec.log_path, self.redactor) if self.redactor is not None
+                    else open(spec.log_path, "ab", buffering=0))
         try:
-            popen = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True, close_fds=True)
+            popen = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE if self.redactor is not None else log,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True, close_fds=True)
         except OSError as exc:
             log.close()
             raise LaunchError(f"lane {spec.lane}: cannot start {spec.argv[0]}: {exc.strerror}",

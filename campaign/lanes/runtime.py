@@ -27,6 +27,10 @@ class RunningLane(Protocol):
 
     def inspect(self) -> dict[str, Any]: ...
 
+    def failure_facts(self) -> dict[str, Any]:
+        """What the runtime itself knows about a death (e.g. ``oom_killed``, an engine ``error``)."""
+        ...
+
     def stop(self, timeout: float = 20.0) -> int | None: ...
 
 

@@ -16,15 +16,18 @@ from typing import Any, Callable
 
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.secretrefs import substitute
 from campaign.errors import LaunchError, PreflightError
 from campaign.fsutil import JsonlAppender
 from campaign.lanes.adapter import EngineAdapter, adapter_for
 from campaign.lanes.bootlog import check_rules, classify_failure, log_tail
 from campaign.lanes.client import LaneClient
 from campaign.lanes.process import ProcessRuntime
+from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtime import LaunchSpec, RunningLane, Runtime
 
-__all__ = ["LaneRun", "boot_lane", "port_is_free", "resolve_executable", "runtime_for"]
+__all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "launch_command", "port_is_free", "resolve_executable",
+           "resolve_refs", "runtime_for"]
 
 
 @dataclass
@@ -44,8 +47,62 @@ class LaneRun:
 
 def runtime_for(lane: EffectiveLane) -> Runtime:
     if lane.runtime == "process":
-        return ProcessRuntime()
+        return ProcessRuntime(redactor_for(lane))
+    if lane.runtime == "docker":
+        from campaign.lanes.docker import DockerRuntime
+
+        return DockerRuntime(lane)
     raise PreflightError(f"lane {lane.name}: runtime {lane.runtime!r} is not available yet")
+
+
+def resolve_refs(lane: EffectiveLane) -> EffectiveLane:
+    """The lane with every ``${env:NAME}`` in its args and env replaced by the runner's value. Only the
+    runtime ever sees this copy; everything recorded is built from the lane as written, then redacted."""
+    try:
+        return lane.model_copy(update={"args": [substitute(a) for a in lane.args],
+                                       "env": {k: substitute(v) for k, v in lane.env.items()}})
+    except KeyError as exc:
+        raise PreflightError(f"lane {lane.name}: the contract references ${{env:{exc.args[0]}}} but "
+                             f"{exc.args[0]} is not set in the runner's environment") from None
+
+
+def is_local(lane: EffectiveLane) -> bool:
+    """Whether the lane runs on this box (so its port, files and binary are this box's)."""
+    if lane.runtime != "docker":
+        return True
+    from campaign.lanes.dockerhost import is_local as engine_is_local
+
+    return engine_is_local(lane.docker_host)
+
+
+def check_lane(lane: EffectiveLane, model_path: str) -> None:
+    """Pre-flight for what a launch needs beyond the model: referenced secrets set; for docker lanes the
+    engine, the pinned image, the mounts and the model's path inside the container."""
+    resolve_refs(lane)
+    if lane.runtime == "docker":
+        from campaign.lanes.docker import check_lane as check_docker_lane
+
+        check_docker_lane(lane, model_path)
+
+
+def launch_command(lane: EffectiveLane, adapter: EngineAdapter, model_path: str) -> tuple[list[str], Path | None]:
+    """The command a lane runs (``lane`` already resolved) and the host file of its executable, when
+    known, for its sha256. A docker lane's command is its ``executable`` (a path inside the container)
+    or the image's ENTRYPOINT, then the adapter's arguments with the model's path inside the container."""
+    if lane.runtime != "docker":
+        executable = resolve_executable(lane)
+        return [executable, *adapter.server_args(lane, model_path)], Path(executable)
+    from campaign.lanes.docker import container_path, host_path
+
+    inside = container_path(lane, model_path)
+    if inside is None:
+        raise PreflightError(f"lane {lane.name}: model {model_path} is not under any of the lane's mounts")
+    # on a bridge network the server must listen on the container's interface; docker publishes the port
+    serving = lane if lane.network == "host" else lane.model_copy(update={"host": "0.0.0.0"})
+    args = adapter.server_args(serving, inside)
+    if lane.executable:
+        return [lane.executable, *args], host_path(lane, lane.executable)
+    return args, None
 
 
 def resolve_executable(lane: EffectiveLane) -> str:
@@ -67,17 +124,17 @@ def port_is_free(host: str, port: int) -> bool:
 
 async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, warm_sink: JsonlAppender,
                     labels: dict[str, str] | None = None, runtime: Runtime | None = None,
-                    on_started: Callable[[int | None], None] | None = None) -> LaneRun:
+                    on_started: Callable[[RunningLane], None] | None = None) -> LaneRun:
     adapter = adapter_for(lane.engine)
-    executable = resolve_executable(lane)
-    argv = [executable, *adapter.server_args(lane, model_path)]
+    resolved = resolve_refs(lane)
+    argv, executable = launch_command(resolved, adapter, model_path)
     runtime = runtime or runtime_for(lane)
     started = time.monotonic()
-    running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=dict(lane.env),
+    running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=dict(resolved.env),
                                                                 log_path=log_path, labels=labels or {}))
     if on_started is not None:
-        on_started(getattr(running, "pid", None))
-    client = LaneClient(lane.base_url, lane=lane.name)
+        on_started(running)
+    client = LaneClient(lane.base_url, lane=lane.name, api_key=adapter.api_key(resolved))
     run = LaneRun(lane=lane, adapter=adapter, running=running, client=client, boot_seconds=0.0)
     try:
         await _wait_ready(run, log_path, started)
@@ -87,8 +144,10 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
             raise LaunchError(f"lane {lane.name}: " + "; ".join(problems), cause="boot_log_rule",
                               log_tail=log_tail(log_path))
         await _first_completion(run, warm_sink)
-        run.inspect = running.inspect()
-        run.inspect["executable_sha256"] = await asyncio.to_thread(sha256_file, Path(executable))
+        snapshot = running.inspect()
+        snapshot["executable_sha256"] = (await asyncio.to_thread(sha256_file, executable)
+                                         if executable is not None else None)
+        run.inspect = redactor_for(lane).snapshot(snapshot)
         run.engine_version = await adapter.version(client)
     except BaseException:
         await run.stop()
@@ -103,8 +162,11 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
         if not run.running.alive():
             code = run.running.exit_code()
             tail = log_tail(log_path)
-            raise LaunchError(f"lane {lane.name}: exited with code {code} before it was ready",
-                              cause=classify_failure(tail, code), log_tail=tail)
+            facts = getattr(run.running, "failure_facts", dict)()  # runtimes written before it may lack it
+            why = f" ({facts['error']})" if facts.get("error") else ""
+            raise LaunchError(f"lane {lane.name}: exited with code {code} before it was ready{why}",
+                              cause=classify_failure(f"{tail}\n{facts.get('error', '')}", code,
+                                                     oom_killed=bool(facts.get("oom_killed"))), log_tail=tail)
         readiness = await run.adapter.probe(run.client)
         if readiness.ready:
             return

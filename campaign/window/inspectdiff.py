@@ -3,6 +3,11 @@
 The contract check proved the intended launches differ only on the declared axis; here the launches
 read back from the runtime (``/proc`` for processes, ``docker inspect`` for containers) are diffed the
 same way, so a flag dropped by a wrapper or an env var the runtime injected shows up as a mismatch.
+Container snapshots add the image id, mounts, /dev/shm size, device requests and network, compared as
+launched (``launched``) and as the engine reports them. Keys a contract names directly (``env.X``,
+``image``, ``mounts.<path>``, ``shm_size``, ``gpus``, ``network``, ``docker_host``) must moreover differ
+only where the axis says so: a variable the contract never set, injected into one lane, is caught even
+when the runtime was asked to inject it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from campaign.contracts.args import axis_key, parse_args
 from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import load_json_strict
 
-__all__ = ["launch_keys", "runtime_axis_difference"]
+__all__ = ["container_keys", "launch_keys", "runtime_axis_difference"]
+
+_DIRECT = ("env.", "image", "mounts.", "shm_size", "gpus", "network", "docker_host")
 
 
 def launch_keys(argv: list[str], env: dict[str, str], exe: str | None = None) -> dict[str, Any]:
@@ -24,6 +31,42 @@ def launch_keys(argv: list[str], env: dict[str, str], exe: str | None = None) ->
         flat.setdefault(key, []).append(value)
     flat.update({f"env.{k}": v for k, v in env.items()})
     return flat
+
+
+def container_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any]:
+    """A container snapshot's serving facts as axis keys, as launched or as read back ({} for processes)."""
+    if snapshot.get("runtime") != "docker":
+        return {}
+    source = (snapshot.get("launched") or {}) if launched else snapshot
+    flat: dict[str, Any] = {"image": source.get("image_id"), "shm_size": source.get("shm_size"),
+                            "docker_host": snapshot.get("docker_host")}
+    for mount in source.get("mounts") or []:
+        flat[f"mounts.{mount.get('destination')}"] = (mount.get("source"), bool(mount.get("read_only")))
+    requests = source.get("device_requests") or []
+    flat["gpus"] = sorted(((r.get("Count"), tuple(r.get("DeviceIDs") or ()),
+                            tuple(tuple(c) for c in r.get("Capabilities") or ())) for r in requests), key=repr)
+    flat["network"] = (source.get("network_mode"), sorted((source.get("port_bindings") or {}).items()))
+    return flat
+
+
+def _image_env(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
+    """Variables in what ran that neither lane was launched with: they come from the image."""
+    names = set(a.get("env") or {}) | set(b.get("env") or {})
+    return names - (set(a.get("launched_env") or {}) | set(b.get("launched_env") or {}))
+
+
+def _undeclared_direct(a: dict[str, Any], b: dict[str, Any], keys: set[str], declared: set[str]) -> set[str]:
+    """Directly declarable keys that differ without being on the axis. Env variables that neither lane was
+    launched with come from the image, so a declared image change covers them."""
+    from_image = _image_env(a, b)
+    out = set()
+    for key in keys:
+        if not key.startswith(_DIRECT) or key in declared:
+            continue
+        if key.startswith("env.") and "image" in declared and key[4:] in from_image:
+            continue
+        out.add(key)
+    return out
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
@@ -42,13 +85,18 @@ def runtime_axis_difference(bundle: Path, control: EffectiveLane, candidate: Eff
     a, b = snapshots[control.name], snapshots[candidate.name]
     intended = _diff(launch_keys(a["launched_argv"], a["launched_env"]),
                      launch_keys(b["launched_argv"], b["launched_env"]))
+    intended |= _diff(container_keys(a, launched=True), container_keys(b, launched=True))
     actual = _diff(launch_keys(a["argv"], a["env"]), launch_keys(b["argv"], b["env"]))
+    actual |= _diff(container_keys(a, launched=False), container_keys(b, launched=False))
     if a.get("executable_sha256") != b.get("executable_sha256") and "executable" not in declared:
         actual.add("executable (binary sha256)")
-    if actual == intended:
+    if "image" in declared:  # variables only an image sets change with a declared image
+        intended |= {k for k in actual if k.startswith("env.") and k[4:] in _image_env(a, b)}
+    undeclared = _undeclared_direct(a, b, actual | intended, declared)
+    if actual == intended and not undeclared:
         return ""
     parts = []
-    if extra := sorted(actual - intended):
+    if extra := sorted((actual - intended) | undeclared):
         parts.append("ran with undeclared differences " + ", ".join(extra))
     if lost := sorted(intended - actual):
         parts.append("declared differences absent from what ran " + ", ".join(lost))

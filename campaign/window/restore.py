@@ -22,9 +22,30 @@ from campaign.window.state import WindowState, process_start_time
 __all__ = ["restore", "stop_window_lanes"]
 
 
+def _remove_container(state: WindowState, lane: Any) -> bool:
+    """Only a container that still carries this window's label is removed (fenced by label, not name)."""
+    from campaign.contracts.schema import DockerHost
+    from campaign.lanes.docker import LABEL_WINDOW, remove_container
+    from campaign.lanes.dockerhost import client_for
+
+    client = client_for(DockerHost.model_validate(lane.docker_host) if lane.docker_host else None)
+    try:
+        labels = client.api.inspect_container(lane.container)["Config"].get("Labels") or {}
+    except Exception:  # gone already: nothing of ours to stop
+        return False
+    if labels.get(LABEL_WINDOW) != state.window:
+        return False
+    remove_container(client, lane.container)
+    return True
+
+
 def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
     stopped = []
     for lane in state.lanes:
+        if lane.container is not None:
+            if _remove_container(state, lane):
+                stopped.append(lane.visit)
+            continue
         if lane.pid is None or lane.start_time is None or process_start_time(lane.pid) != lane.start_time:
             continue  # gone, or the pid now belongs to someone else
         try:

@@ -27,7 +27,8 @@ from campaign.errors import InputError, LaunchError, PreflightError, RunError
 from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json, read_jsonl
 from campaign.gates.base import Gate, GateContext, Visit, gate_for
 from campaign.gates.result import GateResult, Verdict, worst
-from campaign.lanes.session import boot_lane, port_is_free, resolve_executable
+from campaign.lanes.redact import redactor_for
+from campaign.lanes.session import boot_lane, check_lane, is_local, port_is_free, resolve_executable
 from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
@@ -185,7 +186,8 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
         if lane.model.sha256_manifest:
             _check_manifest(loaded, lane, path)
         model_paths[lane.name] = str(path.resolve())
-        if ports and lane.port != incumbent_port and not port_is_free(lane.host, lane.port):
+        check_lane(lane, model_paths[lane.name])
+        if ports and is_local(lane) and lane.port != incumbent_port and not port_is_free(lane.host, lane.port):
             raise PreflightError(f"lane {lane.name}: port {lane.host}:{lane.port} is already in use; "
                                  "another server there would be measured instead")
     return model_paths
@@ -377,8 +379,8 @@ async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, o
         _set_aside(lane_dir / "boot.log")
     journal.intent("boot", lane=visit.key)
 
-    def started(pid: int | None) -> None:
-        _track_lane(w, visit.key, pid)
+    def started(running: Any) -> None:
+        _track_lane(w, visit, running)
 
     with JsonlAppender(bundle / "raw" / "warmup" / f"{visit.key}.jsonl") as warm_sink:
         try:
@@ -416,23 +418,23 @@ def _set_aside(path: Path) -> None:
     path.rename(target)
 
 
-def _track_lane(w: _Window, visit_key: str, pid: int | None) -> None:
+def _track_lane(w: _Window, visit: Visit, running: Any) -> None:
     """Recorded the moment the lane starts, so the failsafe can stop it if the runner dies mid-boot."""
+    pid = getattr(running, "pid", None)
+    container = getattr(getattr(running, "container", None), "id", None)
+    host = visit.lane.docker_host.model_dump(mode="json") if visit.lane.docker_host else None
     with w.state.locked():
         state = w.state.reload()
-        state.lanes.append(LaneProcess(visit=visit_key, pid=pid,
-                                       start_time=process_start_time(pid) if pid else None))
+        state.lanes.append(LaneProcess(visit=visit.key, pid=pid, start_time=process_start_time(pid) if pid else None,
+                                       container=container, docker_host=host))
         state.save()
         w.state = state
 
 
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
-    """Env values the contract did not declare are replaced by a digest: they may be secrets."""
-    out = dict(snapshot)
-    env = snapshot.get("env") or {}
-    out["env"] = {k: (v if k in lane.env else "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16])
-                  for k, v in env.items()}
-    return out
+    """No secret reaches the bundle: undeclared env values and credential arguments become keyed digests,
+    token-shaped strings are cut (rules in campaign.lanes.redact; idempotent, boot_lane applies it too)."""
+    return redactor_for(lane).snapshot(snapshot)
 
 
 def _judge(loaded: LoadedContract, gates: list[Gate], lanes: dict[str, LaneOutcome],

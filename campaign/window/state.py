@@ -58,6 +58,7 @@ class LaneProcess(BaseModel):
     pid: int | None = None
     start_time: int | None = None
     container: str | None = None
+    docker_host: dict[str, Any] | None = None
 
 
 class WindowState(BaseModel):

@@ -1,0 +1,182 @@
+"""Secrets never reach a bundle: inspect snapshots and boot logs are redacted before they are written.
+
+Three rules, applied everywhere a lane's launch is recorded:
+- env values are kept only for variables the contract declares literally, plus a short allow-list of
+  harmless ones (PATH, LANG...); every other value becomes a keyed digest, so two lanes can still be
+  compared (same value, same digest) without the value being guessable from the bundle;
+- the value after a credential option (``--api-key X``, ``--hf-token=X``) becomes a keyed digest;
+- anything shaped like a token (``hf_...``, ``sk-...``), and the exact value of every ``${env:NAME}`` the
+  lane references, is cut out of any string, log lines included.
+
+The digest key is a random secret kept beside the signing key (``redact.key``, mode 0600): digests stay
+comparable across a resumed runner and across windows of this machine, and nobody without the key can
+test guesses against a bundle. Where it cannot be kept, a per-process key is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.secretrefs import REF, TOKEN_PATTERNS, is_secret_name, referenced_names
+
+__all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "lane_secrets", "redactor_for"]
+
+MARK = "<redacted>"
+ENV_ALLOW = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "TZ", "TMPDIR", "HOSTNAME", "TERM",
+                       "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+                       "NVIDIA_DRIVER_CAPABILITIES", "OMP_NUM_THREADS"})
+_PROCESS_KEY = os.urandom(32)
+_KEYS: dict[str, bytes] = {}
+_MIN_EXACT = 4  # shorter "secrets" would cut ordinary words out of logs
+
+
+def _stored_key() -> bytes:
+    from campaign.signing import config_dir
+
+    path = config_dir() / "redact.key"
+    if str(path) in _KEYS:
+        return _KEYS[str(path)]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            # written whole under a temporary name, then linked: a concurrent first use never reads half a key
+            tmp = path.with_name(f".redact.key.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(os.urandom(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        key = path.read_bytes()
+        if len(key) < 32:
+            raise OSError(f"{path} is truncated")
+    except OSError:
+        key = _PROCESS_KEY
+    _KEYS[str(path)] = key
+    return key
+
+
+def lane_secrets(lane: EffectiveLane, environ: dict[str, str] | None = None) -> list[str]:
+    """The values of every variable the lane references, as the runner's environment has them now."""
+    environ = dict(os.environ) if environ is None else environ
+    names = referenced_names([*lane.args, *lane.env.values()])
+    return [environ[name] for name in names if environ.get(name)]
+
+
+class Redactor:
+    def __init__(self, secrets: Iterable[str] = (), *, declared_env: dict[str, str] | None = None,
+                 key: bytes | None = None) -> None:
+        self.secrets = sorted({s for s in secrets if len(s) >= _MIN_EXACT}, key=len, reverse=True)
+        # a declared value that is itself a reference is a secret, not a literal to show
+        self.declared_env = {k: v for k, v in (declared_env or {}).items() if not REF.search(v)}
+        self._key = key or _stored_key()
+
+    def digest(self, value: str) -> str:
+        return f"<redacted hmac:{hmac.new(self._key, value.encode(), hashlib.sha256).hexdigest()[:16]}>"
+
+    def text(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MARK)
+        for pattern in TOKEN_PATTERNS:
+            text = pattern.sub(MARK, text)
+        return text
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for name, value in env.items():
+            if value.startswith("<redacted"):
+                out[name] = value  # redacting twice changes nothing
+                continue
+            kept = (self.declared_env.get(name) == value or name in ENV_ALLOW) and not is_secret_name(name)
+            out[name] = self.text(value) if kept else self.digest(value)
+        return out
+
+    def argv(self, argv: list[str]) -> list[str]:
+        out: list[str] = []
+        secret_next = False
+        for token in argv:
+            if secret_next:
+                out.append(token if token.startswith("<redacted") else self.digest(token))
+                secret_next = False
+                continue
+            if token.startswith("-") and "=" in token:
+                name, value = token.split("=", 1)
+                if is_secret_name(name):
+                    out.append(token if value.startswith("<redacted") else f"{name}={self.digest(value)}")
+                    continue
+            elif token.startswith("-") and is_secret_name(token):
+                secret_next = True
+            out.append(self.text(token))
+        return out
+
+    def snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """An inspect snapshot with argv/env fields redacted by rule and every other string scrubbed."""
+        out: dict[str, Any] = {}
+        for key, value in snapshot.items():
+            if key in ("argv", "launched_argv") and isinstance(value, list):
+                out[key] = self.argv([str(v) for v in value])
+            elif key in ("env", "launched_env") and isinstance(value, dict):
+                out[key] = self.env({str(k): str(v) for k, v in value.items()})
+            else:
+                out[key] = self._scrub(value)
+        return out
+
+    def _scrub(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self._scrub(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._scrub(v) for k, v in value.items()}
+        return value
+
+
+def redactor_for(lane: EffectiveLane) -> Redactor:
+    return Redactor(lane_secrets(lane), declared_env=dict(lane.env))
+
+
+class RedactingLog:
+    """A boot log written line by line through a redactor, so a secret an engine echoes (its command line,
+    its environment) is cut before it touches the disk. Bytes in, any chunking; a partial line is held
+    back until its newline (or ``max_line`` bytes) so a secret split across chunks is still caught."""
+
+    def __init__(self, path: Path, redactor: Redactor, *, max_line: int = 1 << 20) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle: IO[bytes] = open(path, "ab", buffering=0)
+        self._redactor, self._max_line = redactor, max_line
+        self._pending = b""
+        self._lock = threading.Lock()
+
+    def write(self, chunk: bytes) -> None:
+        with self._lock:
+            data = self._pending + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and len(data) >= self._max_line:
+                cut = len(data)
+            self._pending = data[cut:]
+            if cut:
+                self._emit(data[:cut])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle.closed:
+                return
+            if self._pending:
+                self._emit(self._pending)
+                self._pending = b""
+            self._handle.close()
+
+    def _emit(self, data: bytes) -> None:
+        text = data.decode("utf-8", errors="replace")
+        self._handle.write(self._redactor.text(text).encode("utf-8"))

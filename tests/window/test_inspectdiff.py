@@ -1,0 +1,60 @@
+"""The runtime one-axis check on hand-written container snapshots (pure logic; real containers' snapshots
+are checked in tests/lanes/test_docker_runtime.py and by the docker windows)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.fsutil import atomic_write_json
+from campaign.window.inspectdiff import runtime_axis_difference
+
+IMAGE_A, IMAGE_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+def snapshot(image: str = IMAGE_A, shm: int = 64 << 20, env: dict | None = None, flag: str = "1") -> dict:
+    argv = ["/srv", "-m", "/models/m", "--k", flag]
+    mounts = [{"source": "/host/models", "destination": "/models", "read_only": True, "type": "bind"}]
+    launched = {"image_id": image, "mounts": copy.deepcopy(mounts), "shm_size": shm, "device_requests": [],
+                "network_mode": "host", "port_bindings": {}}
+    return {"runtime": "docker", "docker_host": "unix:///var/run/docker.sock", "image_id": image,
+            "argv": argv, "env": {"PATH": "/bin", **(env or {})}, "launched_argv": list(argv),
+            "launched_env": {}, "mounts": mounts, "shm_size": shm, "device_requests": [],
+            "network_mode": "host", "port_bindings": {}, "launched": launched, "executable_sha256": None}
+
+
+def lanes() -> tuple[EffectiveLane, EffectiveLane]:
+    base = {"runtime": "docker", "engine": "llamacpp", "image": IMAGE_A, "port": 1, "model": {"path": "/m"}}
+    return (EffectiveLane.model_validate({**base, "name": "c", "role": "control"}),
+            EffectiveLane.model_validate({**base, "name": "d", "role": "candidate", "control": "c"}))
+
+
+def check(tmp_path: Path, a: dict, b: dict, declared: set[str]) -> str:
+    control, candidate = lanes()
+    atomic_write_json(tmp_path / "lanes" / "c" / "inspect.json", a)
+    atomic_write_json(tmp_path / "lanes" / "d" / "inspect.json", b)
+    return runtime_axis_difference(tmp_path, control, candidate, declared)
+
+
+def test_declared_argument_only(tmp_path: Path) -> None:
+    assert check(tmp_path, snapshot(), snapshot(flag="4"), {"args.k"}) == ""
+
+
+def test_shm_changed_behind_the_launch_is_caught(tmp_path: Path) -> None:
+    altered = snapshot(flag="4")
+    altered["shm_size"] = 1 << 30  # the engine reports a /dev/shm the launch did not ask for
+    assert check(tmp_path, snapshot(), altered, {"args.k"}) == "ran with undeclared differences shm_size"
+
+
+def test_mount_made_writable_is_caught(tmp_path: Path) -> None:
+    altered = snapshot(flag="4")
+    altered["mounts"][0]["read_only"] = False
+    assert "mounts./models" in check(tmp_path, snapshot(), altered, {"args.k"})
+
+
+def test_image_env_belongs_to_a_declared_image_change(tmp_path: Path) -> None:
+    new = snapshot(image=IMAGE_B, env={"VLLM_USE_V1": "0"})
+    assert check(tmp_path, snapshot(), new, {"image"}) == ""
+    verdict = check(tmp_path, snapshot(), new, {"args.k"})
+    assert "image" in verdict and "env.VLLM_USE_V1" in verdict
