@@ -39,11 +39,17 @@ class EngineAdapter(ABC):
     async def version(self, client: LaneClient) -> dict[str, Any]:
         return {}
 
+    def launch_env(self, lane: EffectiveLane, scratch: str) -> dict[str, str]:
+        """Variables that keep what the engine writes (temp files, caches) under ``scratch``, a folder
+        the lane owns for one boot. The contract's own ``env`` overrides them."""
+        return {}
+
 
 def adapter_for(engine: str) -> EngineAdapter:
     from campaign.lanes.llamacpp import LlamaCppAdapter
+    from campaign.lanes.vllm import VllmAdapter
 
-    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter}
+    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "vllm": VllmAdapter}
     try:
         return adapters[engine]()
     except KeyError:

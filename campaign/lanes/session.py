@@ -7,8 +7,10 @@ the lane is stopped before the error leaves: a launch failure is INCONCLUSIVE, n
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ from campaign.lanes.client import LaneClient
 from campaign.lanes.process import ProcessRuntime
 from campaign.lanes.runtime import LaunchSpec, RunningLane, Runtime
 
-__all__ = ["LaneRun", "boot_lane", "port_is_free", "resolve_executable", "runtime_for"]
+__all__ = ["LaneRun", "boot_lane", "lane_scratch", "port_is_free", "resolve_executable", "runtime_for"]
 
 
 @dataclass
@@ -36,10 +38,28 @@ class LaneRun:
     boot_seconds: float
     inspect: dict[str, Any] = field(default_factory=dict)
     engine_version: dict[str, Any] = field(default_factory=dict)
+    scratch: Path | None = None
 
     async def stop(self) -> int | None:
         await self.client.aclose()
-        return await asyncio.to_thread(self.running.stop)
+        code = await asyncio.to_thread(self.running.stop)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        return code
+
+
+def lane_scratch(lane: EffectiveLane) -> Path:
+    """A fresh folder for what the engine writes during one boot (temp files, caches).
+
+    Keyed by the lane's address, which only one lane can hold at a time, so a control and its
+    candidate on the same port see the same path (no undeclared env difference) but never each
+    other's files: the folder is emptied before each boot and removed at stop."""
+    base = Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    scratch = base / f"lane-{lane.host}-{lane.port}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(mode=0o700)
+    return scratch
 
 
 def runtime_for(lane: EffectiveLane) -> Runtime:
@@ -71,11 +91,17 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     executable = resolve_executable(lane)
     argv = [executable, *adapter.server_args(lane, model_path)]
     runtime = runtime or runtime_for(lane)
+    scratch = lane_scratch(lane)
+    env = {**adapter.launch_env(lane, str(scratch)), **lane.env}
     started = time.monotonic()
-    running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=dict(lane.env),
-                                                                log_path=log_path, labels=labels or {}))
+    try:
+        running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env,
+                                                                    log_path=log_path, labels=labels or {}))
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     client = LaneClient(lane.base_url, lane=lane.name)
-    run = LaneRun(lane=lane, adapter=adapter, running=running, client=client, boot_seconds=0.0)
+    run = LaneRun(lane=lane, adapter=adapter, running=running, client=client, boot_seconds=0.0, scratch=scratch)
     try:
         await _wait_ready(run, log_path, started)
         run.boot_seconds = time.monotonic() - started
