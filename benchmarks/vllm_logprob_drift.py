@@ -37,6 +37,10 @@ PROMPTS = [
     "Explain in three sentences why the sky is blue.",
     "List five fruits, one per line, with their colour.",
     "What is 17 times 23? Show your working.",
+    "Write a 200-word story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a hash map works and what happens on a collision.",
+    "Write a Python class for a bank account with deposit, withdraw and a history of transactions.",
+    "Describe the water cycle for a ten-year-old, step by step.",
 ]
 BASE_ARGS = ["--enforce-eager", "--gpu-memory-utilization", "0.12", "--max-model-len", "2048", "--seed", "0"]
 NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'

@@ -19,9 +19,11 @@ VLLM_MANIFEST = REPO / "examples" / "manifests" / "smollm2-135m-hf.sha256"
 # torch.compile (minutes on 2 cores, nothing to gain for a 135M model).
 VLLM_ARGS = ["--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12", "--max-model-len", "2048"]
 NGRAM_SPEC = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
-# Generation-time vs teacher-forced logprobs differ by kernel numerics (decode vs prefill); measured
-# here at <= 0.09 nats in bf16 (benchmarks/vllm_logprob_drift.py). A broken instrument is off by nats.
-BF16_DRIFT_TOLERANCE = 0.2
+# Generation-time vs teacher-forced logprobs differ by kernel numerics (decode vs prefill): measured
+# here (benchmarks/vllm_logprob_drift.py) at max 0.21, p95 0.08, mean 0.018 nats per token in bf16 and
+# max 1.6e-5 in float32; the first generated token matches exactly (same prefill pass). A broken
+# instrument is off by nats.
+BF16_DRIFT_TOLERANCE = 0.5
 
 
 def vllm_executable() -> str:

@@ -126,8 +126,10 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
         if not run.running.alive():
             code = run.running.exit_code()
             tail = log_tail(log_path)
+            # the whole log: vLLM prints the root cause a hundred lines before its last traceback
+            full = log_path.read_text(errors="replace") if log_path.exists() else tail
             raise LaunchError(f"lane {lane.name}: exited with code {code} before it was ready",
-                              cause=classify_failure(tail, code), log_tail=tail)
+                              cause=classify_failure(full, code), log_tail=tail)
         readiness = await run.adapter.probe(run.client)
         if readiness.ready:
             return

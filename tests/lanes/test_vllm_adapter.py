@@ -164,3 +164,19 @@ def test_parse_refuses_what_it_cannot_trust() -> None:
         adapter.parse_generation_scores(_record({"logprobs": 1}, {"logprobs": text_tokens}))
     with pytest.raises(EngineError, match="HTTP 400"):
         adapter.parse_prompt_scores(_record(request, {}, error="HTTP 400"))
+
+
+@pytest.mark.parametrize("line, cause", [
+    ("(VllmWorker-0 pid=27954) ERROR [multiproc_executor.py:953] ValueError: Available memory on node 0 "
+     "(11.84/14.46 GiB) on startup is less than desired CPU memory utilization (0.92, 13.31 GiB).", "out_of_memory"),
+    ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+     "'/tmp/no-such-model'.", "model_load_failed"),
+    ("api_server.py: error: unrecognized arguments: --no-such-flag", "bad_argument"),
+])
+def test_vllm_launch_failures_are_classified_from_their_own_words(line: str, cause: str) -> None:
+    """Lines as vLLM 0.32 printed them when launched with the default memory fraction, a missing
+    model directory and an unknown flag; the root cause sits far above the last traceback."""
+    from campaign.lanes.bootlog import classify_failure
+
+    log = "\n".join(["INFO starting"] * 5 + [line] + ["RuntimeError: Engine core initialization failed."] * 100)
+    assert classify_failure(log, 1) == cause
