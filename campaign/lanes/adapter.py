@@ -46,12 +46,19 @@ class EngineAdapter(ABC):
         keys = [value for name, value in parse_args(lane.args) if name == "--api-key" and value]
         return keys[-1] if keys else None
 
+    def launch_env(self, lane: EffectiveLane, scratch: str) -> dict[str, str]:
+        """Variables that keep what the engine writes (temp files, caches) under ``scratch``, a folder
+        the lane owns for one boot. The contract's own ``env`` overrides them."""
+        return {}
+
 
 def adapter_for(engine: str) -> EngineAdapter:
     from campaign.lanes.llamacpp import LlamaCppAdapter
     from campaign.lanes.sglang import SGLangAdapter
+    from campaign.lanes.vllm import VllmAdapter
 
-    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "sglang": SGLangAdapter}
+    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "sglang": SGLangAdapter,
+                                                "vllm": VllmAdapter}
     try:
         return adapters[engine]()
     except KeyError:

@@ -19,12 +19,15 @@ _CAUSES: list[tuple[str, re.Pattern[str]]] = [
     ("gpu_unavailable", re.compile(r"could not select device driver|nvidia-container-cli|no CUDA-capable device|"
                                    r"unknown or invalid runtime name: nvidia", re.I)),
     ("gpu_out_of_memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation", re.I)),
-    ("out_of_memory", re.compile(r"out of memory|Cannot allocate memory|std::bad_alloc|failed to allocate", re.I)),
+    ("out_of_memory", re.compile(r"out of memory|Cannot allocate memory|std::bad_alloc|failed to allocate|"
+                                 r"less than desired (?:CPU|GPU) memory utilization|"  # vLLM's memory budget
+                                 r"No available memory for the cache blocks", re.I)),
     ("bad_argument", re.compile(r"unknown argument|unrecognized argument|invalid argument|error: argument|"
                                 r"no such option|unknown option", re.I)),
     ("port_in_use", re.compile(r"address already in use|couldn't bind|bind failed", re.I)),
     ("model_load_failed", re.compile(r"failed to load model|error loading model|unable to load model|"
-                                     r"No such file or directory", re.I)),
+                                     r"No such file or directory|"
+                                     r"HFValidationError|LocalEntryNotFoundError|OfflineModeIsEnabled", re.I)),
     ("missing_image", re.compile(r"No such image|pull access denied|manifest unknown", re.I)),
 ]
 # Said by the engine when it could not even exec the command (docker start), before any log exists.

@@ -7,8 +7,10 @@ the lane is stopped before the error leaves: a launch failure is INCONCLUSIVE, n
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +28,8 @@ from campaign.lanes.process import ProcessRuntime
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtime import LaunchSpec, RunningLane, Runtime
 
-__all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "launch_command", "port_is_free", "resolve_executable",
-           "resolve_refs", "runtime_for"]
+__all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "port_is_free",
+           "resolve_executable", "resolve_refs", "runtime_for"]
 
 
 @dataclass
@@ -39,10 +41,28 @@ class LaneRun:
     boot_seconds: float
     inspect: dict[str, Any] = field(default_factory=dict)
     engine_version: dict[str, Any] = field(default_factory=dict)
+    scratch: Path | None = None
 
     async def stop(self, timeout: float = 20.0) -> int | None:
         await self.client.aclose()
-        return await asyncio.to_thread(self.running.stop, timeout)
+        code = await asyncio.to_thread(self.running.stop, timeout)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        return code
+
+
+def lane_scratch(lane: EffectiveLane) -> Path:
+    """A fresh folder for what the engine writes during one boot (temp files, caches).
+
+    Keyed by the lane's address, which only one lane can hold at a time, so a control and its
+    candidate on the same port see the same path (no undeclared env difference) but never each
+    other's files: the folder is emptied before each boot and removed at stop."""
+    base = Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    scratch = base / f"lane-{lane.host}-{lane.port}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(mode=0o700)
+    return scratch
 
 
 def runtime_for(lane: EffectiveLane) -> Runtime:
@@ -129,13 +149,19 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     resolved = resolve_refs(lane)
     argv, executable = launch_command(resolved, adapter, model_path)
     runtime = runtime or runtime_for(lane)
+    scratch = lane_scratch(lane)
+    env = {**adapter.launch_env(lane, str(scratch)), **resolved.env}
     started = time.monotonic()
-    running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=dict(resolved.env),
-                                                                log_path=log_path, labels=labels or {}))
+    try:
+        running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env,
+                                                                    log_path=log_path, labels=labels or {}))
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     if on_started is not None:
         on_started(running)
     client = LaneClient(lane.base_url, lane=lane.name, api_key=adapter.api_key(resolved))
-    run = LaneRun(lane=lane, adapter=adapter, running=running, client=client, boot_seconds=0.0)
+    run = LaneRun(lane=lane, adapter=adapter, running=running, client=client, boot_seconds=0.0, scratch=scratch)
     try:
         await _wait_ready(run, log_path, started)
         run.boot_seconds = time.monotonic() - started
@@ -164,8 +190,10 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
             tail = log_tail(log_path)
             facts = getattr(run.running, "failure_facts", dict)()  # runtimes written before it may lack it
             why = f" ({facts['error']})" if facts.get("error") else ""
+            # the whole log: vLLM prints the root cause a hundred lines before its last traceback
+            full = log_path.read_text(errors="replace") if log_path.exists() else tail
             raise LaunchError(f"lane {lane.name}: exited with code {code} before it was ready{why}",
-                              cause=classify_failure(f"{tail}\n{facts.get('error', '')}", code,
+                              cause=classify_failure(f"{full}\n{facts.get('error', '')}", code,
                                                      oom_killed=bool(facts.get("oom_killed"))), log_tail=tail)
         readiness = await run.adapter.probe(run.client)
         if readiness.ready:
