@@ -20,8 +20,8 @@ keys_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Signing
 app.add_typer(keys_app, name="keys")
 daily_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The daily (incumbent) lane.")
 app.add_typer(daily_app, name="daily")
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)  # one line stays one line, whatever the terminal width
+err = Console(stderr=True, soft_wrap=True)
 
 
 def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
