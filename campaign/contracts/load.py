@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from campaign.contracts.gatechecks import check_gate_specs
 from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.resolve import EffectiveLane, axis_difference, effective_lane, normalize_axis
 from campaign.contracts.schema import Contract
@@ -99,6 +100,7 @@ def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContra
             raise loaded.error(("lanes", index), "a docker lane needs `image` pinned by digest")
     _check_roles(loaded)
     _check_gates(loaded, check_files)
+    check_gate_specs(loaded, check_files)
     _check_axes(loaded)
     return loaded
 

@@ -41,6 +41,7 @@ class EffectiveLane(StrictModel):
     readiness: Readiness = Field(default_factory=Readiness)
     boot_log: BootLogRules = Field(default_factory=BootLogRules)
     stop: Literal["remove", "keep"] = "remove"
+    context: int | None = None
 
     @property
     def base_url(self) -> str:
