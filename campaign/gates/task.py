@@ -21,6 +21,7 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import TaskGate as TaskSpec
+from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, GateContext, Visit
 from campaign.gates.result import GateResult, Metric, Verdict
@@ -53,8 +54,6 @@ class TaskGate(Gate):
         seen: set[str] = set()
         for task in tasks:
             if task.id in seen:
-                from campaign.errors import ContractError
-
                 raise ContractError(f"gate {self.gate_id}: task id {task.id!r} appears twice across its sources",
                                     file=str(self.ctx.contract.path))
             seen.add(task.id)
