@@ -197,7 +197,8 @@ def main():
             del os.environ[name]
     if cfg.get("audit_hook", True):
         _install_hook(workdir)
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    # like the HumanEval harness: a reply's `if __name__ == "__main__":` demo block does not run
+    namespace = {"__name__": "__sandbox__", "__builtins__": __builtins__}
     stage = "program"
     try:
         exec(compile(program, "program.py", "exec"), namespace)

@@ -98,3 +98,9 @@ def test_containment_is_reported() -> None:
 def test_broken_programs_fail_with_their_error(program: str) -> None:
     result = run_python(program, CHECK, FAST)
     assert not result.passed and result.reason.startswith("program: ")
+
+
+def test_a_main_block_in_the_reply_does_not_run() -> None:
+    # replies often end with a demo that reads input(); the HumanEval harness does not run it either
+    result = run_python(ADD + "if __name__ == '__main__':\n    print(add(int(input()), 1))\n", CHECK, FAST)
+    assert result.passed, result.reason
