@@ -44,6 +44,7 @@ class EffectiveLane(StrictModel):
     stop: Literal["remove", "keep"] = "remove"
     network: Literal["host", "bridge"] = "host"
     docker_host: DockerHost | None = None
+    context: int | None = None
 
     @property
     def base_url(self) -> str:

