@@ -74,6 +74,8 @@ class Gate(ABC):
 
 def gate_for(spec: Any, ctx: GateContext) -> Gate:
     from campaign.gates.greedy import GreedyGate
+    from campaign.gates.kl import KlGate
+    from campaign.gates.teacher_forced import TeacherForcedGate
 
-    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate}
+    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "teacher_forced": TeacherForcedGate, "kl": KlGate}
     return kinds[spec.kind](spec, ctx)
