@@ -306,13 +306,16 @@ class ToolsGate(StrictModel):
     rule: ToolsRule
 
 
-Observable = Literal["outputs", "logprobs", "metrics", "boot_log", "props"]
+Observable = Literal["outputs", "logprobs", "metrics", "speed", "boot_log", "props"]
 
 
 class RulerRule(StrictModel):
     observe: list[Observable] = Field(
-        default_factory=lambda: ["outputs", "logprobs", "metrics", "boot_log", "props"],
+        default_factory=lambda: ["outputs", "logprobs", "metrics", "speed", "boot_log", "props"],
         description="What may show the axis taking effect; indistinguishable on all of them: axis may be inert.")
+    speed_tolerance: float = Field(
+        0.25, gt=0, description="Relative probe-speed change that counts as a difference (and only when the "
+                                "per-probe ranges do not overlap): small probes on a shared host are noisy.")
     require_counters: list[str] = Field(
         default_factory=list, description="Metric names that must be non-zero on the candidate after its probes.")
     require_boot_log: list[str] = Field(

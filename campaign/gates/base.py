@@ -75,7 +75,11 @@ class Gate(ABC):
 def gate_for(spec: Any, ctx: GateContext) -> Gate:
     from campaign.gates.greedy import GreedyGate
     from campaign.gates.kl import KlGate
+    from campaign.gates.ruler import RulerGate
+    from campaign.gates.structured import StructuredGate
     from campaign.gates.teacher_forced import TeacherForcedGate
+    from campaign.gates.tools import ToolsGate
 
-    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "teacher_forced": TeacherForcedGate, "kl": KlGate}
+    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "teacher_forced": TeacherForcedGate, "kl": KlGate,
+                                    "structured": StructuredGate, "tools": ToolsGate, "ruler": RulerGate}
     return kinds[spec.kind](spec, ctx)
