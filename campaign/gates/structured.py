@@ -66,9 +66,11 @@ def _schema_problem(value: Any, schema: dict[str, Any]) -> str | None:
 def _malformed(text: str, schema: dict[str, Any], answer: Any, finish: str | None) -> dict[str, Any]:
     decoder = json.JSONDecoder()
     fence = _FENCE.match(text)
-    if fence:
-        inner = fence.group(1).strip()
-        return {"outcome": "code_fenced", "detail": _leading_note(inner, schema, answer)}
+    if text.startswith("```"):
+        inner = fence.group(1).strip() if fence else text.split("\n", 1)[-1].split("```", 1)[0].strip()
+        after = "" if fence else (text.split("```", 2)[2].strip() if text.count("```") >= 2 else "")
+        note = _leading_note(inner, schema, answer)
+        return {"outcome": "code_fenced", "detail": f"{note}; prose after the fence" if after else note}
     if text[0] in "{[":
         try:
             value, end = decoder.raw_decode(text)

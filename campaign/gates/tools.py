@@ -108,7 +108,8 @@ class ToolsGate(Gate):
                 calls = _message(record).get("tool_calls") or []
                 if turn >= len(row["expect"]) or not calls:
                     break
-                messages.append({"role": "assistant", "content": _message(record).get("content"), "tool_calls": calls})
+                messages.append({"role": "assistant", "content": _message(record).get("content") or "",
+                                 "tool_calls": calls})
                 result = row["results"][turn] if turn < len(row["results"]) else ""
                 for index, call in enumerate(calls):
                     messages.append({"role": "tool", "tool_call_id": call.get("id") or f"call-{turn}-{index}",

@@ -28,7 +28,7 @@ __all__ = ["LlamaCppPythonAdapter"]
 
 class LlamaCppPythonAdapter(EngineAdapter):
     name = "llama-cpp-python"
-    capabilities = frozenset({"tokenize", "generate", "score", "json_schema"})
+    capabilities = frozenset({"tokenize", "generate", "score", "json_schema", "tools"})
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
         args = ["-m", "llama_cpp.server", "--model", model_path, "--host", lane.host, "--port", str(lane.port)]
@@ -57,6 +57,18 @@ class LlamaCppPythonAdapter(EngineAdapter):
         except EngineError:
             return {}
         return {"models": [m.get("id") for m in models.get("data", [])]}
+
+    def chat_body(self, lane: EffectiveLane, messages: list[dict[str, Any]], *, max_tokens: int,
+                  json_schema: dict[str, Any] | None = None,
+                  tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Its own shapes: a schema rides on ``json_object``; tool calls are parsed only when the server was
+        started with a function-calling ``--chat_format`` (e.g. chatml-function-calling)."""
+        body = super().chat_body(lane, messages, max_tokens=max_tokens, tools=tools)
+        # its request model refuses an assistant turn whose content is null (OpenAI allows it)
+        body["messages"] = [m if m.get("content") is not None else {**m, "content": ""} for m in messages]
+        if json_schema is not None:
+            body["response_format"] = {"type": "json_object", "schema": json_schema}
+        return body
 
     async def tokenize(self, client: LaneClient, text: str, *, special: bool, sink: Any,
                        tags: dict[str, Any]) -> TokenSeq:
