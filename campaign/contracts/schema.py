@@ -301,7 +301,8 @@ class ToolsRule(StrictModel):
 class ToolsGate(StrictModel):
     kind: Literal["tools"]
     id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
-    input: str = Field(description="Episodes {id, prompt|messages, tools, expect: [calls], results: [...]}.")
+    input: str = Field(description="Episodes {id, prompt|messages, tools, expect: [calls], results: [...], "
+                                   "optional tool_choice (call turns), final_tool_choice, final_contains}.")
     max_tokens: int = Field(128, ge=1, le=8192, description="Token budget per turn.")
     rule: ToolsRule
 

@@ -101,8 +101,10 @@ class ToolsGate(Gate):
                 except EngineError as exc:
                     sink.append({"derived": "error", "tags": tags, "error": str(exc)})
                     break
-                if row.get("tool_choice") is not None and turn < len(row["expect"]):
-                    body["tool_choice"] = row["tool_choice"]
+                # tool_choice for the call turns, final_tool_choice for the answer after the results
+                choice = row.get("tool_choice") if turn < len(row["expect"]) else row.get("final_tool_choice")
+                if choice is not None:
+                    body["tool_choice"] = choice
                 record = await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body},
                                                sink=sink, tags=tags)
                 calls = _message(record).get("tool_calls") or []

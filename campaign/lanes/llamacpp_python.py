@@ -130,16 +130,21 @@ class LlamaCppPythonAdapter(EngineAdapter):
         n = len(continuation)
         sent = record["request"]["prompt"]
         generated = choice.get("text", "")[len(sent):] if choice.get("text", "").startswith(sent) else None
-        if generated is None or len(texts) < n + 1 or texts[-1] != generated:
+        # The engine drops a leading BOS and every later token with the BOS id, and reports the logprob of
+        # the remaining tokens from the row before each: aligned only when the prompt starts with BOS.
+        # The next token is absent when it is end-of-sequence (empty text, finish "stop").
+        eos = generated == "" and choice.get("finish_reason") == "stop"
+        aligned = len([t for t in ids[1:] if t != ids[0]]) + (0 if eos else 1) if ids else -1
+        if generated is None or len(texts) != aligned or (not eos and texts[-1] != generated):
             raise ScoreError("the echoed positions do not end with the generated token: prompt-token "
                              "logprobs are not aligned with the tokens sent")
-        echoed = texts[len(texts) - n - 1:-1]
+        end = len(texts) if eos else len(texts) - 1
+        echoed = texts[end - n:end]
         expected = list(continuation.pieces) if continuation.pieces else None
         if (expected is not None and echoed != expected) or "".join(echoed) != continuation.text:
             raise ScoreError("the echoed tokens differ from the continuation sent")
-        start = len(texts) - n - 1
-        positions = [_position(continuation.ids[i], texts[start + i], logprobs, start + i) for i in range(n)]
-        positions.append(_position(None, texts[-1], logprobs, len(texts) - 1))
+        positions = [_position(continuation.ids[i], texts[end - n + i], logprobs, end - n + i) for i in range(n)]
+        positions.append(Position(None, "", None) if eos else _position(None, texts[-1], logprobs, len(texts) - 1))
         return positions
 
 
