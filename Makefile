@@ -7,7 +7,7 @@ CAMPAIGN_CACHE ?= $(HOME)/.cache/campaign
 export CAMPAIGN_CACHE
 LLAMA_SERVER_BIN = $(shell scripts/build-llama-server.sh | tail -n 1)
 
-.PHONY: venv engine model keys demo test test-unit clean
+.PHONY: venv engine engine-python model keys demo test test-unit clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ engine:
 model:
 	scripts/fetch-model.sh
 
+# llama-cpp-python's server, the second real engine the quality-gate tests run (built once, cached)
+engine-python:
+	scripts/build-llama-cpp-python.sh
+
 keys: venv
 	$(VENV)/bin/campaign keys init
 
@@ -34,9 +38,10 @@ demo: venv engine model keys
 	bundle=$$(ls -1d runs/*-demo-smollm2-* | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle"
 
-test: venv engine model
+test: venv engine engine-python model
 	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \
-	PATH="$$bin_dir:$$PATH" $(VENV)/bin/python -m pytest -q -rs
+	lcp_python=$$(scripts/build-llama-cpp-python.sh | tail -n 1); \
+	PATH="$$bin_dir:$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"
