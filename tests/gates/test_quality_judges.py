@@ -160,3 +160,21 @@ def test_llama_cpp_python_refuses_misaligned_echo() -> None:
     retokenized = {"tags": {"part": "tokenize_check"}, "response": {"tokens": [504, 3575, 300]}}
     with pytest.raises(ScoreError, match="other ids"):
         LlamaCppPythonAdapter().parse_score([retokenized, echo], prompt, cont)
+
+
+def test_contract_errors_name_file_line_and_field(tmp_path) -> None:
+    from campaign.contracts.load import load_contract
+    from campaign.errors import ContractError
+    from tests.conftest import demo_like, free_port, write_contract
+
+    body = demo_like(free_port()).split("        promotion:")[0]
+    kl = body + "          - kind: kl\n            input: p\n            rule: {}\n"
+    with pytest.raises(ContractError, match=r"c\.yaml:\d+: gates\[1\]\.rule: .*at least one of max_mean"):
+        load_contract(write_contract(tmp_path, kl))
+    oracle = body + "          - kind: kl\n            input: p\n            oracle: nobody\n            rule: {max_mean: 0.1}\n"
+    with pytest.raises(ContractError, match=r"gates\[1\]\.oracle: no lane named 'nobody'"):
+        load_contract(write_contract(tmp_path, oracle))
+    refs = body + ("          - kind: teacher_forced\n            input: p\n            references: nope\n"
+                   "            rule: {instrument_tolerance: 0.01}\n")
+    with pytest.raises(ContractError, match=r"gates\[1\]\.references: no input set named 'nope'"):
+        load_contract(write_contract(tmp_path, refs))
