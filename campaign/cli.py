@@ -294,6 +294,8 @@ def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:
     for name, lane in summary["lanes"].items():
         if lane["status"] != "ran":
             out.print(f"lane {name}: {lane['status']} ({lane['cause']}): {lane['message']}")
+    for warning in summary.get("warnings", []):
+        out.print(f"[bold red]WARNING:[/] {warning}")
     out.print(f"bundle: {bundle}")
 
 

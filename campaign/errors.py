@@ -14,6 +14,8 @@ code from the class: 2 for input the user must fix, 1 for a run that failed.
     |   +-- PreflightError    refused before anything was stopped or started
     |   +-- LaunchError       a lane did not come up (classified; INCONCLUSIVE, not a finding)
     |   +-- EngineError       an engine answered wrongly or not at all
+    |       +-- CapabilityError   the engine (or its adapter) cannot do what a gate asks
+    |       +-- ScoreError        a scoring response cannot be read as the positions asked for
     +-- VerifyError           a bundle failed verification (exit 1)
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "AxisError",
     "CampaignError",
+    "CapabilityError",
     "ContractError",
     "EngineError",
     "FrozenChanged",
@@ -30,6 +33,7 @@ __all__ = [
     "LaunchError",
     "PreflightError",
     "RunError",
+    "ScoreError",
     "VerifyError",
 ]
 
@@ -83,6 +87,14 @@ class LaunchError(RunError):
 
 
 class EngineError(RunError):
+    pass
+
+
+class CapabilityError(EngineError):
+    pass
+
+
+class ScoreError(EngineError):
     pass
 
 

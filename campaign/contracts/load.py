@@ -217,6 +217,12 @@ def _check_gates(loaded: LoadedContract, check_files: bool) -> None:
         input_name = getattr(gate, "input", None)
         if input_name is not None and input_name not in contract.inputs:
             raise loaded.error(("gates", index, "input"), f"no input set named {input_name!r}")
+        references = getattr(gate, "references", None)
+        if references is not None and references not in contract.inputs:
+            raise loaded.error(("gates", index, "references"), f"no input set named {references!r}")
+        oracle = getattr(gate, "oracle", None)
+        if oracle is not None and oracle not in loaded.lanes:
+            raise loaded.error(("gates", index, "oracle"), f"no lane named {oracle!r}")
     if contract.promotion:
         for index, required in enumerate(contract.promotion.requires):
             if required not in seen:

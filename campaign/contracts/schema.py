@@ -27,6 +27,8 @@ __all__ = [
     "GreedyRule",
     "IncumbentSpec",
     "InputSet",
+    "KlGate",
+    "KlRule",
     "Lane",
     "LaneChanges",
     "LaneFields",
@@ -37,9 +39,17 @@ __all__ = [
     "PromotionRule",
     "Readiness",
     "Role",
+    "RulerGate",
+    "RulerRule",
     "StrictModel",
     "TaskGate",
     "TaskRule",
+    "StructuredGate",
+    "StructuredRule",
+    "TeacherForcedGate",
+    "TeacherForcedRule",
+    "ToolsGate",
+    "ToolsRule",
     "parse_fraction",
 ]
 
@@ -328,7 +338,142 @@ class NeedleGate(StrictModel):
         return self
 
 
-GateSpec = Annotated[Union[GreedyGate, TaskGate, NeedleGate], Field(discriminator="kind")]
+class TeacherForcedRule(StrictModel):
+    instrument_tolerance: float = Field(
+        ge=0, description="nats: the most a lane's own greedy token may move between its generation-time "
+                          "logprob and its teacher-forced score (and its rank-1 tie margin); beyond it the "
+                          "scoring instrument is broken and the gate is INCONCLUSIVE.")
+    max_site_delta: float | None = Field(
+        None, ge=0, description="nats: at every divergence site, |logp(control token) - logp(candidate token)| "
+                                "on the control's server is at most this: the lanes disagree only at near-ties.")
+    max_cross_server_delta: float | None = Field(
+        None, ge=0, description="nats: the same token at the same site scored on both servers differs by at "
+                                "most this (0.0: the servers share prefill numerics).")
+    noninferiority_max: float | None = Field(
+        None, ge=0, description="nats: max |delta logprob| over all reference-text tokens, candidate vs control.")
+    noninferiority_mean: float | None = Field(
+        None, ge=0, description="nats: mean |delta logprob| over all reference-text tokens.")
+    min_self_fidelity: float | None = Field(
+        None, ge=0, le=1, description="Fraction of the candidate's greedy tokens that are strictly rank 1 "
+                                      "when teacher-forced on its own server.")
+
+
+class TeacherForcedGate(StrictModel):
+    kind: Literal["teacher_forced"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    input: str = Field(description="Input set of prompts (prompt, messages or raw context) generated greedily.")
+    references: str | None = Field(None, description="Input set of reference texts (rows with `text`) "
+                                                     "teacher-forced on both lanes for noninferiority.")
+    max_tokens: int = Field(32, ge=1, le=4096, description="Greedy tokens generated per prompt.")
+    top_k: int = Field(20, ge=2, le=200, description="Top-k logprobs asked for at every scored position.")
+    rule: TeacherForcedRule
+
+
+class KlRule(StrictModel):
+    max_mean: float | None = Field(None, ge=0, description="nats: mean per-token KL(oracle || lane), all texts.")
+    max_p99: float | None = Field(None, ge=0, description="nats: 99th percentile per-token KL, all texts.")
+    max_max: float | None = Field(None, ge=0, description="nats: largest per-token KL.")
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> "KlRule":
+        if self.max_mean is None and self.max_p99 is None and self.max_max is None:
+            raise ValueError("give at least one of max_mean, max_p99, max_max")
+        return self
+
+
+class KlGate(StrictModel):
+    kind: Literal["kl"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    input: str = Field(description="Input set of reference texts (rows with `text`).")
+    oracle: str | None = Field(None, description="Lane whose distributions are the reference; default: the "
+                                                 "candidate's control.")
+    top_k: int = Field(20, ge=2, le=200, description="Top-k logprobs asked for at every position.")
+    rule: KlRule
+
+
+class StructuredRule(StrictModel):
+    correct: str = Field(description="Rows whose output is valid, schema-valid and equal to the oracle answer, "
+                                     "at least k/N.")
+    schema_valid: str | None = Field(None, description="Rows whose output is schema-valid JSON, at least k/N.")
+
+    @field_validator("correct", "schema_valid")
+    @classmethod
+    def _fraction(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_fraction(value)
+        return value
+
+
+class StructuredGate(StrictModel):
+    kind: Literal["structured"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    input: str = Field(description="Rows {id, prompt|messages, schema, answer}.")
+    constrained: bool = Field(True, description="Send each row's schema as a json_schema response format "
+                                                "(false: ask in the prompt only, as unconstrained chat does).")
+    max_tokens: int = Field(128, ge=1, le=8192, description="Token budget per reply.")
+    rule: StructuredRule
+
+
+class ToolsRule(StrictModel):
+    passed: str = Field(description="Episodes whose every expected call was parsed with the right function "
+                                    "and arguments, at least k/N.")
+
+    @field_validator("passed")
+    @classmethod
+    def _fraction(cls, value: str) -> str:
+        parse_fraction(value)
+        return value
+
+
+class ToolsGate(StrictModel):
+    kind: Literal["tools"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    input: str = Field(description="Episodes {id, prompt|messages, tools, expect: [calls], results: [...], "
+                                   "optional tool_choice (call turns), final_tool_choice, final_contains}.")
+    max_tokens: int = Field(128, ge=1, le=8192, description="Token budget per turn.")
+    rule: ToolsRule
+
+
+Observable = Literal["outputs", "logprobs", "metrics", "speed", "boot_log", "props"]
+
+
+class RulerRule(StrictModel):
+    observe: list[Observable] = Field(
+        default_factory=lambda: ["outputs", "logprobs", "metrics", "speed", "boot_log", "props"],
+        description="What may show the axis taking effect; indistinguishable on all of them: axis may be inert.")
+    speed_tolerance: float = Field(
+        0.25, gt=0, description="Relative probe-speed change that counts as a difference (and only when the "
+                                "per-probe ranges do not overlap): small probes on a shared host are noisy.")
+    require_counters: list[str] = Field(
+        default_factory=list, description="Metric names that must be non-zero on the candidate after its probes.")
+    require_boot_log: list[str] = Field(
+        default_factory=list, description="Regexes the candidate's boot log must match.")
+    inert_verdict: Literal["FAIL", "INCONCLUSIVE"] = Field(
+        "FAIL", description="Verdict when the candidate is indistinguishable from control.")
+
+    @field_validator("require_boot_log")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from exc
+        return patterns
+
+
+class RulerGate(StrictModel):
+    kind: Literal["ruler"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    input: str = Field(description="Input set of probe prompts.")
+    probes: int = Field(3, ge=1, le=100, description="How many of the input's prompts are sent.")
+    max_tokens: int = Field(16, ge=1, le=4096, description="Greedy tokens per probe.")
+    top_k: int = Field(5, ge=1, le=100, description="Top-k logprobs compared per token.")
+    rule: RulerRule = Field(default_factory=RulerRule)
+
+
+GateSpec = Annotated[Union[GreedyGate, TaskGate, NeedleGate, TeacherForcedGate, KlGate, StructuredGate, ToolsGate, RulerGate],
+                     Field(discriminator="kind")]
 
 
 class IncumbentSpec(StrictModel):

@@ -74,8 +74,15 @@ class Gate(ABC):
 
 def gate_for(spec: Any, ctx: GateContext) -> Gate:
     from campaign.gates.greedy import GreedyGate
+    from campaign.gates.kl import KlGate
     from campaign.gates.needle import NeedleGate
+    from campaign.gates.ruler import RulerGate
+    from campaign.gates.structured import StructuredGate
     from campaign.gates.task import TaskGate
+    from campaign.gates.teacher_forced import TeacherForcedGate
+    from campaign.gates.tools import ToolsGate
 
-    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "task": TaskGate, "needle": NeedleGate}
+    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "task": TaskGate, "needle": NeedleGate,
+                                    "teacher_forced": TeacherForcedGate, "kl": KlGate,
+                                    "structured": StructuredGate, "tools": ToolsGate, "ruler": RulerGate}
     return kinds[spec.kind](spec, ctx)

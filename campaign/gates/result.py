@@ -49,6 +49,8 @@ class GateResult(BaseModel):
     metrics: dict[str, Metric] = Field(default_factory=dict)
     details: dict[str, Any] = Field(default_factory=dict, description="Per-item evidence.")
     caveats: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list,
+                                description="Loud findings every reader must see, e.g. an axis that may be inert.")
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

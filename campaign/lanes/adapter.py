@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
+from campaign.errors import CapabilityError
 from campaign.lanes.client import LaneClient
+from campaign.lanes.scoring import Generation, Position, TokenSeq
 
 __all__ = ["EngineAdapter", "Readiness", "adapter_for"]
 
@@ -67,15 +69,73 @@ class EngineAdapter(ABC):
         """The engine's own prefill numbers from a response (or final stream event), if it reports them:
         ``prompt_tokens_processed``, ``prefill_ms``, ``prefill_tok_s``, ``cached_tokens``."""
         return {}
+    # --- scoring and request shapes. Gates call these and never build engine-specific requests.
+    # Each live method writes every raw record through ``sink`` with ``tags``; each ``parse_*`` reads
+    # those records back offline, so a bundle can be re-judged without the engine.
+    capabilities: frozenset[str] = frozenset()  # render_chat, tokenize, generate, score, json_schema, tools
+
+    def _unsupported(self, what: str) -> CapabilityError:
+        return CapabilityError(f"engine {self.name!r}: the adapter cannot {what}")
+
+    async def render_chat(self, client: LaneClient, messages: list[dict[str, Any]], *, sink: Any,
+                          tags: dict[str, Any]) -> str:
+        """The prompt text the engine's own chat template makes of ``messages``."""
+        raise self._unsupported("render a chat template")
+
+    async def tokenize(self, client: LaneClient, text: str, *, special: bool, sink: Any,
+                       tags: dict[str, Any]) -> TokenSeq:
+        """Token ids (and pieces) of ``text``; ``special`` parses special-token text as special tokens."""
+        raise self._unsupported("tokenize")
+
+    async def generate(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, *, max_tokens: int,
+                       top_k: int, sink: Any, tags: dict[str, Any]) -> Generation:
+        """Greedy continuation of ``prompt`` with generation-time logprobs and top-k per token."""
+        raise self._unsupported("generate with logprobs")
+
+    def parse_generation(self, records: list[dict[str, Any]]) -> Generation:
+        raise self._unsupported("generate with logprobs")
+
+    async def score(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, continuation: TokenSeq, *,
+                    top_k: int, sink: Any, tags: dict[str, Any]) -> list[Position]:
+        """Teacher forcing: each token of ``continuation`` scored after ``prompt`` plus the tokens before it;
+        one more position at the end, the next-token distribution after the whole continuation."""
+        raise self._unsupported("score given tokens")
+
+    def parse_score(self, records: list[dict[str, Any]], prompt: TokenSeq,
+                    continuation: TokenSeq) -> list[Position]:
+        raise self._unsupported("score given tokens")
+
+    def chat_body(self, lane: EffectiveLane, messages: list[dict[str, Any]], *, max_tokens: int,
+                  json_schema: dict[str, Any] | None = None,
+                  tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """A greedy /v1/chat/completions body, with a json_schema response format or tools in this
+        engine's own shape."""
+        if json_schema is not None and "json_schema" not in self.capabilities:
+            raise self._unsupported("constrain output to a JSON schema")
+        if tools is not None and "tools" not in self.capabilities:
+            raise self._unsupported("parse tool calls")
+        body: dict[str, Any] = {"model": self.served_model(lane), "messages": messages, "temperature": 0,
+                                "max_tokens": max_tokens, "seed": 0}
+        if json_schema is not None:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "answer", "strict": True, "schema": json_schema}}
+        if tools is not None:
+            body["tools"] = tools
+        return body
+
+    async def metrics_text(self, client: LaneClient) -> str | None:
+        """The engine's Prometheus metrics page, or None when it has none."""
+        return None
 
 
 def adapter_for(engine: str) -> EngineAdapter:
     from campaign.lanes.llamacpp import LlamaCppAdapter
+    from campaign.lanes.llamacpp_python import LlamaCppPythonAdapter
     from campaign.lanes.sglang import SGLangAdapter
     from campaign.lanes.vllm import VllmAdapter
 
-    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "sglang": SGLangAdapter,
-                                                "vllm": VllmAdapter}
+    adapters: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "llama-cpp-python": LlamaCppPythonAdapter,
+                                                "sglang": SGLangAdapter, "vllm": VllmAdapter}
     try:
         return adapters[engine]()
     except KeyError:

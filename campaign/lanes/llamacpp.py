@@ -7,6 +7,13 @@ generated tokens only. Metrics need --metrics. Speculative decoding without a dr
 template, POST /tokenize counts it (with special tokens parsed, as a chat request does); the count
 equals the chat response's usage.prompt_tokens. ``cache_prompt: false`` keeps the slot's prompt cache
 out of a request; responses (and the last stream event) carry ``timings`` with prompt_n/prompt_ms.
+--spec-type ngram-simple --spec-draft-n-max K.
+
+Scoring: the native /completion takes prompts as token-id arrays (several in one request), and
+``n_probs`` returns the top-k raw (pre-sampling) logprobs of each generated token. A prefix is scored
+by asking for one token after it; a continuation of n tokens is n+1 such prefixes in one request, each
+prefilled from scratch (``cache_prompt: false``) so a score never reuses the KV the generation left.
+A token outside the returned top-k has no logprob (censored).
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from typing import Any
 import httpx
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.errors import EngineError
+from campaign.errors import EngineError, ScoreError
 from campaign.lanes.adapter import EngineAdapter, Readiness
 from campaign.lanes.client import LaneClient
+from campaign.lanes.scoring import Alt, Generation, Position, TokenSeq
 
 __all__ = ["LlamaCppAdapter"]
 
@@ -76,3 +84,116 @@ class LlamaCppAdapter(EngineAdapter):
             if isinstance(timings.get(key), (int, float)):
                 out[name] = float(timings[key])
         return out
+    capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "json_schema", "tools", "metrics"})
+
+    async def render_chat(self, client: LaneClient, messages: list[dict[str, Any]], *, sink: Any,
+                          tags: dict[str, Any]) -> str:
+        record = await client.post("/apply-template", {"messages": messages}, sink=sink,
+                                   tags={**tags, "part": "render_chat"})
+        prompt = (record.get("response") or {}).get("prompt") if not record.get("error") else None
+        if not isinstance(prompt, str):
+            raise ScoreError(f"lane {client.lane}: /apply-template failed: {record.get('error') or 'no prompt'}")
+        return prompt
+
+    async def tokenize(self, client: LaneClient, text: str, *, special: bool, sink: Any,
+                       tags: dict[str, Any]) -> TokenSeq:
+        record = await client.post("/tokenize", {"content": text, "add_special": special, "parse_special": special,
+                                                 "with_pieces": True}, sink=sink, tags={**tags, "part": "tokenize"})
+        tokens = (record.get("response") or {}).get("tokens") if not record.get("error") else None
+        if not isinstance(tokens, list):
+            raise ScoreError(f"lane {client.lane}: /tokenize failed: {record.get('error') or 'no tokens'}")
+        ids, raw = [], []
+        for entry in tokens:
+            ids.append(int(entry["id"]))
+            piece = entry.get("piece", "")
+            raw.append(bytes(piece) if isinstance(piece, list) else piece.encode("utf-8"))
+        return _seq(ids, raw)
+
+    async def generate(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, *, max_tokens: int,
+                       top_k: int, sink: Any, tags: dict[str, Any]) -> Generation:
+        body = {"prompt": list(prompt.ids), "n_predict": max_tokens, "temperature": 0, "n_probs": top_k,
+                "cache_prompt": False, "return_tokens": True, "seed": 0}
+        record = await client.post("/completion", body, sink=sink, tags={**tags, "part": "generate"})
+        return self.parse_generation([record])
+
+    def parse_generation(self, records: list[dict[str, Any]]) -> Generation:
+        record = _one(records, "generate")
+        response = record["response"]
+        probs = response.get("completion_probabilities")
+        if not isinstance(probs, list):
+            raise ScoreError("generation has no completion_probabilities (was n_probs sent?)")
+        positions = [_position(entry) for entry in probs]
+        ids = [p.token for p in positions]
+        if list(response.get("tokens") or ids) != ids:
+            raise ScoreError("generated token ids differ from the ids their logprobs are reported for")
+        raw = [bytes(entry.get("bytes") or entry.get("token", "").encode("utf-8")) for entry in probs]
+        finish = {"limit": "length", "eos": "stop", "word": "stop"}.get(response.get("stop_type"), "other")
+        return Generation(tokens=_seq([int(i) for i in ids], raw), positions=tuple(positions), finish=finish,
+                          extra={"timings": response.get("timings")})
+
+    async def score(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, continuation: TokenSeq, *,
+                    top_k: int, sink: Any, tags: dict[str, Any]) -> list[Position]:
+        prompts = [list(prompt.ids) + list(continuation.ids[:t]) for t in range(len(continuation) + 1)]
+        body = {"prompt": prompts, "n_predict": 1, "temperature": 0, "n_probs": top_k, "cache_prompt": False,
+                "seed": 0}
+        record = await client.post("/completion", body, sink=sink, tags={**tags, "part": "score"})
+        return self.parse_score([record], prompt, continuation)
+
+    def parse_score(self, records: list[dict[str, Any]], prompt: TokenSeq,
+                    continuation: TokenSeq) -> list[Position]:
+        record = _one(records, "score")
+        sent = record["request"]["prompt"]
+        expected = [list(prompt.ids) + list(continuation.ids[:t]) for t in range(len(continuation) + 1)]
+        if sent != expected:
+            raise ScoreError("the scoring request does not hold the prefixes of this continuation")
+        results = record["response"]
+        results = results if isinstance(results, list) else [results]
+        if len(results) != len(expected):
+            raise ScoreError(f"asked to score {len(expected)} prefixes, got {len(results)} results")
+        results = sorted(results, key=lambda r: r.get("index", 0))
+        positions = []
+        for t, result in enumerate(results):
+            probs = result.get("completion_probabilities") or []
+            if len(probs) != 1:
+                raise ScoreError(f"prefix {t}: expected one next-token distribution, got {len(probs)}")
+            nxt = _position(probs[0])
+            if t == len(continuation):
+                positions.append(nxt)  # the next token after the whole continuation: the engine's pick
+                continue
+            token, text = continuation.ids[t], _piece(continuation, t)
+            positions.append(Position(token=token, text=text, logprob=nxt.lookup(token, text), top=nxt.top))
+        return positions
+
+    async def metrics_text(self, client: LaneClient) -> str | None:
+        status, text = await client.get_text("/metrics")
+        return text if status == 200 else None
+
+
+def _one(records: list[dict[str, Any]], part: str) -> dict[str, Any]:
+    found = [r for r in records if (r.get("tags") or {}).get("part") == part]
+    if len(found) != 1:
+        raise ScoreError(f"expected one {part} record, found {len(found)}")
+    record = found[0]
+    if record.get("error") or not isinstance(record.get("response"), (dict, list)):
+        raise ScoreError(f"{part} request failed: {record.get('error') or 'no response'}")
+    return record
+
+
+def _alt(entry: dict[str, Any]) -> Alt:
+    return Alt(token=int(entry["id"]), text=str(entry.get("token", "")), logprob=float(entry["logprob"]))
+
+
+def _position(entry: dict[str, Any]) -> Position:
+    top = tuple(_alt(e) for e in entry.get("top_logprobs") or [])
+    return Position(token=int(entry["id"]), text=str(entry.get("token", "")), logprob=float(entry["logprob"]),
+                    top=top)
+
+
+def _piece(seq: TokenSeq, index: int) -> str:
+    return seq.pieces[index] if index < len(seq.pieces) else ""
+
+
+def _seq(ids: list[int], raw: list[bytes]) -> TokenSeq:
+    # joined as bytes: a multi-byte character split across two tokens must survive the join
+    return TokenSeq(tuple(ids), b"".join(raw).decode("utf-8", "replace"),
+                    tuple(r.decode("utf-8", "replace") for r in raw))

@@ -467,6 +467,9 @@ def _summary(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: s
         entry["gates"][result.gate] = {"verdict": result.verdict.value, "reasons": result.reasons,
                                        "metrics": {k: m.model_dump(exclude_none=True)
                                                    for k, m in result.metrics.items()}}
+        if result.warnings:
+            entry["gates"][result.gate]["warnings"] = list(result.warnings)
+            entry.setdefault("warnings", []).extend(result.warnings)
     promotion = loaded.contract.promotion
     for name, entry in candidates.items():
         required = promotion.requires if promotion else list(entry["gates"])
@@ -490,4 +493,5 @@ def _summary(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: s
                          {"value": round(o.boot_seconds, 3), "unit": "s"},
                          "engine_version": o.engine_version} for name, o in lanes.items()},
         "candidates": candidates,
+        "warnings": [w for r in results for w in r.warnings],
     }

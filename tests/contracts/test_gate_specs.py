@@ -42,8 +42,8 @@ def _line_of(tmp_path: Path, text: str) -> int:
 def test_demo_contract_has_both_gates() -> None:
     loaded = load_contract(REPO / "examples" / "demo.yaml")
     kinds = [g.kind for g in loaded.contract.gates]
-    assert kinds == ["greedy", "task", "needle"]
-    needle = loaded.contract.gates[2]
+    assert {"task", "needle"} <= set(kinds)
+    needle = loaded.contract.gates[kinds.index("needle")]
     assert needle.rungs == [256, 512, 1024]
     assert all(lane_context(lane)[0] == 4096 for lane in loaded.lanes.values())
 

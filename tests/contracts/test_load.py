@@ -15,7 +15,7 @@ from tests.conftest import REPO, demo_like, write_contract
 
 def test_demo_contract_resolves_lanes_and_axis() -> None:
     loaded = load_contract(REPO / "examples" / "demo.yaml")
-    assert [lane.name for lane in loaded.lanes.values()] == ["baseline", "ngram-k4"]
+    assert [lane.name for lane in loaded.lanes.values()] == ["baseline", "ngram-k4", "kv-q8"]
     candidate = loaded.lanes["ngram-k4"]
     assert candidate.control == "baseline"
     assert candidate.args[-4:] == ["--spec-type", "ngram-simple", "--spec-draft-n-max", "4"]

@@ -1,0 +1,168 @@
+"""kl: for axes that are not meant to be lossless, KL(oracle || lane) of next-token distributions along
+fixed reference texts, from the top-k logprobs each lane returns while the text is teacher-forced.
+
+Tail treatment (stated in every result): the distribution is coarsened to the oracle's top-k tokens
+plus one bucket for the rest of the vocabulary, on both sides. Coarsening can only lower KL (data
+processing inequality), so the numbers are lower bounds of the full-vocabulary KL. A token in the
+oracle's top-k that the lane did not return is given the lane's lowest returned probability (an upper
+bound on its true probability); how often that happened is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.schema import KlGate as KlSpec
+from campaign.errors import EngineError
+from campaign.fsutil import JsonlAppender
+from campaign.gates.base import Gate, Visit
+from campaign.gates.inputs import load_sources
+from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.tokens import Prepared, prepare_sources, read_prepared, select
+from campaign.lanes.adapter import adapter_for
+from campaign.lanes.scoring import Position
+from campaign.lanes.session import LaneRun
+
+__all__ = ["KlGate", "TAIL_TREATMENT", "kl_topk", "percentile"]
+
+TAIL_TREATMENT = ("KL over the oracle's top-k tokens plus one bucket for the rest of the vocabulary (a lower "
+                  "bound of the full KL); an oracle top-k token missing from the lane's top-k gets the lane's "
+                  "lowest returned probability")
+_EPS = 1e-12
+
+
+def kl_topk(oracle: Position, lane: Position) -> tuple[float, int]:
+    """KL(oracle || lane) at one position under the stated tail treatment, and how many oracle tokens
+    the lane did not return."""
+    seen, p, q, missing = set(), [], [], 0
+    floor = lane.floor
+    for alt in oracle.top:
+        key = (alt.token, alt.text) if alt.token is not None else (None, alt.text)
+        if key in seen:
+            continue
+        seen.add(key)
+        got = lane.lookup(alt.token, alt.text)
+        if got is None:
+            missing += 1
+            got = floor if floor is not None else math.log(_EPS)
+        p.append(math.exp(alt.logprob))
+        q.append(math.exp(got))
+    p_tail = max(0.0, 1.0 - sum(p))
+    q_tail = max(_EPS, 1.0 - sum(q))
+    kl = sum(pi * (math.log(max(pi, _EPS)) - math.log(max(qi, _EPS))) for pi, qi in zip(p, q))
+    if p_tail > _EPS:
+        kl += p_tail * (math.log(p_tail) - math.log(q_tail))
+    return max(kl, 0.0), missing
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: every reported value was observed)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+class KlGate(Gate):
+    spec: KlSpec
+
+    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
+        lane = run.lane
+        owner = lane.control if lane.role == "candidate" and lane.control else lane.name
+        refs = read_prepared(self.ctx.raw_records(self.gate_id, owner), "reference")
+        if not refs:
+            sources = load_sources(self.ctx.input_paths[self.spec.input], need_text=True)
+            refs = await prepare_sources(run, sources, sink, purpose="reference")
+        for item, prepared in refs.items():
+            if prepared.prompt is None or prepared.text is None:
+                continue
+            tags = {"purpose": "kl", "item": item}
+            try:
+                await run.adapter.score(run.client, lane, prepared.prompt, prepared.text, top_k=self.spec.top_k,
+                                        sink=sink, tags=tags)
+            except EngineError as exc:
+                sink.append({"derived": "error", "tags": tags, "error": str(exc)})
+
+    def _oracle(self, candidate: EffectiveLane) -> EffectiveLane:
+        return self.ctx.contract.lanes[self.spec.oracle or candidate.control or ""]
+
+    def _prepared(self) -> dict[str, Prepared]:
+        for control in self.ctx.contract.controls():
+            found = read_prepared(self.ctx.raw_records(self.gate_id, control.name), "reference")
+            if found:
+                return found
+        return {}
+
+    def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+        oracle = self._oracle(candidate)
+        result = GateResult(gate=self.gate_id, kind="kl", candidate=candidate.name, control=control.name,
+                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result.details["tail_treatment"] = TAIL_TREATMENT
+        result.details["oracle"] = oracle.name
+        if oracle.name == candidate.name:
+            result.reasons = ["the oracle is the candidate itself: KL is zero by construction"]
+            return result
+        refs = self._prepared()
+        problems = [f"reference {k}: {p.error}" for k, p in refs.items() if p.prompt is None or p.text is None]
+        if not refs or problems:
+            result.reasons = ["instrument: reference texts could not be prepared as tokens", *problems[:10]]
+            return result
+        scores: dict[str, dict[str, list[Position]]] = {}
+        for lane in (oracle, candidate):
+            adapter, records = adapter_for(lane.engine), self.ctx.raw_records(self.gate_id, lane.name)
+            scores[lane.name] = {}
+            for item, prepared in refs.items():
+                try:
+                    scores[lane.name][item] = adapter.parse_score(select(records, purpose="kl", item=item),
+                                                                  prepared.prompt, prepared.text)[:-1]
+                except EngineError as exc:
+                    problems.append(f"{lane.name} reference {item}: {exc}")
+                    continue
+                if any(not pos.top for pos in scores[lane.name][item]):
+                    problems.append(f"{lane.name} reference {item}: a position came back without top-k logprobs")
+        if problems:
+            result.reasons = ["instrument: not every reference text was scored with top-k logprobs on both lanes",
+                              *problems[:10]]
+            return result
+        distinct = {tuple((a.token, a.text, round(a.logprob, 6)) for a in pos.top)
+                    for item in refs for pos in scores[oracle.name][item]}
+        if len(distinct) < 2:
+            result.reasons = [f"instrument: the oracle {oracle.name} returned the same distribution at every "
+                              "position; it is not scoring the texts"]
+            return result
+        values, rows, missing_total = [], [], 0
+        for item in refs:
+            kls = []
+            for po, pl in zip(scores[oracle.name][item], scores[candidate.name][item]):
+                kl, missing = kl_topk(po, pl)
+                kls.append(kl)
+                missing_total += missing
+            values += kls
+            rows.append({"reference": item, "tokens": len(kls), "mean": sum(kls) / len(kls) if kls else None,
+                         "p99": percentile(kls, 99) if kls else None, "max": max(kls, default=None)})
+        if not values:
+            result.reasons = ["instrument: no positions to compare"]
+            return result
+        mean, p99, top = sum(values) / len(values), percentile(values, 99), max(values)
+        result.metrics = {
+            "kl_mean": Metric(value=round(mean, 9), unit="nats", denominator=len(values),
+                              note=f"per-token KL({oracle.name} || {candidate.name}), {len(rows)} texts"),
+            "kl_p99": Metric(value=round(p99, 9), unit="nats", denominator=len(values)),
+            "kl_max": Metric(value=round(top, 9), unit="nats", denominator=len(values)),
+            "oracle_tokens_missing_from_lane_topk": Metric(value=missing_total,
+                                                           denominator=len(values) * self.spec.top_k,
+                                                           unit="token slots"),
+        }
+        result.details["texts"] = rows
+        verdicts = []
+        for name, bound, value in (("mean", self.spec.rule.max_mean, mean), ("p99", self.spec.rule.max_p99, p99),
+                                   ("max", self.spec.rule.max_max, top)):
+            if bound is None:
+                continue
+            ok = value <= bound
+            verdicts.append(ok)
+            result.reasons.append(f"KL {name} {value:.6f} {'<=' if ok else '>'} {bound} nats over {len(values)} tokens")
+        result.verdict = Verdict.PASS if all(verdicts) else Verdict.FAIL
+        result.caveats.append("tail: " + TAIL_TREATMENT)
+        return result

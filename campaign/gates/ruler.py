@@ -1,0 +1,228 @@
+"""ruler: prove the declared axis takes effect before anything is measured with it.
+
+A flag can parse and do nothing; a dead flag yields identical numbers. On every lane the ruler sends a
+few greedy probes (text, top-k logprobs, speed) and snapshots the engine's metrics before and after;
+offline it compares the candidate with its control on each observable: outputs, logprobs, metric
+counters (time-valued ones excluded: they always differ), speed (only beyond a frozen tolerance and
+with non-overlapping ranges), the boot log (timings, ports and paths stripped) and the engine's own
+properties. Indistinguishable on all of them: "axis may be inert", loudly, in SUMMARY.json.
+
+Boot log and properties show that a flag was parsed, not that it acted: they are weaker evidence and
+can be left out of ``observe``.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.schema import RulerGate as RulerSpec
+from campaign.errors import EngineError
+from campaign.fsutil import JsonlAppender
+from campaign.gates.base import Gate, Visit
+from campaign.gates.inputs import load_prompts
+from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.lanes.session import LaneRun
+
+__all__ = ["RulerGate", "counter_deltas", "normalize_boot_log", "parse_prometheus"]
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_VOLATILE = re.compile(r"(time|ms\b|per second|t/s|tok/s|listening|port|pid|task|slot|uptime|/tmp/|seed)", re.I)
+_STAMP = re.compile(r"^\s*[\d.:]+\s+[A-Z]\s+")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line.strip())
+        if match:
+            try:
+                out[match.group(1) + (match.group(2) or "")] = float(match.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What the probes did to each counter; time-valued counters are left out (they always differ)."""
+    return {name: after[name] - before.get(name, 0.0) for name in after
+            if name.split("{")[0].endswith("_total") and "seconds" not in name}
+
+
+def normalize_boot_log(text: str) -> list[str]:
+    lines = []
+    for line in text.splitlines():
+        line = _STAMP.sub("", line).strip()
+        if line and not _VOLATILE.search(line):
+            lines.append(re.sub(r"0x[0-9a-f]+", "0x", line))
+    return sorted(set(lines))
+
+
+class RulerGate(Gate):
+    spec: RulerSpec
+
+    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
+        await self._metrics(run, sink, "before")
+        prompts = load_prompts(self.ctx.input_paths[self.spec.input])[: self.spec.probes]
+        for prompt in prompts:
+            try:
+                body = run.adapter.chat_body(run.lane, prompt.messages, max_tokens=self.spec.max_tokens)
+            except EngineError as exc:
+                sink.append({"derived": "error", "tags": {"item": prompt.id}, "error": str(exc)})
+                continue
+            body |= {"logprobs": True, "top_logprobs": self.spec.top_k}
+            await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body}, sink=sink,
+                                  tags={"purpose": "probe", "item": prompt.id})
+        await self._metrics(run, sink, "after")
+        sink.append({"derived": "props", "tags": {"purpose": "props"}, "props": await run.adapter.version(run.client)})
+
+    async def _metrics(self, run: LaneRun, sink: JsonlAppender, phase: str) -> None:
+        try:
+            text = await run.adapter.metrics_text(run.client)
+        except EngineError as exc:
+            text, error = None, str(exc)
+        else:
+            error = None if text is not None else "the engine serves no metrics"
+        sink.append({"derived": "metrics", "tags": {"purpose": "metrics", "phase": phase}, "text": text, "error": error})
+
+    def _observe(self, lane: str) -> dict[str, Any]:
+        records = self.ctx.raw_records(self.gate_id, lane)
+        obs: dict[str, Any] = {"outputs": {}, "logprobs": {}, "speeds": [], "problems": []}
+        for record in records:
+            tags = record.get("tags") or {}
+            if tags.get("purpose") == "probe":
+                item = str(tags.get("item"))
+                if record.get("error"):
+                    obs["problems"].append(f"{lane} probe {item}: {record['error']}")
+                    continue
+                choice = ((record.get("response") or {}).get("choices") or [{}])[0]
+                text = (choice.get("message") or {}).get("content") or ""
+                if not text:
+                    obs["problems"].append(f"{lane} probe {item}: empty reply")
+                obs["outputs"][item] = text
+                content = ((choice.get("logprobs") or {}).get("content")) or []
+                obs["logprobs"][item] = [(c.get("token"), round(float(c.get("logprob", 0.0)), 6),
+                                          tuple((t.get("token"), round(float(t.get("logprob", 0.0)), 6))
+                                                for t in c.get("top_logprobs") or []))
+                                         for c in content]
+                tokens = ((record.get("response") or {}).get("usage") or {}).get("completion_tokens") or 0
+                if tokens and record.get("elapsed_s"):
+                    obs["speeds"].append(tokens / record["elapsed_s"])
+            elif record.get("derived") == "metrics":
+                obs[f"metrics_{tags.get('phase')}"] = (parse_prometheus(record["text"])
+                                                       if record.get("text") is not None else None)
+            elif record.get("derived") == "props":
+                obs["props"] = {k: v for k, v in (record.get("props") or {}).items() if k != "model_path"}
+        before, after = obs.get("metrics_before"), obs.get("metrics_after")
+        obs["counters"] = counter_deltas(before, after) if before is not None and after is not None else None
+        log = self.ctx.bundle / "lanes" / lane / "boot.log"
+        obs["boot_log"] = normalize_boot_log(log.read_text(errors="replace")) if log.exists() else None
+        return obs
+
+    def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+        rule = self.spec.rule
+        result = GateResult(gate=self.gate_id, kind="ruler", candidate=candidate.name, control=control.name,
+                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        ctrl, cand = self._observe(control.name), self._observe(candidate.name)
+        problems = ctrl["problems"] + cand["problems"]
+        n = min(self.spec.probes, len(load_prompts(self.ctx.input_paths[self.spec.input])))
+        for name, obs in ((control.name, ctrl), (candidate.name, cand)):
+            if len(obs["outputs"]) < n:
+                problems.append(f"{name}: {len(obs['outputs'])}/{n} probes answered")
+            elif n >= 2 and len(set(obs["outputs"].values())) == 1:
+                problems.append(f"{name} gave the same reply to all {n} probes; it is not answering them")
+        if problems:
+            result.reasons = ["instrument: the probes did not get real replies on both lanes", *problems[:10]]
+            return result
+        evidence: dict[str, str] = {}
+        unavailable: list[str] = []
+        for observable in rule.observe:
+            verdict = self._compare(observable, ctrl, cand)
+            if verdict is None:
+                unavailable.append(observable)
+            elif verdict:
+                evidence[observable] = verdict
+        result.details = {"differs": evidence, "unavailable": unavailable, "axis": candidate.axis,
+                          "control_outputs": ctrl["outputs"], "candidate_outputs": cand["outputs"],
+                          "control_counters": ctrl["counters"], "candidate_counters": cand["counters"]}
+        result.metrics["observables_differing"] = Metric(value=len(evidence), denominator=len(rule.observe) - len(unavailable),
+                                                         unit="observables")
+        for name, obs in (("control", ctrl), ("candidate", cand)):
+            if obs["speeds"]:
+                result.metrics[f"{name}_probe_speed_median"] = Metric(
+                    value=round(statistics.median(obs["speeds"]), 3), unit="tok/s", denominator=len(obs["speeds"]),
+                    note="completion tokens / request wall time, per probe")
+        failures = []
+        after = cand.get("metrics_after")
+        for counter in rule.require_counters:
+            values = {k: v for k, v in (after or {}).items() if k == counter or k.startswith(counter + "{")}
+            if not values or not any(v > 0 for v in values.values()):
+                failures.append(f"required counter {counter} is {'absent' if not values else 'zero'} on "
+                                f"{candidate.name} after warmup and probes: the flag did not act")
+        boot = self.ctx.bundle / "lanes" / candidate.name / "boot.log"
+        boot_text = boot.read_text(errors="replace") if boot.exists() else ""
+        for pattern in rule.require_boot_log:
+            if not re.search(pattern, boot_text):
+                failures.append(f"boot log of {candidate.name} does not show {pattern!r}")
+        if failures:
+            result.reasons = failures
+            result.verdict = Verdict.FAIL
+            return result
+        if not evidence:
+            warning = (f"AXIS MAY BE INERT: candidate {candidate.name} ({', '.join(candidate.axis)}) is "
+                       f"indistinguishable from {control.name} on {', '.join(o for o in rule.observe if o not in unavailable)}")
+            result.warnings.append(warning)
+            result.reasons = [warning]
+            result.verdict = Verdict(rule.inert_verdict)
+            return result
+        result.reasons = [f"the axis shows on {', '.join(evidence)}: " + "; ".join(f"{k}: {v}" for k, v in evidence.items())]
+        result.verdict = Verdict.PASS
+        return result
+
+    def _compare(self, observable: str, ctrl: dict[str, Any], cand: dict[str, Any]) -> str | None | bool:
+        """A sentence when the lanes differ, False when they do not, None when it cannot be observed."""
+        if observable == "outputs":
+            changed = [k for k in ctrl["outputs"] if cand["outputs"].get(k) != ctrl["outputs"][k]]
+            return f"{len(changed)}/{len(ctrl['outputs'])} probe replies differ" if changed else False
+        if observable == "logprobs":
+            if not any(ctrl["logprobs"].values()) or not any(cand["logprobs"].values()):
+                return None
+            changed = sum(1 for k in ctrl["logprobs"] for a, b in zip(ctrl["logprobs"][k], cand["logprobs"].get(k, []))
+                          if a != b)
+            return f"{changed} token positions have different top-k logprobs" if changed else False
+        if observable == "metrics":
+            a, b = ctrl["counters"], cand["counters"]
+            if a is None or b is None:
+                return None
+            changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            return f"counters moved differently: {', '.join(changed[:6])}" if changed else False
+        if observable == "speed":
+            sa, sb = ctrl["speeds"], cand["speeds"]
+            if not sa or not sb:
+                return None
+            ma, mb = statistics.median(sa), statistics.median(sb)
+            change = (mb - ma) / ma if ma else 0.0
+            apart = max(sa) < min(sb) or max(sb) < min(sa)
+            if abs(change) > self.spec.rule.speed_tolerance and apart:
+                return f"probe speed {mb:.1f} vs {ma:.1f} tok/s ({change:+.0%}), ranges apart"
+            return False
+        if observable == "boot_log":
+            a, b = ctrl["boot_log"], cand["boot_log"]
+            if a is None or b is None:
+                return None
+            extra = sorted(set(b) - set(a))
+            lost = sorted(set(a) - set(b))
+            if extra or lost:
+                return f"boot log lines differ, e.g. {(extra or lost)[0][:100]!r}"
+            return False
+        if observable == "props":
+            a, b = ctrl.get("props"), cand.get("props")
+            if a is None or b is None:
+                return None
+            changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            return f"engine properties differ: {', '.join(changed)}" if changed else False
+        return None

@@ -1,0 +1,452 @@
+"""teacher_forced: let the model score its own divergences.
+
+Live, on every lane: greedy continuations of the prompts with generation-time logprobs; each lane's own
+continuation teacher-forced on its own server (the instrument check); reference texts teacher-forced
+(noninferiority). On a candidate: at each prompt where its greedy tokens leave the control's, the shared
+prefix is scored on the candidate's server; the control is booted again after its candidates and scores
+the same prefixes (and generates once more, so its boot-to-boot drift is measured).
+
+Offline: the instrument must give each lane's greedy tokens back at rank 1 with their generation-time
+logprobs (within the frozen tolerance) before any margin counts; otherwise INCONCLUSIVE with the
+evidence. Then per site: |delta logprob| between the two lanes' tokens on each server, the cross-server
+|delta| for the same token, and which lane's token is rank 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.schema import TeacherForcedGate as TeacherForcedSpec
+from campaign.errors import EngineError
+from campaign.fsutil import JsonlAppender
+from campaign.gates.base import Gate, Visit
+from campaign.gates.inputs import load_sources
+from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.tokens import Prepared, prepare_sources, read_prepared, select
+from campaign.lanes.adapter import adapter_for
+from campaign.lanes.scoring import Generation, Position, TokenSeq
+from campaign.lanes.session import LaneRun
+
+__all__ = ["TeacherForcedGate", "check_instrument", "first_divergence"]
+
+_MAX_EVIDENCE = 20
+
+
+def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
+    """Index of the first differing token; len(shorter) when one is a strict prefix; None if equal."""
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass
+class InstrumentCheck:
+    tokens: int = 0
+    within: int = 0
+    rank1_strict: int = 0
+    max_drift: float = 0.0
+    sum_drift: float = 0.0
+    failures: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        self.failures = self.failures or []
+
+
+def check_instrument(gen: Generation, scored: list[Position], tolerance: float, label: str,
+                     check: InstrumentCheck) -> None:
+    """A lane's own greedy tokens, teacher-forced: same token, logprob back within tolerance, rank 1."""
+    if len(scored) != len(gen.positions) + 1:
+        check.failures.append(f"{label}: scored {len(scored) - 1} positions for {len(gen.positions)} tokens")
+        return
+    for t, (made, forced) in enumerate(zip(gen.positions, scored)):
+        check.tokens += 1
+        if forced.token is not None and made.token is not None and forced.token != made.token:
+            check.failures.append(f"{label} token {t}: scored token {forced.token} is not the generated "
+                                  f"{made.token}")
+            continue
+        if made.logprob is None or forced.logprob is None:
+            check.failures.append(f"{label} token {t} ({made.text!r}): no logprob "
+                                  f"(generation {made.logprob}, teacher-forced {forced.logprob})")
+            continue
+        drift = abs(forced.logprob - made.logprob)
+        check.max_drift = max(check.max_drift, drift)
+        check.sum_drift += drift
+        rank = forced.rank(tie=tolerance)
+        check.rank1_strict += forced.rank() == 1
+        if drift > tolerance or rank != 1:
+            check.failures.append(f"{label} token {t} ({made.text!r}): generation logprob {made.logprob:.6f}, "
+                                  f"teacher-forced {forced.logprob:.6f} (|delta| {drift:.6f}), rank {rank}")
+        else:
+            check.within += 1
+
+
+class TeacherForcedGate(Gate):
+    spec: TeacherForcedSpec
+    rerun_control = True
+
+    # ---- live
+    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
+        lane = visit.lane
+        prompts = await self._prepared(run, sink, "prompt", self.spec.input, need_text=False)
+        if visit.index > 0:
+            await self._rerun(run, sink, prompts)
+            return
+        gens: dict[str, Generation] = {}
+        for item, prepared in prompts.items():
+            if prepared.prompt is None:
+                continue
+            tags = {"purpose": "generate", "item": item}
+            try:
+                gen = await run.adapter.generate(run.client, lane, prepared.prompt, max_tokens=self.spec.max_tokens,
+                                                 top_k=self.spec.top_k, sink=sink, tags=tags)
+                gens[item] = gen
+                await run.adapter.score(run.client, lane, prepared.prompt, gen.tokens, top_k=self.spec.top_k,
+                                        sink=sink, tags={"purpose": "instrument", "item": item})
+            except EngineError as exc:
+                sink.append({"derived": "error", "tags": tags, "error": str(exc)})
+        if self.spec.references:
+            refs = await self._prepared(run, sink, "reference", self.spec.references, need_text=True)
+            for item, prepared in refs.items():
+                if prepared.prompt is None or prepared.text is None:
+                    continue
+                tags = {"purpose": "reference", "item": item}
+                try:
+                    await run.adapter.score(run.client, lane, prepared.prompt, prepared.text, top_k=self.spec.top_k,
+                                            sink=sink, tags=tags)
+                except EngineError as exc:
+                    sink.append({"derived": "error", "tags": tags, "error": str(exc)})
+        if lane.role == "candidate" and lane.control:
+            control_gens = self._generations(lane.control, "generate")
+            await self._score_sites(run, sink, prompts, control_gens, gens, candidate=lane.name)
+
+    async def _rerun(self, run: LaneRun, sink: JsonlAppender, prompts: dict[str, Prepared]) -> None:
+        """The control, booted again: generate once more (drift), then score each candidate's sites."""
+        lane = run.lane
+        for item, prepared in prompts.items():
+            if prepared.prompt is None:
+                continue
+            tags = {"purpose": "rerun_generate", "item": item}
+            try:
+                await run.adapter.generate(run.client, lane, prepared.prompt, max_tokens=self.spec.max_tokens,
+                                           top_k=self.spec.top_k, sink=sink, tags=tags)
+            except EngineError as exc:
+                sink.append({"derived": "error", "tags": tags, "error": str(exc)})
+        control_gens = self._generations(lane.name, "generate")
+        for candidate in self.ctx.contract.candidates():
+            if candidate.control == lane.name:
+                cand_gens = self._generations(candidate.name, "generate")
+                await self._score_sites(run, sink, prompts, control_gens, cand_gens, candidate=candidate.name)
+
+    async def _score_sites(self, run: LaneRun, sink: JsonlAppender, prompts: dict[str, Prepared],
+                           control_gens: dict[str, Generation], cand_gens: dict[str, Generation],
+                           *, candidate: str) -> None:
+        for item, prepared in prompts.items():
+            ctrl, cand = control_gens.get(item), cand_gens.get(item)
+            if prepared.prompt is None or ctrl is None or cand is None:
+                continue
+            d = first_divergence(ctrl.tokens.ids, cand.tokens.ids)
+            if d is None or d >= min(len(ctrl.tokens), len(cand.tokens)):
+                continue  # identical, or one stopped earlier: no two tokens to weigh
+            tags = {"purpose": "site", "item": item, "candidate": candidate, "site": d}
+            try:
+                await run.adapter.score(run.client, run.lane, prepared.prompt + ctrl.tokens.head(d), _EMPTY,
+                                        top_k=self.spec.top_k, sink=sink, tags=tags)
+            except EngineError as exc:
+                sink.append({"derived": "error", "tags": tags, "error": str(exc)})
+
+    async def _prepared(self, run: LaneRun, sink: JsonlAppender, purpose: str, input_name: str,
+                        *, need_text: bool) -> dict[str, Prepared]:
+        """Prepared once on the control; candidates (and the control's rerun) reuse its token ids."""
+        lane = run.lane
+        owner = lane.control if lane.role == "candidate" and lane.control else lane.name
+        prepared = read_prepared(self.ctx.raw_records(self.gate_id, owner), purpose)
+        if prepared:
+            return prepared
+        sources = load_sources(self.ctx.input_paths[input_name], need_text=need_text)
+        return await prepare_sources(run, sources, sink, purpose=purpose)
+
+    def _generations(self, visit_key: str, purpose: str) -> dict[str, Generation]:
+        lane = self._lane(visit_key)
+        adapter = adapter_for(lane.engine)
+        out = {}
+        records = self.ctx.raw_records(self.gate_id, visit_key)
+        for item in {str(r["tags"]["item"]) for r in select(records, purpose=purpose)}:
+            try:
+                out[item] = adapter.parse_generation(select(records, purpose=purpose, item=item))
+            except EngineError:
+                continue
+        return out
+
+    def _lane(self, visit_key: str) -> EffectiveLane:
+        return self.ctx.contract.lanes[visit_key.split(".rerun")[0]]
+
+    # ---- offline
+    def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+        spec, rule = self.spec, self.spec.rule
+        result = GateResult(gate=self.gate_id, kind="teacher_forced", candidate=candidate.name,
+                            control=control.name, verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        records = {key: self.ctx.raw_records(self.gate_id, key)
+                   for key in (control.name, candidate.name, f"{control.name}.rerun1")}
+        prompts = read_prepared(records[control.name], "prompt")
+        problems: list[str] = [f"prompt {k}: {p.error}" for k, p in prompts.items() if p.prompt is None]
+        if not prompts or problems:
+            result.reasons = ["instrument: prompts could not be prepared as tokens on the control",
+                              *problems[:_MAX_EVIDENCE]]
+            return result
+
+        gens: dict[str, dict[str, Generation]] = {}
+        check: dict[str, InstrumentCheck] = {}
+        for lane in (control, candidate):
+            adapter = adapter_for(lane.engine)
+            gens[lane.name], check[lane.name] = {}, InstrumentCheck()
+            for item, prepared in prompts.items():
+                recs = records[lane.name]
+                try:
+                    gen = adapter.parse_generation(select(recs, purpose="generate", item=item))
+                    scored = adapter.parse_score(select(recs, purpose="instrument", item=item), prepared.prompt,
+                                                 gen.tokens)
+                except EngineError as exc:
+                    problems.append(f"{lane.name} prompt {item}: {exc}")
+                    continue
+                if not gen.tokens:
+                    problems.append(f"{lane.name} prompt {item}: generated no tokens")
+                    continue
+                gens[lane.name][item] = gen
+                check_instrument(gen, scored, rule.instrument_tolerance, f"{lane.name} prompt {item}",
+                                 check[lane.name])
+            texts = {g.tokens.ids for g in gens[lane.name].values()}
+            if len(gens[lane.name]) >= 2 and len(texts) == 1:
+                problems.append(f"{lane.name} gave the same continuation to all {len(gens[lane.name])} prompts; "
+                                "it is not answering the prompts")
+        instrument_metrics = {}
+        for name, c in check.items():
+            instrument_metrics[f"instrument_{'control' if name == control.name else 'candidate'}"] = Metric(
+                value=c.within, denominator=c.tokens, unit="tokens",
+                note=f"lane {name}: greedy tokens given back by teacher forcing within "
+                     f"{rule.instrument_tolerance} nats at rank 1")
+            instrument_metrics[f"instrument_max_drift_{'control' if name == control.name else 'candidate'}"] = \
+                Metric(value=round(c.max_drift, 9), unit="nats",
+                       note=f"lane {name}: max |generation-time - teacher-forced| logprob over {c.tokens} tokens")
+        result.metrics.update(instrument_metrics)
+        failures = [f for c in check.values() for f in c.failures]
+        if problems or failures:
+            result.reasons = ["instrument: teacher-forced scores do not give the lanes' own greedy tokens back, "
+                              "so no margin from this instrument counts", *(problems + failures)[:_MAX_EVIDENCE]]
+            result.details = {"instrument_failures": failures[:200], "problems": problems}
+            return result
+
+        verdicts: list[Verdict] = []
+        sites, site_problems = self._sites(prompts, gens, records, control, candidate)
+        details: dict[str, Any] = {"sites": sites}
+        if site_problems:
+            result.reasons = ["instrument: divergence sites could not be scored on both servers",
+                              *site_problems[:_MAX_EVIDENCE]]
+            result.details = details | {"problems": site_problems}
+            return result
+        n_prompts = len(prompts)
+        scored_sites = [s for s in sites if s.get("scored")]
+        result.metrics["sites"] = Metric(value=len(scored_sites), denominator=n_prompts, unit="prompts",
+                                         note="prompts where the greedy outputs diverge with two tokens to weigh")
+        length_only = sum(1 for s in sites if not s.get("scored"))
+        if length_only:
+            result.metrics["length_only_divergences"] = Metric(value=length_only, denominator=n_prompts,
+                                                               unit="prompts", note="one lane stopped earlier")
+        if scored_sites:
+            deltas = [s["delta_control_server"] for s in scored_sites]
+            cross = [max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites]
+            result.metrics["site_delta_max"] = Metric(value=round(max(deltas), 6), unit="nats",
+                                                      denominator=len(scored_sites),
+                                                      note="|logp(control tok) - logp(candidate tok)|, control server")
+            result.metrics["site_delta_mean"] = Metric(value=round(sum(deltas) / len(deltas), 6), unit="nats",
+                                                       denominator=len(scored_sites))
+            result.metrics["cross_server_delta_max"] = Metric(value=round(max(cross), 9), unit="nats",
+                                                              denominator=len(scored_sites),
+                                                              note="same token, same prefix, two servers")
+            for who in ("control", "candidate", "neither"):
+                result.metrics[f"rank1_{who}"] = Metric(
+                    value=sum(1 for s in scored_sites if s["rank1_control_server"] == who),
+                    denominator=len(scored_sites), unit="sites", note="whose token is rank 1 on the control server")
+        if rule.max_site_delta is not None:
+            worst = max((s["delta_control_server"] for s in scored_sites), default=0.0)
+            ok = worst <= rule.max_site_delta
+            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
+            result.reasons.append(f"site |delta logprob| max {worst:.4f} {'<=' if ok else '>'} "
+                                  f"{rule.max_site_delta} nats over {len(scored_sites)} sites")
+        if rule.max_cross_server_delta is not None:
+            worst = max((max(s["cross_server_control_token"], s["cross_server_candidate_token"])
+                         for s in scored_sites), default=0.0)
+            ok = worst <= rule.max_cross_server_delta
+            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
+            result.reasons.append(f"cross-server |delta| max {worst:.6f} {'<=' if ok else '>'} "
+                                  f"{rule.max_cross_server_delta} nats")
+
+        fidelity = check[candidate.name]
+        result.metrics["self_fidelity_candidate"] = Metric(value=fidelity.rank1_strict, denominator=fidelity.tokens,
+                                                           unit="tokens", note="strictly rank 1 when teacher-forced")
+        result.metrics["self_fidelity_control"] = Metric(value=check[control.name].rank1_strict,
+                                                         denominator=check[control.name].tokens, unit="tokens")
+        if rule.min_self_fidelity is not None:
+            share = fidelity.rank1_strict / fidelity.tokens if fidelity.tokens else 0.0
+            ok = share >= rule.min_self_fidelity
+            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
+            result.reasons.append(f"self-fidelity {fidelity.rank1_strict}/{fidelity.tokens} "
+                                  f"{'>=' if ok else '<'} {rule.min_self_fidelity}")
+
+        verdicts += self._noninferiority(records, control, candidate, result, details)
+        drift = self._reboot_drift(records, control, prompts, gens[control.name])
+        if drift is not None:
+            same, n = drift
+            result.metrics["control_reboot_identical"] = Metric(
+                value=same, denominator=n, unit="prompts", note="control's greedy tokens after a reboot in the window")
+            if same < n:
+                result.caveats.append(f"the control itself changed across reboots on {n - same}/{n} prompts: "
+                                      "divergences are not all the axis")
+        result.details = details
+        if not verdicts:
+            result.reasons.append("no rule judged anything: report only")
+            result.verdict = Verdict.PASS if scored_sites or n_prompts else Verdict.INCONCLUSIVE
+            return result
+        if Verdict.INCONCLUSIVE in verdicts:
+            result.verdict = Verdict.INCONCLUSIVE
+        else:
+            result.verdict = Verdict.FAIL if Verdict.FAIL in verdicts else Verdict.PASS
+        return result
+
+    def _sites(self, prompts: dict[str, Prepared], gens: dict[str, dict[str, Generation]],
+               records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
+               candidate: EffectiveLane) -> tuple[list[dict[str, Any]], list[str]]:
+        sites, problems = [], []
+        servers = {"control": (control, records[f"{control.name}.rerun1"]),
+                   "candidate": (candidate, records[candidate.name])}
+        for item, prepared in prompts.items():
+            ctrl, cand = gens[control.name].get(item), gens[candidate.name].get(item)
+            if ctrl is None or cand is None:
+                continue
+            d = first_divergence(ctrl.tokens.ids, cand.tokens.ids)
+            if d is None:
+                continue
+            if d >= min(len(ctrl.tokens), len(cand.tokens)):
+                sites.append({"prompt": item, "site": d, "scored": False,
+                              "note": f"one lane stopped at token {d}; control {len(ctrl.tokens)} tokens, "
+                                      f"candidate {len(cand.tokens)}"})
+                continue
+            a, b = ctrl.positions[d], cand.positions[d]
+            row: dict[str, Any] = {"prompt": item, "site": d, "scored": True,
+                                   "shared_prefix_text": ctrl.tokens.head(d).text,
+                                   "control_token": {"id": a.token, "text": a.text},
+                                   "candidate_token": {"id": b.token, "text": b.text}}
+            prefix = prepared.prompt + ctrl.tokens.head(d)
+            for server, (lane, recs) in servers.items():
+                found = select(recs, purpose="site", item=item, candidate=candidate.name)
+                if not found:
+                    problems.append(f"prompt {item} site {d}: not scored on the {server} server ({lane.name})")
+                    break
+                try:
+                    pos = adapter_for(lane.engine).parse_score(found, prefix, _EMPTY)[0]
+                except EngineError as exc:
+                    problems.append(f"prompt {item} site {d} on the {server} server: {exc}")
+                    break
+                la, lb = pos.lookup(a.token, a.text), pos.lookup(b.token, b.text)
+                if la is None or lb is None:
+                    problems.append(f"prompt {item} site {d}: a lane's token is outside the {server} server's "
+                                    f"top-{self.spec.top_k} (raise top_k)")
+                    break
+                best = pos.best()
+                rank1 = ("control" if best and best.same(a.token, a.text) else
+                         "candidate" if best and best.same(b.token, b.text) else "neither")
+                row[f"{server}_server"] = {"logprob_control_token": la, "logprob_candidate_token": lb,
+                                           "rank1": rank1}
+                row[f"delta_{server}_server"] = abs(la - lb)
+                row[f"rank1_{server}_server"] = rank1
+            else:
+                row["cross_server_control_token"] = abs(row["control_server"]["logprob_control_token"]
+                                                        - row["candidate_server"]["logprob_control_token"])
+                row["cross_server_candidate_token"] = abs(row["control_server"]["logprob_candidate_token"]
+                                                          - row["candidate_server"]["logprob_candidate_token"])
+                # the site's prefix is the generation's own context: the scores must match generation time
+                for server, gen_pos, key in (("control", a, "logprob_control_token"),
+                                             ("candidate", b, "logprob_candidate_token")):
+                    got = row[f"{server}_server"][key]
+                    if gen_pos.logprob is not None and abs(got - gen_pos.logprob) > self.spec.rule.instrument_tolerance:
+                        problems.append(f"prompt {item} site {d}: the {server} server scores its own token at "
+                                        f"{got:.6f}, generation said {gen_pos.logprob:.6f}")
+                sites.append(row)
+        return sites, problems
+
+    def _noninferiority(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
+                        candidate: EffectiveLane, result: GateResult, details: dict[str, Any]) -> list[Verdict]:
+        rule = self.spec.rule
+        if not self.spec.references:
+            return []
+        refs = read_prepared(records[control.name], "reference")
+        rows, deltas, censored, problems = [], [], 0, []
+        for item, prepared in refs.items():
+            if prepared.prompt is None or prepared.text is None:
+                problems.append(f"reference {item}: {prepared.error}")
+                continue
+            scores = {}
+            for lane in (control, candidate):
+                try:
+                    scores[lane.name] = adapter_for(lane.engine).parse_score(
+                        select(records[lane.name], purpose="reference", item=item), prepared.prompt, prepared.text)
+                except EngineError as exc:
+                    problems.append(f"reference {item} on {lane.name}: {exc}")
+            if len(scores) < 2:
+                continue
+            text_deltas = []
+            for pc, pk in zip(scores[control.name][:-1], scores[candidate.name][:-1]):
+                if pc.logprob is None or pk.logprob is None:
+                    censored += 1
+                    continue
+                text_deltas.append(abs(pc.logprob - pk.logprob))
+            deltas += text_deltas
+            rows.append({"reference": item, "tokens": len(prepared.text), "compared": len(text_deltas),
+                         "max_abs_delta": max(text_deltas, default=None),
+                         "mean_abs_delta": sum(text_deltas) / len(text_deltas) if text_deltas else None})
+        details["references"] = rows
+        if problems or not deltas:
+            result.reasons.append("noninferiority: reference texts could not be scored on both lanes: "
+                                  + "; ".join(problems[:5] or ["no tokens compared"]))
+            return [Verdict.INCONCLUSIVE]
+        total = sum(r["tokens"] for r in rows)
+        result.metrics["noninferiority_max"] = Metric(value=round(max(deltas), 9), unit="nats", denominator=len(deltas),
+                                                      note=f"max |delta logprob| over reference tokens, {len(rows)} texts")
+        result.metrics["noninferiority_mean"] = Metric(value=round(sum(deltas) / len(deltas), 9), unit="nats",
+                                                       denominator=len(deltas))
+        result.metrics["reference_tokens"] = Metric(value=len(deltas), denominator=total, unit="tokens",
+                                                    note=f"{censored} below a lane's top-{self.spec.top_k} were "
+                                                         "not compared")
+        verdicts = []
+        for name, bound, value in (("max", rule.noninferiority_max, max(deltas)),
+                                   ("mean", rule.noninferiority_mean, sum(deltas) / len(deltas))):
+            if bound is None:
+                continue
+            ok = value <= bound
+            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
+            result.reasons.append(f"noninferiority {name} |delta| {value:.6f} {'<=' if ok else '>'} {bound} nats "
+                                  f"over {len(deltas)} tokens")
+        if censored and verdicts:
+            result.caveats.append(f"{censored} reference tokens fell below a lane's top-{self.spec.top_k} and "
+                                  "were not compared")
+        return verdicts
+
+    def _reboot_drift(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
+                      prompts: dict[str, Prepared], first: dict[str, Generation]) -> tuple[int, int] | None:
+        recs = records[f"{control.name}.rerun1"]
+        if not select(recs, purpose="rerun_generate"):
+            return None
+        adapter = adapter_for(control.engine)
+        same = 0
+        for item in prompts:
+            try:
+                again = adapter.parse_generation(select(recs, purpose="rerun_generate", item=item))
+            except EngineError:
+                continue
+            same += item in first and again.tokens.ids == first[item].tokens.ids
+        return same, len(prompts)
+
+
+_EMPTY = TokenSeq((), "", ())

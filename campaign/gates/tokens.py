@@ -1,0 +1,71 @@
+"""Token-level inputs shared by the scoring gates: prompts are rendered and tokenized once, on the
+control, and every lane is sent those same token ids, so both servers score the same tokens.
+
+What was prepared goes into the raw records as a ``derived`` record next to the engine's own
+tokenize responses, so judging (and a later re-judge) reads exactly what was sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from campaign.errors import EngineError
+from campaign.fsutil import JsonlAppender
+from campaign.gates.inputs import Source
+from campaign.lanes.scoring import TokenSeq
+from campaign.lanes.session import LaneRun
+
+__all__ = ["Prepared", "prepare_sources", "read_prepared", "select"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    prompt: TokenSeq | None
+    text: TokenSeq | None = None
+    error: str | None = None
+    lane: str | None = None
+
+
+def select(records: list[dict[str, Any]], **tags: Any) -> list[dict[str, Any]]:
+    """Records whose tags include every given key with that value."""
+    return [r for r in records if all((r.get("tags") or {}).get(k) == v for k, v in tags.items())]
+
+
+async def prepare_sources(run: LaneRun, sources: list[Source], sink: JsonlAppender, *,
+                          purpose: str) -> dict[str, Prepared]:
+    out: dict[str, Prepared] = {}
+    for source in sources:
+        tags = {"purpose": purpose, "item": source.id}
+        try:
+            if source.messages is not None:
+                rendered = await run.adapter.render_chat(run.client, source.messages, sink=sink, tags=tags)
+            else:
+                rendered = source.context or ""
+            prompt = await run.adapter.tokenize(run.client, rendered, special=True, sink=sink, tags=tags)
+            prompt = TokenSeq(prompt.ids, rendered, prompt.pieces)
+            text = None
+            if source.text is not None:
+                text = await run.adapter.tokenize(run.client, source.text, special=False, sink=sink, tags=tags)
+            prepared = Prepared(prompt=prompt, text=text, lane=run.lane.name)
+        except EngineError as exc:
+            prepared = Prepared(prompt=None, error=str(exc), lane=run.lane.name)
+        if prepared.prompt is not None and not prepared.prompt.ids:
+            prepared = Prepared(prompt=None, error="the prompt tokenized to nothing", lane=run.lane.name)
+        sink.append({"derived": "prepared", "lane": run.lane.name, "tags": tags,
+                     "prompt": prepared.prompt.dump() if prepared.prompt else None,
+                     "text": prepared.text.dump() if prepared.text else None, "error": prepared.error})
+        out[source.id] = prepared
+    return out
+
+
+def read_prepared(records: list[dict[str, Any]], purpose: str) -> dict[str, Prepared]:
+    out = {}
+    for record in records:
+        if record.get("derived") != "prepared" or (record.get("tags") or {}).get("purpose") != purpose:
+            continue
+        prompt = TokenSeq.load(record["prompt"]) if record.get("prompt") else None
+        text = TokenSeq.load(record["text"]) if record.get("text") else None
+        out[str(record["tags"]["item"])] = Prepared(prompt=prompt, text=text, error=record.get("error"),
+                                                    lane=record.get("lane"))
+    return out
