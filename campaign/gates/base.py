@@ -71,9 +71,15 @@ class Gate(ABC):
     def rule_dump(self) -> dict[str, Any]:
         return self.spec.rule.model_dump(mode="json", exclude_none=True)
 
+    def bundle_tables(self) -> dict[str, list[dict[str, Any]]]:
+        """Tables derived from raw records, written into the bundle as CSV: file name -> rows.
+        Rows of gates that name the same file are concatenated."""
+        return {}
+
 
 def gate_for(spec: Any, ctx: GateContext) -> Gate:
     from campaign.gates.greedy import GreedyGate
+    from campaign.gates.speed import SpeedGate
 
-    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate}
+    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "speed": SpeedGate}
     return kinds[spec.kind](spec, ctx)

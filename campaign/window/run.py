@@ -8,7 +8,9 @@ the end is signed, so an interrupted one fails verification as incomplete.
 from __future__ import annotations
 
 import asyncio
+import csv
 import hashlib
+import io
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from campaign.contracts.hashing import sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.errors import LaunchError, PreflightError
-from campaign.fsutil import JsonlAppender, atomic_write_json
+from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json
 from campaign.gates.base import Gate, GateContext, Visit, gate_for
 from campaign.gates.result import GateResult, Verdict, worst
 from campaign.lanes.session import boot_lane, port_is_free, resolve_executable
@@ -140,6 +142,7 @@ async def _run(loaded: LoadedContract, record_path: Path, freeze_record: dict[st
         results = _judge(loaded, gates, lanes, bundle)
         for result in results:
             atomic_write_json(bundle / "gates" / result.gate / f"{result.candidate}.json", result.dump())
+        _write_tables(bundle, gates)
         journal.done("judge", verdicts={f"{r.gate}/{r.candidate}": r.verdict.value for r in results})
         status = "complete"
     finally:
@@ -211,6 +214,21 @@ async def _run_lane(visit: Visit, gates: list[Gate], model_path: str, bundle: Pa
         journal.intent("stop", lane=visit.key)
         code = await run.stop()
         journal.done("stop", lane=visit.key, exit_code=code)
+
+
+def _write_tables(bundle: Path, gates: list[Gate]) -> None:
+    """Each gate's derived tables (e.g. throughput.csv) as CSV; columns in first-seen order."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for gate in gates:
+        for name, rows in gate.bundle_tables().items():
+            tables.setdefault(name, []).extend(rows)
+    for name, rows in tables.items():
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_bytes(bundle / name, out.getvalue().encode())
 
 
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
