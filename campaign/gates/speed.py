@@ -29,7 +29,7 @@ from campaign.gates.base import Gate, Visit
 from campaign.gates.inputs import Prompt, load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speedrows import RowResult, evaluate_row, facts_from, group_attempts
-from campaign.gates.speedrun import SpeedMeasurement, by_class
+from campaign.gates.speedrun import SpeedMeasurement, by_class, rep_order
 from campaign.gates.streams import StreamStats
 from campaign.lanes.session import LaneRun
 
@@ -97,8 +97,8 @@ class SpeedGate(Gate):
         summarize = self._summarizer(visit_key)
         rows: dict[tuple[int, str], list[RowResult]] = {}
         for key, attempts in group_attempts(records).items():
-            prompts = len(classes.get(key[1], [])) or 1
-            rows[key] = [evaluate_row(a, prompts=prompts, reps=self.spec.reps, max_tokens=self.spec.max_tokens,
+            per_rep = len(rep_order(classes.get(key[1], []), key[0]))
+            rows[key] = [evaluate_row(a, per_rep=per_rep, reps=self.spec.reps, max_tokens=self.spec.max_tokens,
                                       facts=facts, rule=self.spec.rule, summarize=summarize) for a in attempts]
         return _LaneView(key=visit_key, rows=rows)
 

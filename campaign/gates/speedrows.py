@@ -99,7 +99,7 @@ def group_attempts(records: list[dict[str, Any]]) -> dict[tuple[int, str], list[
     return grouped
 
 
-def evaluate_row(row: RowAttempt, *, prompts: int, reps: int, max_tokens: int, facts: StreamFacts,
+def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, facts: StreamFacts,
                  rule: SpeedRule, summarize: Summarize | None) -> RowResult:
     reasons: list[str] = []
     stats: list[tuple[dict[str, Any], StreamStats]] = []
@@ -111,10 +111,10 @@ def evaluate_row(row: RowAttempt, *, prompts: int, reps: int, max_tokens: int, f
             errors.append((tags, problem or "unknown"))
         else:
             stats.append((tags, result))
-    expected = reps * row.level * prompts
+    expected = reps * per_rep
     if len(row.requests) != expected:
         reasons.append(f"{len(row.requests)} request records, expected {expected} "
-                       f"({reps} reps x {row.level} users x {prompts} prompts): the row did not finish")
+                       f"({reps} reps x {per_rep} requests): the row did not finish")
     if len(errors) > rule.max_errors:
         first = errors[0]
         reasons.append(f"{len(errors)} error records > limit {rule.max_errors}, e.g. prompt "

@@ -2,8 +2,9 @@
 
 Per lane: one warmup wave at every concurrency level x prompt class first (the first hit of each
 batch shape pays for autotune, JIT and cache set-up, so it is discarded: its records go to a separate
-warmup file). Then each row: scrape the engine's metrics, run R reps (a rep: C users in flight, each
-sending every prompt of the class once, starting at a different prompt), scrape again, judge the row
+warmup file). Then each row: scrape the engine's metrics, run R reps (a rep: every prompt of the
+class once, in the same order on every lane, with C users in flight, each taking the next prompt when
+its last one ends), scrape again, judge the row
 with the same function the offline judge uses; a VOID row is re-warmed and re-run up to the frozen
 count. Every record is kept, void attempts included.
 
@@ -28,10 +29,16 @@ from campaign.lanes.adapter import EngineAdapter
 from campaign.lanes.client import LaneClient
 from campaign.lanes.metrics import parse_prometheus
 
-__all__ = ["SpeedMeasurement", "by_class"]
+__all__ = ["RecordWriter", "SpeedMeasurement", "by_class", "rep_order"]
 
 CHAT_PATH = "/v1/chat/completions"
 _SETTLE_POLLS, _SETTLE_SLEEP = 40, 0.05  # up to 2 s for the engine's counters to settle after a row
+
+
+def rep_order(prompts: list[Prompt], level: int) -> list[Prompt]:
+    """A rep's requests: every prompt of the class once, in file order (the same on every lane), cycled
+    until there are at least as many requests as users, so the level is actually reached."""
+    return [prompts[i % len(prompts)] for i in range(max(len(prompts), level))]
 
 
 def by_class(prompts: list[Prompt]) -> dict[str, list[Prompt]]:
@@ -42,7 +49,7 @@ def by_class(prompts: list[Prompt]) -> dict[str, list[Prompt]]:
     return classes
 
 
-class _Writer:
+class RecordWriter:
     """Appends records in order on one worker thread; ``drain`` waits for all of them."""
 
     def __init__(self, sink: JsonlAppender) -> None:
@@ -73,7 +80,7 @@ class SpeedMeasurement:
         self.request_defaults = dict(request_defaults or {})
         self.facts = StreamFacts(token_counter=adapter.stream_token_counter,
                                  tokens_per_chunk=adapter.stream_tokens_per_chunk)
-        self._sink, self._warm = _Writer(sink), _Writer(warm_sink)
+        self._sink, self._warm = RecordWriter(sink), RecordWriter(warm_sink)
         self.results: dict[tuple[int, str], list[RowResult]] = {}
 
     async def run(self) -> dict[tuple[int, str], list[RowResult]]:
@@ -123,7 +130,7 @@ class SpeedMeasurement:
                 await self._rep(row, rep)
             await self._sink.drain()
             row.metrics["after"] = await self._scrape(level, cls, attempt, "after")
-            result = evaluate_row(row, prompts=len(self.classes[cls]), reps=self.spec.reps,
+            result = evaluate_row(row, per_rep=len(rep_order(self.classes[cls], level)), reps=self.spec.reps,
                                   max_tokens=self.spec.max_tokens, facts=self.facts, rule=self.spec.rule,
                                   summarize=self.adapter.metric_summary)
             self._sink.put({"kind": "row", "level": level, "class": cls, "attempt": attempt,
@@ -135,14 +142,15 @@ class SpeedMeasurement:
                 return
 
     async def _rep(self, row: RowAttempt, rep: int) -> None:
-        prompts = self.classes[row.cls]
+        queue = rep_order(self.classes[row.cls], row.level)
+        taken = iter(range(len(queue)))
 
         async def user(index: int) -> None:
-            order = prompts[index % len(prompts):] + prompts[:index % len(prompts)]
-            for prompt in order:
+            for position in taken:  # each user takes the next prompt as soon as its last one ends
+                prompt = queue[position]
                 record = await self.client.stream(CHAT_PATH, self.body(prompt), tags={
                     "phase": "measure", "level": row.level, "class": row.cls, "attempt": row.attempt,
-                    "rep": rep, "user": index, "prompt": prompt.id})
+                    "rep": rep, "user": index, "position": position, "prompt": prompt.id})
                 row.requests.append(record)
                 self._sink.put(record)
 
