@@ -85,7 +85,7 @@ class SpeedMeasurement:
 
     async def run(self) -> dict[tuple[int, str], list[RowResult]]:
         try:
-            self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "httpx",
+            self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "httpx, new connection per stream",
                             "token_counter": self.facts.token_counter,
                             "tokens_per_chunk": self.facts.tokens_per_chunk,
                             "request_fields": self.adapter.stream_request_fields()})

@@ -33,7 +33,9 @@ def write_prompts(path: Path, rows: list[tuple[str, str, str]] = SPEED_PROMPTS) 
     return path
 
 
-def speed_contract(port: int, *, gate: str, args: str = '--threads, "2", --parallel, "4"',
+# One engine thread: on 2 shared cores, two llama.cpp threads stall at every barrier whenever anything
+# else runs (measured here under load: 1-4 tok/s with --threads 2 against ~30 tok/s with --threads 1).
+def speed_contract(port: int, *, gate: str, args: str = '--threads, "1", --parallel, "4"',
                    candidate_env: str = "UNUSED_KNOB") -> str:
     """Two lanes that serve identically: the candidate only sets an environment variable the engine
     never reads (the seeds' dead flag), so the axis is declared and real, and does nothing."""
@@ -95,7 +97,7 @@ def process(argv: list[str], log: Path, ready_url: str, budget: float = 180.0) -
 
 def llama_server_argv(executable: str, port: int, *extra: str) -> list[str]:
     return [executable, "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "--ctx-size", "4096",
-            "--threads", "2", "--parallel", "4", "--metrics", "--seed", "0", "--no-webui", *extra]
+            "--threads", "1", "--parallel", "4", "--metrics", "--seed", "0", "--no-webui", *extra]
 
 
 __all__ = ["SPEED_PROMPTS", "free_port", "llama_server_argv", "process", "speed_contract", "write_prompts"]

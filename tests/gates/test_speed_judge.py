@@ -244,3 +244,18 @@ def test_foreign_traffic_in_engine_counters_voids_the_row(tmp_path: Path) -> Non
     row = gate.view("cand").rows[(1, "code")][0]
     assert row.status == "VOID"
     assert f"generated {ours + 40} tokens during the row, our records account for {ours}" in row.reasons[0]
+
+
+def test_contract_errors_name_the_line_and_field(tmp_path: Path) -> None:
+    from campaign.errors import ContractError
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = write_contract(tmp_path, contract_body(rule="{levels: [8]}"))
+    with pytest.raises(ContractError, match=r"c.yaml:\d+: gates\[0\].*levels \[8\] are not in concurrency"):
+        load_contract(path)
+    path = write_contract(tmp_path, contract_body(rule="{min_wins: 'most'}"))
+    with pytest.raises(ContractError, match=r"gates\[0\]\.rule\.min_wins: .*not a count rule"):
+        load_contract(path)
+    path = write_contract(tmp_path, contract_body(levels="[1, 1]"))
+    with pytest.raises(ContractError, match=r"gates\[0\]\.concurrency: .*distinct"):
+        load_contract(path)

@@ -121,13 +121,17 @@ async def test_a_row_that_stays_void_is_rewarmed_rerun_then_inconclusive(server:
 
 @pytest.fixture(scope="module")
 def window(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A whole window, run in this process so its lanes are always stopped by the window itself."""
     import shutil
+
+    from campaign.signing import load_signing_key, load_trusted
+    from campaign.window.run import run_window
 
     if not shutil.which("llama-server"):
         pytest.fail("llama-server is not on PATH: run the tests with `make test`")
     root = tmp_path_factory.mktemp("speedwindow")
     gate = ("{kind: speed, input: p, concurrency: [1, 4], max_tokens: 16, reps: 2, "
-            "rule: {confidence: 0.99, max_spread: 0.25, max_reruns: 2, max_control_drift: 0.15}}")
+            "rule: {confidence: 0.99, max_spread: 0.25, max_reruns: 1, max_control_drift: 0.15}}")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
         contract = write_contract(root, speed_contract(free_port(), gate=gate))
@@ -135,11 +139,10 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> dict:
         assert campaign("keys", "init").returncode == 0
         frozen = campaign("freeze", str(contract))
         assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(contract), "--out", str(root / "runs"))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        bundle = next((root / "runs").iterdir())
-        verified = campaign("verify", str(bundle))
-        yield {"bundle": bundle, "verify": verified}
+        outcome = run_window(contract, key=load_signing_key(), trusted=load_trusted(), out_dir=root / "runs")
+        assert outcome.signed
+        verified = campaign("verify", str(outcome.bundle))
+        yield {"bundle": outcome.bundle, "verify": verified}
 
 
 def test_identical_lanes_are_not_a_win_and_their_ci_covers_zero(window: dict) -> None:
