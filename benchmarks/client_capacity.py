@@ -185,12 +185,13 @@ def capacity(levels: list[int], tokens: int, budget_tokens: int, sink_dir: Path)
     return rows
 
 
-def timing(levels: list[int], ttft: float, itl: float, tokens: int, sink_dir: Path) -> list[dict[str, Any]]:
+def timing(levels: list[int], ttft: float, itl: float, tokens: int, requests: int,
+           sink_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for level in levels:
         server = Server(ttft, itl)
         try:
-            result = asyncio.run(drive(server.port, level, max(2, 48 // level), tokens, sink_dir))
+            result = asyncio.run(drive(server.port, level, max(2, requests // level), tokens, sink_dir))
         finally:
             server.stop()
         ttft_err, server_late, client_late, itl_err, decode_err = [], [], [], [], []
@@ -230,6 +231,7 @@ def main() -> None:
     parser.add_argument("--levels", default="1,16,64", help="concurrency levels")
     parser.add_argument("--tokens", type=int, default=256, help="tokens per reply (capacity run)")
     parser.add_argument("--budget-tokens", type=int, default=200_000, help="tokens per capacity level")
+    parser.add_argument("--timing-requests", type=int, default=48, help="requests per timing level")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.serve:
@@ -239,7 +241,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="client-capacity-") as tmp:
         load = os.getloadavg()[0]
         cap = capacity(levels, args.tokens, args.budget_tokens, Path(tmp))
-        tim = timing(levels, args.ttft_ms / 1000, args.itl_ms / 1000, 64, Path(tmp))
+        tim = timing(levels, args.ttft_ms / 1000, args.itl_ms / 1000, 64, args.timing_requests, Path(tmp))
     print(f"host: {os.cpu_count()} cores, load average {load:.2f} at start; python {sys.version.split()[0]}")
     print(f"\ncapacity: server streams {args.tokens}-token replies as fast as it can")
     print(_table(cap))

@@ -80,12 +80,14 @@ class SpeedMeasurement:
         self.request_defaults = dict(request_defaults or {})
         self.facts = StreamFacts(token_counter=adapter.stream_token_counter,
                                  tokens_per_chunk=adapter.stream_tokens_per_chunk)
+        self.new_connection = adapter.stream_new_connection
         self._sink, self._warm = RecordWriter(sink), RecordWriter(warm_sink)
         self.results: dict[tuple[int, str], list[RowResult]] = {}
 
     async def run(self) -> dict[tuple[int, str], list[RowResult]]:
         try:
-            self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "httpx, new connection per stream",
+            self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "httpx",
+                            "new_connection_per_stream": self.new_connection,
                             "token_counter": self.facts.token_counter,
                             "tokens_per_chunk": self.facts.tokens_per_chunk,
                             "request_fields": self.adapter.stream_request_fields()})
@@ -111,9 +113,10 @@ class SpeedMeasurement:
 
         async def one(user: int) -> None:
             prompt = prompts[user % len(prompts)]
-            record = await self.client.stream(CHAT_PATH, self.body(prompt), tags={
-                "phase": "warmup", "wave": wave, "level": level, "class": cls, "attempt": attempt,
-                "user": user, "prompt": prompt.id})
+            tags = {"phase": "warmup", "wave": wave, "level": level, "class": cls, "attempt": attempt,
+                    "user": user, "prompt": prompt.id}
+            record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags,
+                                              new_connection=self.new_connection)
             self._warm.put(record)
 
         await asyncio.gather(*(one(user) for user in range(level)))
@@ -148,9 +151,10 @@ class SpeedMeasurement:
         async def user(index: int) -> None:
             for position in taken:  # each user takes the next prompt as soon as its last one ends
                 prompt = queue[position]
-                record = await self.client.stream(CHAT_PATH, self.body(prompt), tags={
-                    "phase": "measure", "level": row.level, "class": row.cls, "attempt": row.attempt,
-                    "rep": rep, "user": index, "position": position, "prompt": prompt.id})
+                tags = {"phase": "measure", "level": row.level, "class": row.cls, "attempt": row.attempt,
+                        "rep": rep, "user": index, "position": position, "prompt": prompt.id}
+                record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags,
+                                                  new_connection=self.new_connection)
                 row.requests.append(record)
                 self._sink.put(record)
 

@@ -1,7 +1,8 @@
 """An engine that cuts streams short under concurrency: llama-cpp-python's real server, whose default
 ``interrupt_requests=true`` ends a running stream as soon as another request waits (it sends [DONE]
-without a finish reason, then drops the connection mid-body). Its measured rows must hold error records and end VOID, then INCONCLUSIVE: never
-throughput. At C1 nothing waits, so the same instrument measures it normally.
+without a finish reason, then drops the connection mid-body). Its measured rows must hold error
+records and end VOID, then INCONCLUSIVE: never throughput. At C1 nothing waits, so the same instrument
+measures it normally.
 
 The server is started here directly (tracked by PID), not through a lane: its engine adapter is being
 written elsewhere (issue 5), so this test gives the gate's measuring code what it needs from one."""
