@@ -51,7 +51,7 @@ def lcp_server(tmp_path_factory: pytest.TempPathFactory) -> str:
     port = free_port()
     log = tmp_path_factory.mktemp("lcp") / "server.log"
     argv = [str(python), "-m", "llama_cpp.server", "--model", str(MODEL), "--host", "127.0.0.1",
-            "--port", str(port), "--n_threads", "2", "--n_ctx", "2048", "--seed", "0"]
+            "--port", str(port), "--n_threads", "1", "--n_threads_batch", "1", "--n_ctx", "2048", "--seed", "0"]
     with process(argv, log, f"http://127.0.0.1:{port}/v1/models"):  # no /health: /v1/models is readiness
         yield f"http://127.0.0.1:{port}"
 
