@@ -225,6 +225,11 @@ class SpeedRule(StrictModel):
                                                  "tolerates; more voids it.")
     max_reruns: int = Field(2, ge=0, le=10, description="A VOID row is re-warmed and re-run up to this "
                                                         "many times; still VOID means INCONCLUSIVE.")
+    max_host_busy: float | None = Field(
+        0.25, gt=0.0, le=1.0, description="Share of the host's CPU time that processes other than the lane "
+                                          "and this client (or a hypervisor's other tenants) may use during "
+                                          "a rep; more voids the row. Checked for local process lanes; "
+                                          "null disables it.")
     max_control_drift: float | None = Field(
         0.05, gt=0.0, description="The control's re-run in the same window may differ from its first run "
                                   "by at most this mean per-prompt change; null reports drift without a limit.")

@@ -76,7 +76,8 @@ class SpeedGate(Gate):
         with JsonlAppender(warm_path) as warm_sink:
             await SpeedMeasurement(self.spec, self.prompts(), client=run.client, adapter=run.adapter,
                                    model=run.adapter.served_model(run.lane), sink=sink, warm_sink=warm_sink,
-                                   request_defaults=self.ctx.request_defaults).run()
+                                   request_defaults=self.ctx.request_defaults,
+                                   lane_cpu=getattr(run.running, "cpu_seconds", None)).run()
 
     # ---- offline ----
 
@@ -135,6 +136,11 @@ class SpeedGate(Gate):
                 problems.append("the control was not re-run in this window, so its drift is unmeasured")
             else:
                 result.caveats.append("the control was not re-run in this window: drift unmeasured")
+        unchecked = sorted({role for role, view in views.items() if view for attempts in view.rows.values()
+                            for row in attempts for rep in row.rep_rows if rep["host_other_share"] is None})
+        if unchecked and rule.max_host_busy is not None:
+            result.caveats.append(f"other load on the host was not measured for {', '.join(unchecked)} "
+                                  "(not a local process lane): other tenants cannot be ruled out")
         result.details["rows"] = self._row_details(views)
         result.details["engine"] = {role: self._engine_totals(view) for role, view in views.items() if view}
         self._engine_metrics(result)
@@ -210,7 +216,7 @@ class SpeedGate(Gate):
                     row["win"] = row["change"] > 0
             entry["prompts"] = rows
             self._lane_level_metrics(result, views, level, values, unit)
-            if unpaired and entry["judged"]:
+            if unpaired and pairs and entry["judged"]:
                 result.caveats.append(f"{tag}: prompts without a {rule.metric} on both lanes: {unpaired}")
             if len(pairs) < 2:
                 if entry["judged"]:
@@ -282,19 +288,20 @@ class SpeedGate(Gate):
         return rows
 
     def _engine_totals(self, view: _LaneView) -> dict[str, Any]:
-        """Counter deltas summed over the rows that count, plus every attempt's error records."""
+        """Engine counter deltas summed over the rows that count; errors, void attempts and the
+        client's own CPU over every attempt."""
         totals: dict[str, Any] = {"rows": 0, "void_attempts": 0, "error_records": 0, "client_cpu_s": 0.0,
                                   "output_tokens": 0}
         for attempts in view.rows.values():
             for row in attempts:
                 totals["error_records"] += len(row.errors)
                 totals["void_attempts"] += 0 if row.valid else 1
+                totals["client_cpu_s"] += sum(r["client_cpu_s"] for r in row.rep_rows)
+                totals["output_tokens"] += sum(r["output_tokens"] for r in row.rep_rows)
             chosen = next((r for r in attempts if r.valid), None)
             if chosen is None:
                 continue
             totals["rows"] += 1
-            totals["client_cpu_s"] += sum(r["client_cpu_s"] for r in chosen.rep_rows)
-            totals["output_tokens"] += sum(r["output_tokens"] for r in chosen.rep_rows)
             for key, value in chosen.engine.items():
                 if isinstance(value, dict):
                     into = totals.setdefault(key, {})
@@ -311,7 +318,7 @@ class SpeedGate(Gate):
             if totals["output_tokens"]:
                 result.metrics[f"{role}.client_cpu_ms_per_1k_tokens"] = Metric(
                     value=round(1e6 * totals["client_cpu_s"] / totals["output_tokens"], 2), unit="ms per 1k tokens",
-                    denominator=totals["output_tokens"], note="the client's own CPU while measuring")
+                    denominator=totals["output_tokens"], note="the client's own CPU while measuring, every attempt")
             drafts, drafted, accepted = (totals.get(k) for k in ("spec_drafts", "spec_draft_tokens",
                                                                  "spec_accepted_tokens"))
             if drafted:

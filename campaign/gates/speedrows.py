@@ -137,7 +137,12 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
             "median_effective_tok_s": statistics.median([s.effective_tok_s for s in mine]) if mine else None,
             "client_cpu_s": cpu, "client_cpu_share": cpu / duration if duration > 0 else None,
             "client_cpu_ms_per_1k_tokens": 1e6 * cpu / tokens if tokens else None,
+            "host_other_share": _others(rep_record, cpu),
         })
+    busy = [r for r in rep_rows if rule.max_host_busy is not None and (r["host_other_share"] or 0) > rule.max_host_busy]
+    if busy:
+        reasons.append(f"other processes used {busy[0]['host_other_share']:.0%} of the host's CPUs during rep "
+                       f"{busy[0]['rep']} (limit {rule.max_host_busy:.0%}): another tenant on the host")
     if len(rep_rows) != reps:
         reasons.append(f"{len(rep_rows)} reps recorded, expected {reps}")
     row_spread = spread([r["aggregate_tok_s"] for r in rep_rows])
@@ -149,6 +154,14 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
     reasons += traffic
     return RowResult(status="VOID" if reasons else "valid", reasons=reasons, spread=row_spread, rep_rows=rep_rows,
                      stats=stats, errors=errors, engine=engine)
+
+
+def _others(rep: dict[str, Any], client_cpu: float) -> float | None:
+    """Share of the host's CPU time used by anything but the lane and this client during a rep."""
+    host, lane, cpus, duration = (rep.get(k) for k in ("host_busy_s", "lane_cpu_s", "host_cpus", "duration_s"))
+    if None in (host, lane, cpus) or not duration:
+        return None
+    return max(0.0, (host - lane - client_cpu) / (duration * cpus))
 
 
 def _engine_traffic(row: RowAttempt, stats: list[tuple[dict[str, Any], StreamStats]],

@@ -15,9 +15,10 @@ other streams' chunks are being timed.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from campaign.contracts.schema import SpeedGate as SpeedSpec
 from campaign.errors import EngineError
@@ -27,6 +28,7 @@ from campaign.gates.speedrows import RowAttempt, RowResult, evaluate_row
 from campaign.gates.streams import StreamFacts
 from campaign.lanes.adapter import EngineAdapter
 from campaign.lanes.client import LaneClient
+from campaign.lanes.hostcpu import host_busy_seconds
 from campaign.lanes.metrics import parse_prometheus
 
 __all__ = ["RecordWriter", "SpeedMeasurement", "by_class", "rep_order"]
@@ -74,8 +76,10 @@ class SpeedMeasurement:
 
     def __init__(self, spec: SpeedSpec, prompts: list[Prompt], *, client: LaneClient, adapter: EngineAdapter,
                  model: str, sink: JsonlAppender, warm_sink: JsonlAppender,
-                 request_defaults: dict[str, Any] | None = None) -> None:
+                 request_defaults: dict[str, Any] | None = None,
+                 lane_cpu: Callable[[], float | None] | None = None) -> None:
         self.spec, self.client, self.adapter, self.model = spec, client, adapter, model
+        self.lane_cpu = lane_cpu  # the lane's CPU seconds so far, when the runtime can read them
         self.classes = by_class(prompts)
         self.request_defaults = dict(request_defaults or {})
         self.facts = StreamFacts(token_counter=adapter.stream_token_counter,
@@ -158,12 +162,17 @@ class SpeedMeasurement:
                 row.requests.append(record)
                 self._sink.put(record)
 
+        host, lane = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
         cpu, wall = time.process_time(), time.time()
         start = time.perf_counter()
         await asyncio.gather(*(user(index) for index in range(row.level)))
         duration = time.perf_counter() - start
         record = {"kind": "rep", "level": row.level, "class": row.cls, "attempt": row.attempt, "rep": rep,
-                  "wall_start": wall, "duration_s": duration, "client_cpu_s": time.process_time() - cpu}
+                  "wall_start": wall, "duration_s": duration, "client_cpu_s": time.process_time() - cpu,
+                  "host_cpus": os.cpu_count()}
+        host_after, lane_after = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
+        if None not in (host, lane, host_after, lane_after):
+            record["host_busy_s"], record["lane_cpu_s"] = host_after - host, lane_after - lane
         row.reps.append(record)
         self._sink.put(record)
 

@@ -35,6 +35,12 @@ class ProcessLane:
     def exit_code(self) -> int | None:
         return self._popen.poll()
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time used so far by the lane's processes (its session), for host-load checks."""
+        from campaign.lanes.hostcpu import session_cpu_seconds
+
+        return session_cpu_seconds(self.pid)
+
     def inspect(self) -> dict[str, Any]:
         """What actually runs, read back from the kernel, not from what we meant to run."""
         snapshot: dict[str, Any] = {"runtime": "process", "pid": self.pid, "argv": list(self.spec.argv),

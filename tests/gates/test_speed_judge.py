@@ -259,3 +259,23 @@ def test_contract_errors_name_the_line_and_field(tmp_path: Path) -> None:
     path = write_contract(tmp_path, contract_body(levels="[1, 1]"))
     with pytest.raises(ContractError, match=r"gates\[0\]\.concurrency: .*distinct"):
         load_contract(path)
+
+
+def test_a_busy_host_voids_the_row(tmp_path: Path) -> None:
+    def busy_visit(rule: str, where: Path):
+        gate, _, _ = make_gate(where, rule=rule)
+        write_visit(gate, "cand", rates())
+        records = gate.ctx.raw_records("speed", "cand")
+        gate.ctx.raw_path("speed", "cand").unlink()
+        with JsonlAppender(gate.ctx.raw_path("speed", "cand")) as sink:
+            for record in records:
+                if record.get("kind") == "rep":  # 2 CPUs for ~3 s: lane 1 s, client 0.01 s, others ~1 s
+                    record.update(host_cpus=2, lane_cpu_s=1.0, host_busy_s=2.01)
+                sink.append(record)
+        return gate.view("cand").rows[(1, "code")][0]
+
+    row = busy_visit("{}", tmp_path / "default")
+    assert row.valid and row.rep_rows[0]["host_other_share"] == pytest.approx(1.0 / 6.0)  # under 25%
+    row = busy_visit("{max_host_busy: 0.1}", tmp_path / "strict")
+    assert row.status == "VOID"
+    assert "other processes used 17% of the host's CPUs during rep 0 (limit 10%): another tenant" in row.reasons[0]

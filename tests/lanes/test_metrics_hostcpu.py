@@ -1,5 +1,5 @@
-"""Prometheus text parsing and counter deltas (pure), and the llama-server adapter's summary of them,
-on text copied from a real llama-server /metrics with speculative decoding on."""
+"""Prometheus text parsing and counter deltas (pure), the llama-server adapter's summary of them
+(on text copied from a real llama-server /metrics with speculative decoding on), and host CPU time."""
 
 from __future__ import annotations
 
@@ -59,3 +59,18 @@ def test_llamacpp_summary_names_and_prompt_token_total() -> None:
     assert list(summary["spec_accepted_per_position"]) == ["0", "2", "10"]  # numeric order
     assert "requests" not in summary  # llama-server has no request counter
     assert LlamaCppAdapter().metrics_busy(parse_prometheus("llamacpp:requests_processing 2\n"))
+
+
+def test_host_and_session_cpu_seconds_grow_with_work() -> None:
+    import os
+    import time
+
+    from campaign.lanes.hostcpu import host_busy_seconds, session_cpu_seconds
+
+    host, mine = host_busy_seconds(), session_cpu_seconds(os.getsid(0))
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    assert host_busy_seconds() - host >= 0.2
+    assert session_cpu_seconds(os.getsid(0)) - mine >= 0.2
+    assert session_cpu_seconds(2**22 + 12345) is None  # no such session
