@@ -130,7 +130,9 @@ class SpeedGate(Gate):
                 if role != "control_rerun":
                     problems.append(f"{role} lane has no speed records")
                 continue
-            problems += self._instrument_problems(role, view, classes)
+            judged, reported = self._instrument_problems(role, view, classes)
+            problems += judged
+            result.caveats += [f"not judged: {text}" for text in reported]
         if views["control_rerun"] is None:
             if rule.max_control_drift is not None:
                 problems.append("the control was not re-run in this window, so its drift is unmeasured")
@@ -155,29 +157,33 @@ class SpeedGate(Gate):
         result.verdict = Verdict.PASS if all(v == "PASS" for v in verdicts) else Verdict.FAIL
         return result
 
-    def _instrument_problems(self, role: str, view: _LaneView, classes: dict[str, list[Prompt]]) -> list[str]:
-        problems = []
+    def _instrument_problems(self, role: str, view: _LaneView,
+                             classes: dict[str, list[Prompt]]) -> tuple[list[str], list[str]]:
+        """Problems on judged levels (they make the gate INCONCLUSIVE) and on reported-only levels."""
+        problems, reported = [], []
         first_texts: dict[str, str] = {}
+        judged = set(self.spec.rule.levels or self.spec.concurrency)
         for level in self.spec.concurrency:
+            into = problems if level in judged else reported
             for cls in classes:
                 attempts = view.rows.get((level, cls), [])
                 chosen = view.chosen((level, cls))
                 if chosen is None:
                     last = attempts[-1].reasons[0] if attempts and attempts[-1].reasons else "never measured"
-                    problems.append(f"{role} ({view.key}) row C{level}/{cls} stayed VOID after {len(attempts)} "
-                                    f"attempt(s): {last}")
+                    into.append(f"{role} ({view.key}) row C{level}/{cls} stayed VOID after {len(attempts)} "
+                                f"attempt(s): {last}")
                     continue
                 for rep in chosen.rep_rows:
                     share = rep["client_cpu_share"]
                     if share is not None and share > MAX_CLIENT_CPU_SHARE:
-                        problems.append(f"{role} row C{level}/{cls} rep {rep['rep']}: the client used "
-                                        f"{share:.0%} of a core; it may have limited the rate")
+                        into.append(f"{role} row C{level}/{cls} rep {rep['rep']}: the client used "
+                                    f"{share:.0%} of a core; it may have limited the rate")
                 for tags, stats in chosen.stats:
                     first_texts.setdefault(str(tags.get("prompt")), stats.text)
         if len(first_texts) >= 2 and len(set(first_texts.values())) == 1:
             problems.append(f"{role} ({view.key}) gave the same reply to all {len(first_texts)} prompts; "
                             "it is not answering them")
-        return problems
+        return problems, reported
 
     def _levels(self, result: GateResult, views: dict[str, _LaneView | None], prompts: list[Prompt],
                 problems: list[str]) -> dict[str, Any]:

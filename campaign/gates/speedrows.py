@@ -158,10 +158,11 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
 
 def _others(rep: dict[str, Any], client_cpu: float) -> float | None:
     """Share of the host's CPU time used by anything but the lane and this client during a rep."""
-    host, lane, cpus, duration = (rep.get(k) for k in ("host_busy_s", "lane_cpu_s", "host_cpus", "duration_s"))
-    if None in (host, lane, cpus) or not duration:
+    host, lane, cpus = (rep.get(k) for k in ("host_busy_s", "lane_cpu_s", "host_cpus"))
+    window = rep.get("host_window_s") or rep.get("duration_s")
+    if None in (host, lane, cpus) or not window:
         return None
-    return max(0.0, (host - lane - client_cpu) / (duration * cpus))
+    return max(0.0, (host - lane - client_cpu) / (window * cpus))
 
 
 def _engine_traffic(row: RowAttempt, stats: list[tuple[dict[str, Any], StreamStats]],

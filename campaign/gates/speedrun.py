@@ -162,15 +162,16 @@ class SpeedMeasurement:
                 row.requests.append(record)
                 self._sink.put(record)
 
+        # host, lane and client CPU are read over one window around the rep (the reads included)
+        window, cpu, wall = time.perf_counter(), time.process_time(), time.time()
         host, lane = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
-        cpu, wall = time.process_time(), time.time()
         start = time.perf_counter()
         await asyncio.gather(*(user(index) for index in range(row.level)))
         duration = time.perf_counter() - start
+        host_after, lane_after = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
         record = {"kind": "rep", "level": row.level, "class": row.cls, "attempt": row.attempt, "rep": rep,
                   "wall_start": wall, "duration_s": duration, "client_cpu_s": time.process_time() - cpu,
-                  "host_cpus": os.cpu_count()}
-        host_after, lane_after = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
+                  "host_cpus": os.cpu_count(), "host_window_s": time.perf_counter() - window}
         if None not in (host, lane, host_after, lane_after):
             record["host_busy_s"], record["lane_cpu_s"] = host_after - host, lane_after - lane
         row.reps.append(record)

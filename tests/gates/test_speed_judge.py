@@ -279,3 +279,14 @@ def test_a_busy_host_voids_the_row(tmp_path: Path) -> None:
     row = busy_visit("{max_host_busy: 0.1}", tmp_path / "strict")
     assert row.status == "VOID"
     assert "other processes used 17% of the host's CPUs during rep 0 (limit 10%): another tenant" in row.reasons[0]
+
+
+def test_a_void_row_on_a_level_that_is_only_reported_does_not_block(tmp_path: Path) -> None:
+    gate, cand, ctrl = make_gate(tmp_path, rule="{levels: [1]}")
+    write_visit(gate, "base", rates())
+    write_visit(gate, "base.rerun1", rates())
+    write_visit(gate, "cand", rates(1.2), cut_level=2)
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.PASS
+    assert any(c.startswith("not judged: candidate (cand) row C2/") for c in result.caveats)
+    assert "C2.mean_change" not in result.metrics and len(result.reasons) == 1
