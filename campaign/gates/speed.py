@@ -39,6 +39,7 @@ __all__ = ["MAX_CLIENT_CPU_SHARE", "SpeedGate"]
 # ceiling far above what it is asked here; a rep where it was this busy may have been client-bound.
 MAX_CLIENT_CPU_SHARE = 0.8
 _UNITS = {"decode_tok_s": "tok/s", "effective_tok_s": "tok/s", "ttft_s": "s"}
+_FOREIGN = "another client on the port"  # in a row's reasons: its engine counters include other traffic
 
 
 def _paired_bootstrap_ci(control: list[float], candidate: list[float], *, confidence: float, resamples: int,
@@ -294,27 +295,28 @@ class SpeedGate(Gate):
         return rows
 
     def _engine_totals(self, view: _LaneView) -> dict[str, Any]:
-        """Engine counter deltas summed over the rows that count; errors, void attempts and the
-        client's own CPU over every attempt."""
+        """Over every row attempt: errors, void attempts, the client's own CPU, and the engine's
+        counter deltas (acceptance and cache hits do not depend on timing, so an attempt voided for
+        spread or host load still counts; one whose counters show other traffic does not)."""
         totals: dict[str, Any] = {"rows": 0, "void_attempts": 0, "error_records": 0, "client_cpu_s": 0.0,
-                                  "output_tokens": 0}
+                                  "output_tokens": 0, "counted_attempts": 0}
         for attempts in view.rows.values():
+            totals["rows"] += any(r.valid for r in attempts)
             for row in attempts:
                 totals["error_records"] += len(row.errors)
                 totals["void_attempts"] += 0 if row.valid else 1
                 totals["client_cpu_s"] += sum(r["client_cpu_s"] for r in row.rep_rows)
                 totals["output_tokens"] += sum(r["output_tokens"] for r in row.rep_rows)
-            chosen = next((r for r in attempts if r.valid), None)
-            if chosen is None:
-                continue
-            totals["rows"] += 1
-            for key, value in chosen.engine.items():
-                if isinstance(value, dict):
-                    into = totals.setdefault(key, {})
-                    for sub, count in value.items():
-                        into[sub] = into.get(sub, 0) + count
-                else:
-                    totals[key] = totals.get(key, 0) + value
+                if not row.engine or any(_FOREIGN in reason for reason in row.reasons):
+                    continue
+                totals["counted_attempts"] += 1
+                for key, value in row.engine.items():
+                    if isinstance(value, dict):
+                        into = totals.setdefault(key, {})
+                        for sub, count in value.items():
+                            into[sub] = into.get(sub, 0) + count
+                    else:
+                        totals[key] = totals.get(key, 0) + value
         return totals
 
     def _engine_metrics(self, result: GateResult) -> None:

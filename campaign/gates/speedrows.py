@@ -187,7 +187,8 @@ def _engine_traffic(row: RowAttempt, stats: list[tuple[dict[str, Any], StreamSta
                        f"{'after ours finished' if after.get('busy') else ''}: another client on the port")
     negative = sorted(k for k, v in deltas.items() if v < 0 and k.endswith("_total"))
     if negative:
-        reasons.append(f"counter {negative[0]} went down during the row: the engine restarted")
+        reasons.append(f"counter {negative[0]} went down during the row: the engine restarted, or another "
+                       "client on the port reset it")
     ours = sum(s.tokens for _, s in stats)
     slack = len(errors) * max_tokens  # a failed stream's tokens are counted by the engine, not by us
     generated = summary.get("generated_tokens")
