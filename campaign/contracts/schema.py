@@ -41,6 +41,8 @@ __all__ = [
     "Role",
     "RulerGate",
     "RulerRule",
+    "SpeedGate",
+    "SpeedRule",
     "StrictModel",
     "TaskGate",
     "TaskRule",
@@ -472,8 +474,73 @@ class RulerGate(StrictModel):
     rule: RulerRule = Field(default_factory=RulerRule)
 
 
-GateSpec = Annotated[Union[GreedyGate, TaskGate, NeedleGate, TeacherForcedGate, KlGate, StructuredGate, ToolsGate, RulerGate],
-                     Field(discriminator="kind")]
+class SpeedRule(StrictModel):
+    """The frozen speed bar and the validity rules that void a row. Changes are fractions: 0.05 is +5%."""
+
+    metric: Literal["decode_tok_s", "effective_tok_s", "ttft_s"] = Field(
+        "decode_tok_s", description="Per-request number compared per prompt: decode tok/s after the first "
+                                    "token, output tokens over request wall time, or time to first token "
+                                    "(for ttft_s a positive change means faster).")
+    levels: list[int] | None = Field(None, description="Concurrency levels judged against the bar; "
+                                                       "default every measured level. Others are reported.")
+    min_mean_change: float = Field(0.05, ge=-1.0, le=10.0,
+                                   description="Mean per-prompt change vs control must be at least this.")
+    ci_lower_above: float = Field(0.0, ge=-1.0, le=10.0,
+                                  description="The paired bootstrap CI's lower bound must exceed this.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Two-sided confidence of the CI.")
+    min_wins: str | None = Field(None, description="Prompts where the candidate is faster, at least k/P, "
+                                                   "e.g. '6/8'; omit to report without judging.")
+    max_spread: float = Field(0.10, gt=0.0, description="A row whose reps' aggregate tok/s spread "
+                                                        "((max - min) / mean) exceeds this is VOID.")
+    max_errors: int = Field(0, ge=0, description="Error records (cut, truncated, failed streams) a row "
+                                                 "tolerates; more voids it.")
+    max_reruns: int = Field(2, ge=0, le=10, description="A VOID row is re-warmed and re-run up to this "
+                                                        "many times; still VOID means INCONCLUSIVE.")
+    max_host_busy: float | None = Field(
+        0.25, gt=0.0, le=1.0, description="Share of the host's CPU time that processes other than the lane "
+                                          "and this client (or a hypervisor's other tenants) may use during "
+                                          "a rep; more voids the row. Checked for local process lanes; "
+                                          "null disables it.")
+    max_control_drift: float | None = Field(
+        0.05, gt=0.0, description="The control's re-run in the same window may differ from its first run "
+                                  "by at most this mean per-prompt change; null reports drift without a limit.")
+
+    @field_validator("min_wins")
+    @classmethod
+    def _wins(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_fraction(value)
+        return value
+
+
+class SpeedGate(StrictModel):
+    kind: Literal["speed"]
+    id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
+    input: str = Field(description="Name of an input set of prompts; each prompt's `class` makes a row.")
+    concurrency: list[int] = Field([1], min_length=1, description="Concurrency levels (users in flight).")
+    max_tokens: int = Field(128, ge=2, le=65536, description="Tokens asked per request.")
+    reps: int = Field(3, ge=2, le=50, description="Reps per row (lane x level x class); spread needs two.")
+    resamples: int = Field(10000, ge=100, le=1000000, description="Bootstrap resamples for the CI.")
+    seed: int = Field(0, description="Seed of the bootstrap, so a bundle re-judges to the same numbers.")
+    rule: SpeedRule = Field(default_factory=SpeedRule)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        if any(level < 1 or level > 1024 for level in levels) or len(set(levels)) != len(levels):
+            raise ValueError("concurrency levels are distinct integers from 1 to 1024")
+        return levels
+
+    @model_validator(mode="after")
+    def _judged_levels_are_measured(self) -> "SpeedGate":
+        missing = sorted(set(self.rule.levels or []) - set(self.concurrency))
+        if missing:
+            raise ValueError(f"rule.levels {missing} are not in concurrency {self.concurrency}")
+        return self
+
+
+GateSpec = Annotated[Union[GreedyGate, TaskGate, NeedleGate, TeacherForcedGate, KlGate, StructuredGate, ToolsGate,
+                           RulerGate, SpeedGate], Field(discriminator="kind")]
 
 
 class IncumbentSpec(StrictModel):

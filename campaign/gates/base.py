@@ -71,12 +71,18 @@ class Gate(ABC):
     def rule_dump(self) -> dict[str, Any]:
         return self.spec.rule.model_dump(mode="json", exclude_none=True)
 
+    def bundle_tables(self) -> dict[str, list[dict[str, Any]]]:
+        """Tables derived from raw records, written into the bundle as CSV: file name -> rows.
+        Rows of gates that name the same file are concatenated."""
+        return {}
+
 
 def gate_for(spec: Any, ctx: GateContext) -> Gate:
     from campaign.gates.greedy import GreedyGate
     from campaign.gates.kl import KlGate
     from campaign.gates.needle import NeedleGate
     from campaign.gates.ruler import RulerGate
+    from campaign.gates.speed import SpeedGate
     from campaign.gates.structured import StructuredGate
     from campaign.gates.task import TaskGate
     from campaign.gates.teacher_forced import TeacherForcedGate
@@ -84,5 +90,6 @@ def gate_for(spec: Any, ctx: GateContext) -> Gate:
 
     kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "task": TaskGate, "needle": NeedleGate,
                                     "teacher_forced": TeacherForcedGate, "kl": KlGate,
-                                    "structured": StructuredGate, "tools": ToolsGate, "ruler": RulerGate}
+                                    "structured": StructuredGate, "tools": ToolsGate, "ruler": RulerGate,
+                                    "speed": SpeedGate}
     return kinds[spec.kind](spec, ctx)

@@ -14,6 +14,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import CapabilityError
 from campaign.lanes.client import LaneClient
 from campaign.lanes.scoring import Generation, Position, TokenSeq
+from campaign.lanes.metrics import Samples
 
 __all__ = ["EngineAdapter", "Readiness", "adapter_for"]
 
@@ -126,6 +127,30 @@ class EngineAdapter(ABC):
     async def metrics_text(self, client: LaneClient) -> str | None:
         """The engine's Prometheus metrics page, or None when it has none."""
         return None
+
+    # Streaming measurement (speed gate). The defaults suit an OpenAI-compatible engine that streams
+    # usage on request and exports no metrics; an adapter overrides what its engine does better.
+    stream_token_counter: str | None = None  # dotted path in a chunk to the engine's running token count
+    stream_tokens_per_chunk: int | None = None  # set only if every content chunk is exactly this many tokens
+    stream_new_connection: bool = True  # False only for an engine known to keep streamed connections open
+
+    def stream_request_fields(self) -> dict[str, Any]:
+        """Fields a streaming request adds so the engine reports its own token counts."""
+        return {"stream_options": {"include_usage": True}}
+
+    async def scrape_metrics(self, client: LaneClient) -> str | None:
+        """The raw metrics text, or None when the engine exports none."""
+        return None
+
+    def metrics_busy(self, samples: Samples) -> bool:
+        """True while the engine reports requests in flight, so its counters may not be final yet."""
+        return False
+
+    def metric_summary(self, deltas: Samples) -> dict[str, Any]:
+        """Counter deltas under engine-neutral names (requests, prompt_tokens, cached_prompt_tokens,
+        generated_tokens, spec_drafts, spec_draft_tokens, spec_accepted_tokens,
+        spec_accepted_per_position); a name is absent when the engine does not export it."""
+        return {}
 
 
 def adapter_for(engine: str) -> EngineAdapter:

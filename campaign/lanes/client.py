@@ -21,6 +21,11 @@ __all__ = ["LaneClient", "RawRecord"]
 
 RawRecord = dict[str, Any]
 
+# Servers close idle keep-alive connections after ~5 s (cpp-httplib in llama-server, uvicorn); httpx's
+# default expiry is also 5 s, and at that edge a request goes out on a connection the server is closing
+# ("Server disconnected without sending a response"), seen here under load. Expire ours well before.
+KEEPALIVE_EXPIRY_S = 2.0
+
 
 class LaneClient:
     def __init__(self, base_url: str, *, lane: str, api_key: str | None = None, timeout: float = 600.0) -> None:
@@ -29,7 +34,8 @@ class LaneClient:
         self.base_url = base_url
         self._http = httpx.AsyncClient(base_url=base_url, headers=headers,
                                        timeout=httpx.Timeout(timeout, connect=10.0),
-                                       limits=httpx.Limits(max_connections=256, max_keepalive_connections=256))
+                                       limits=httpx.Limits(max_connections=256, max_keepalive_connections=256,
+                                                           keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self._seq = itertools.count()
 
     async def aclose(self) -> None:
@@ -81,16 +87,23 @@ class LaneClient:
         return record
 
     async def stream(self, path: str, body: dict[str, Any], *, sink: JsonlAppender | None = None,
-                     tags: dict[str, Any] | None = None) -> RawRecord:
-        """A streaming POST; every SSE event is kept with its arrival time (seconds after sending)."""
+                     tags: dict[str, Any] | None = None, new_connection: bool = True) -> RawRecord:
+        """A streaming POST; every SSE event is kept with its arrival time (seconds after sending).
+
+        ``new_connection``: llama-server closes the connection after every streamed response while
+        advertising keep-alive (seen on this build with a raw socket), so a request sent right after a
+        stream on the pooled connection fails with "Server disconnected without sending a response".
+        A fresh connection per stream costs one local TCP handshake inside the TTFT, the same on
+        every lane; an engine known to keep streamed connections may pass False."""
         body = {**body, "stream": True}
+        headers = {"Connection": "close"} if new_connection else None
         record: RawRecord = {"seq": next(self._seq), "lane": self.lane, "path": path, "request": body,
                              "tags": tags or {}, "wall_start": time.time(), "events": []}
         events: list[dict[str, Any]] = record["events"]
         done = False
         start = time.perf_counter()
         try:
-            async with self._http.stream("POST", path, json=body) as response:
+            async with self._http.stream("POST", path, json=body, headers=headers) as response:
                 record["status"] = response.status_code
                 if response.status_code >= 400:
                     record["response_text"] = (await response.aread()).decode(errors="replace")[:4000]

@@ -14,6 +14,11 @@ Scoring: the native /completion takes prompts as token-id arrays (several in one
 by asking for one token after it; a continuation of n tokens is n+1 such prefixes in one request, each
 prefilled from scratch (``cache_prompt: false``) so a score never reuses the KV the generation left.
 A token outside the returned top-k has no logprob (censored).
+Streams (measured on this build): with ``timings_per_token`` every content chunk carries
+``timings.predicted_n``, the running count of generated tokens, one per chunk even when speculative
+decoding accepts several at once; ``stream_options.include_usage`` adds a final chunk with ``usage``
+(a stop's EOS token is counted there but never streamed). /metrics has no request counter: generated
+and prompt token counters are what tell another client's traffic apart.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from campaign.errors import EngineError, ScoreError
 from campaign.lanes.adapter import EngineAdapter, Readiness
 from campaign.lanes.client import LaneClient
 from campaign.lanes.scoring import Alt, Generation, Position, TokenSeq
+from campaign.lanes.metrics import Samples
 
 __all__ = ["LlamaCppAdapter"]
 
@@ -197,3 +203,39 @@ def _seq(ids: list[int], raw: list[bytes]) -> TokenSeq:
     # joined as bytes: a multi-byte character split across two tokens must survive the join
     return TokenSeq(tuple(ids), b"".join(raw).decode("utf-8", "replace"),
                     tuple(r.decode("utf-8", "replace") for r in raw))
+    stream_token_counter = "timings.predicted_n"
+
+    def stream_request_fields(self) -> dict[str, Any]:
+        return {"stream_options": {"include_usage": True}, "timings_per_token": True}
+
+    async def scrape_metrics(self, client: LaneClient) -> str | None:
+        status, text = await client.get_text("/metrics", timeout=10.0)
+        if status == 501:  # started without --metrics
+            return None
+        if status != 200:
+            raise EngineError(f"lane {client.lane}: GET /metrics answered {status}: {text[:120]}")
+        return text
+
+    def metrics_busy(self, samples: Samples) -> bool:
+        return samples.get("llamacpp:requests_processing", 0.0) > 0
+
+    def metric_summary(self, deltas: Samples) -> dict[str, Any]:
+        def get(name: str) -> float | None:
+            return deltas.get(f"llamacpp:{name}")
+
+        summary: dict[str, Any] = {}
+        processed, cached = get("prompt_tokens_total"), get("prompt_tokens_cached_total")
+        if processed is not None and cached is not None:
+            summary["prompt_tokens"] = processed + cached  # the counter excludes cached tokens
+            summary["cached_prompt_tokens"] = cached
+        for ours, theirs in (("generated_tokens", "tokens_predicted_total"),
+                             ("spec_drafts", "spec_decode_num_drafts_total"),
+                             ("spec_draft_tokens", "spec_decode_num_draft_tokens_total"),
+                             ("spec_accepted_tokens", "spec_decode_num_accepted_tokens_total")):
+            if get(theirs) is not None:
+                summary[ours] = get(theirs)
+        prefix = 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="'
+        per_position = {key[len(prefix):-2]: value for key, value in deltas.items() if key.startswith(prefix)}
+        if per_position:
+            summary["spec_accepted_per_position"] = dict(sorted(per_position.items(), key=lambda kv: int(kv[0])))
+        return summary

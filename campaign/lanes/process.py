@@ -57,6 +57,11 @@ class ProcessLane:
 
     def failure_facts(self) -> dict[str, Any]:
         return {}
+    def cpu_seconds(self) -> float | None:
+        """CPU time used so far by the lane's processes (its session), for host-load checks."""
+        from campaign.lanes.hostcpu import session_cpu_seconds
+
+        return session_cpu_seconds(self.pid)
 
     def inspect(self) -> dict[str, Any]:
         """What actually runs, read back from the kernel, not from what we meant to run."""

@@ -8,7 +8,9 @@ the end is signed, so an interrupted one fails verification as incomplete.
 from __future__ import annotations
 
 import asyncio
+import csv
 import hashlib
+import io
 import os
 import shutil
 import signal
@@ -248,6 +250,7 @@ async def _execute(w: _Window) -> WindowOutcome:
         results = _judge(loaded, gates, lanes, bundle)
         for result in results:
             atomic_write_json(bundle / "gates" / result.gate / f"{result.candidate}.json", result.dump())
+        _write_tables(bundle, gates)
         journal.done("judge", verdicts={f"{r.gate}/{r.candidate}": r.verdict.value for r in results})
         status = "complete"
     except asyncio.CancelledError:
@@ -429,6 +432,21 @@ def _track_lane(w: _Window, visit: Visit, running: Any) -> None:
                                        container=container, docker_host=host))
         state.save()
         w.state = state
+
+
+def _write_tables(bundle: Path, gates: list[Gate]) -> None:
+    """Each gate's derived tables (e.g. throughput.csv) as CSV; columns in first-seen order."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for gate in gates:
+        for name, rows in gate.bundle_tables().items():
+            tables.setdefault(name, []).extend(rows)
+    for name, rows in tables.items():
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_bytes(bundle / name, out.getvalue().encode())
 
 
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:

@@ -44,8 +44,8 @@ def test_demo_contract_has_both_gates() -> None:
     kinds = [g.kind for g in loaded.contract.gates]
     assert {"task", "needle"} <= set(kinds)
     needle = loaded.contract.gates[kinds.index("needle")]
-    assert needle.rungs == [256, 512, 1024]
-    assert all(lane_context(lane)[0] == 4096 for lane in loaded.lanes.values())
+    assert needle.rungs == [256, 512, 896]
+    assert all(lane_context(lane)[0] == 1024 for lane in loaded.lanes.values())  # 4096 over 4 slots
 
 
 def test_a_rung_over_the_lane_context_is_refused_at_its_line(tmp_path: Path) -> None:

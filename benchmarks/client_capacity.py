@@ -1,0 +1,255 @@
+"""How fast can the speed gate's client go, and how wrong are its clocks?
+
+Starts its own local SSE server (a child process, streaming llama-server-shaped chunks), then drives
+the gate's real client (``LaneClient.stream``, records written by the gate's background writer, each
+stream checked by the gate's ``analyze_stream``) at several concurrency levels:
+
+* capacity: the server streams as fast as it can; reports streamed tok/s, the client's CPU time per
+  1,000 tokens and its CPU share (near 100% of a core means the client is the limit), and the
+  server's CPU share (near 100% means the server is);
+* timing: the server sleeps a known TTFT before the first content chunk and a known delay between
+  tokens; reports the client's TTFT and inter-token errors. The server stamps each chunk with its own
+  time since the request arrived, so the error splits into the server's own lateness and the
+  client's (transit, parse, scheduling).
+
+    python benchmarks/client_capacity.py                   # the README's figures
+    python benchmarks/client_capacity.py --levels 1,4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from campaign.fsutil import JsonlAppender  # noqa: E402
+from campaign.gates.speedrun import RecordWriter  # noqa: E402
+from campaign.gates.streams import StreamFacts, analyze_stream  # noqa: E402
+from campaign.lanes.client import LaneClient  # noqa: E402
+
+FACTS = StreamFacts(token_counter="timings.predicted_n")
+
+
+# ---- the server (child process) ----
+
+def _chunk(payload: str) -> bytes:
+    data = f"data: {payload}\n\n".encode()
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, itl: float) -> None:
+    try:
+        while True:
+            request_line = await reader.readline()
+            if not request_line:
+                return
+            length = 0
+            while True:
+                header = await reader.readline()
+                if header in (b"\r\n", b"\n", b""):
+                    break
+                name, _, value = header.decode("latin-1").partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
+            body = await reader.readexactly(length) if length else b"{}"
+            received = time.perf_counter()
+            if not request_line.startswith(b"POST"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}")
+                await writer.drain()
+                continue
+            tokens = int(json.loads(body).get("max_tokens", 256))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            writer.write(_chunk('{"id":"b","choices":[{"index":0,"delta":{"role":"assistant","content":null},'
+                                '"finish_reason":null}]}'))
+            await writer.drain()
+            if ttft:
+                await asyncio.sleep(ttft)
+            for i in range(tokens):
+                if itl and i:
+                    await asyncio.sleep(itl)
+                srv = time.perf_counter() - received
+                writer.write(_chunk(f'{{"id":"b","choices":[{{"index":0,"delta":{{"content":" tok"}},'
+                                    f'"finish_reason":null}}],"timings":{{"predicted_n":{i + 1}}},'
+                                    f'"srv_t":{srv:.6f}}}'))
+                if itl or i % 16 == 15:
+                    await writer.drain()
+            writer.write(_chunk('{"id":"b","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}'))
+            writer.write(_chunk(f'{{"id":"b","choices":[],"usage":{{"completion_tokens":{tokens},'
+                                f'"prompt_tokens":8}}}}'))
+            writer.write(_chunk("[DONE]") + b"0\r\n\r\n")
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return
+    finally:
+        writer.close()
+
+
+def serve(port: int, ttft: float, itl: float) -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(lambda r, w: _serve_one(r, w, ttft, itl), "127.0.0.1", port,
+                                            backlog=1024)
+        print("ready", flush=True)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# ---- the client (this process) ----
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, ttft: float = 0.0, itl: float = 0.0) -> None:
+        self.port = _free_port()
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port), "--ttft-ms",
+                                      str(ttft * 1000), "--itl-ms", str(itl * 1000)], stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == b"ready"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+async def drive(port: int, level: int, requests_per_user: int, tokens: int, sink_dir: Path) -> dict[str, Any]:
+    records: list[dict[str, Any]] = []
+    with JsonlAppender(sink_dir / f"c{level}-{time.monotonic_ns()}.jsonl") as sink:
+        writer = RecordWriter(sink)
+        async with LaneClient(f"http://127.0.0.1:{port}", lane="bench") as client:
+            await client.stream("/v1/chat/completions", {"max_tokens": 2})  # connect once, outside the clock
+
+            async def user() -> None:
+                for _ in range(requests_per_user):
+                    record = await client.stream("/v1/chat/completions", {"model": "x", "max_tokens": tokens,
+                                                                           "messages": []})
+                    records.append(record)
+                    writer.put(record)
+
+            cpu, start = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(user() for _ in range(level)))
+            await writer.drain()
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        writer.close()
+    stats = [analyze_stream(r, tokens, FACTS) for r in records]
+    bad = [problem for s, problem in stats if s is None]
+    good = [s for s, _ in stats if s is not None]
+    total = sum(s.tokens for s in good)
+    return {"records": records, "stats": good, "errors": bad, "wall_s": wall, "client_cpu_s": cpu,
+            "tok_s": total / wall, "tokens": total}
+
+
+def _srv_times(record: dict[str, Any]) -> list[tuple[float, float]]:
+    """(client arrival, server send) of each content chunk, both seconds after the request."""
+    return [(e["t"], e["data"]["srv_t"]) for e in record["events"] if "srv_t" in e.get("data", {})]
+
+
+def capacity(levels: list[int], tokens: int, budget_tokens: int, sink_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for level in levels:
+        server = Server()
+        try:
+            per_user = max(2, budget_tokens // (tokens * level))
+            srv_cpu = _cpu_seconds(server.proc.pid)
+            result = asyncio.run(drive(server.port, level, per_user, tokens, sink_dir))
+            srv_cpu = _cpu_seconds(server.proc.pid) - srv_cpu
+        finally:
+            server.stop()
+        ttfts = [s.ttft_s for s in result["stats"]]
+        rows.append({"level": level, "requests": len(result["records"]), "errors": len(result["errors"]),
+                     "tok_s": round(result["tok_s"]),
+                     "client_cpu_ms_per_1k_tokens": round(1e6 * result["client_cpu_s"] / result["tokens"], 1),
+                     "client_cpu_share": round(result["client_cpu_s"] / result["wall_s"], 2),
+                     "server_cpu_share": round(srv_cpu / result["wall_s"], 2),
+                     "median_ttft_ms": round(1000 * statistics.median(ttfts), 1)})
+    return rows
+
+
+def timing(levels: list[int], ttft: float, itl: float, tokens: int, requests: int,
+           sink_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for level in levels:
+        server = Server(ttft, itl)
+        try:
+            result = asyncio.run(drive(server.port, level, max(2, requests // level), tokens, sink_dir))
+        finally:
+            server.stop()
+        ttft_err, server_late, client_late, itl_err, decode_err = [], [], [], [], []
+        for record, stats in zip(result["records"], result["stats"]):
+            times = _srv_times(record)
+            ttft_err.append(stats.ttft_s - ttft)  # against the injected value
+            server_late.append(times[0][1] - ttft)  # the server's own sleep overshoot
+            client_late.append(times[0][0] - times[0][1])  # arrival after the server sent it
+            gaps = [(b[0] - a[0]) - (b[1] - a[1]) for a, b in zip(times, times[1:])]
+            itl_err.append(statistics.fmean(abs(g) for g in gaps))
+            server_rate = (len(times) - 1) / (times[-1][1] - times[0][1])
+            decode_err.append(stats.decode_tok_s / server_rate - 1)
+        ms = lambda values: round(1000 * statistics.median(values), 2)  # noqa: E731
+        rows.append({"level": level, "requests": len(result["records"]), "errors": len(result["errors"]),
+                     "ttft_error_ms": ms(ttft_err),
+                     "ttft_error_ms_p95": round(1000 * sorted(ttft_err)[int(0.95 * (len(ttft_err) - 1))], 2),
+                     "of_which_server_ms": ms(server_late), "of_which_client_ms": ms(client_late),
+                     "itl_jitter_ms": round(1000 * statistics.fmean(itl_err), 3),
+                     "decode_rate_error": f"{statistics.median(decode_err):+.2%}",
+                     "client_cpu_share": round(result["client_cpu_s"] / result["wall_s"], 2)})
+    return rows
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    columns = list(rows[0])
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(str(r[c]).rjust(w) for c, w in zip(columns, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ttft-ms", type=float, default=50.0, help="injected TTFT (timing run)")
+    parser.add_argument("--itl-ms", type=float, default=5.0, help="injected inter-token delay (timing run)")
+    parser.add_argument("--levels", default="1,16,64", help="concurrency levels")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per reply (capacity run)")
+    parser.add_argument("--budget-tokens", type=int, default=200_000, help="tokens per capacity level")
+    parser.add_argument("--timing-requests", type=int, default=48, help="requests per timing level")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.ttft_ms / 1000, args.itl_ms / 1000)
+        return
+    levels = [int(x) for x in args.levels.split(",")]
+    with tempfile.TemporaryDirectory(prefix="client-capacity-") as tmp:
+        load = os.getloadavg()[0]
+        cap = capacity(levels, args.tokens, args.budget_tokens, Path(tmp))
+        tim = timing(levels, args.ttft_ms / 1000, args.itl_ms / 1000, 64, args.timing_requests, Path(tmp))
+    print(f"host: {os.cpu_count()} cores, load average {load:.2f} at start; python {sys.version.split()[0]}")
+    print(f"\ncapacity: server streams {args.tokens}-token replies as fast as it can")
+    print(_table(cap))
+    print(f"\ntiming: injected TTFT {args.ttft_ms:g} ms, inter-token delay {args.itl_ms:g} ms, 64-token replies")
+    print(_table(tim))
+    if args.json:
+        args.json.write_text(json.dumps({"load_average": load, "capacity": cap, "timing": tim}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""One streamed request, read back from its raw record: is it whole, and how fast was it.
+
+A stream that failed, ended without a finish reason, lost or repeated chunks, or produced fewer
+tokens than asked without stopping is an error with a reason, never throughput. Times are the
+client's arrival times of SSE events, seconds after sending (see ``LaneClient.stream``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["StreamFacts", "StreamStats", "analyze_stream"]
+
+_FINISHED = {"stop", "length", "tool_calls"}
+
+
+@dataclass(frozen=True)
+class StreamFacts:
+    """What the engine adapter declared about its streams when the records were taken."""
+
+    token_counter: str | None = None  # dotted path in a chunk to the engine's running token count
+    tokens_per_chunk: int | None = None  # every content chunk is exactly this many tokens (no usage)
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    tokens: int  # output tokens, as the engine counted them
+    token_source: str  # usage | counter | chunks
+    ttft_s: float  # first event carrying content, reasoning or a tool call (not the role-only chunk)
+    decode_tok_s: float | None  # tokens after the first, over first content -> finish event
+    effective_tok_s: float  # tokens over the request's wall time
+    elapsed_s: float
+    finish_reason: str
+    text: str
+    prompt_tokens: int | None
+
+
+def _dig(data: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+def _carries_output(delta: dict[str, Any]) -> bool:
+    return any(bool(delta.get(key)) for key in ("content", "reasoning_content", "reasoning", "tool_calls"))
+
+
+def analyze_stream(record: dict[str, Any], max_tokens: int,
+                   facts: StreamFacts = StreamFacts()) -> tuple[StreamStats | None, str | None]:
+    """(stats, None) for a whole stream, (None, reason) for an error record."""
+    if record.get("error"):
+        return None, str(record["error"])
+    if record.get("status") != 200:
+        return None, f"HTTP {record.get('status')}"
+    events = record.get("events") or []
+    ids: set[str] = set()
+    first_t: float | None = None
+    finish_t: float | None = None
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    text: list[str] = []
+    chunks = 0
+    counters: list[tuple[int, str]] = []
+    last_t = 0.0
+    for index, event in enumerate(events):
+        t = event.get("t")
+        data = event.get("data")
+        if not isinstance(data, dict) or not isinstance(t, (int, float)):
+            return None, f"event {index} is not a JSON chunk: {str(event.get('raw'))[:80]!r}"
+        if t < last_t:
+            return None, f"event {index} arrived before event {index - 1}: the record's clock is broken"
+        last_t = t
+        if data.get("error"):
+            return None, f"engine error mid-stream: {str(data['error'])[:200]}"
+        if isinstance(data.get("id"), str):
+            ids.add(data["id"])
+        if isinstance(data.get("usage"), dict):
+            usage = data["usage"]
+        for choice in data.get("choices") or []:
+            if finish is not None:
+                return None, f"event {index} arrived after the finish reason"
+            delta = choice.get("delta") or {}
+            if _carries_output(delta):
+                chunks += 1
+                first_t = t if first_t is None else first_t
+                piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+                text.append(piece if isinstance(piece, str) else "")
+                if facts.token_counter:
+                    count = _dig(data, facts.token_counter)
+                    if not isinstance(count, int):
+                        return None, f"event {index} lacks the engine's token count {facts.token_counter}"
+                    counters.append((count, text[-1]))
+            if choice.get("finish_reason"):
+                finish, finish_t = str(choice["finish_reason"]), t
+    if len(ids) > 1:
+        return None, f"events from {len(ids)} different streams in one response"
+    if not record.get("done_marker"):
+        return None, "stream ended without [DONE]: cut short"
+    if finish is None:
+        return None, "stream ended without a finish reason: cut short"
+    if finish not in _FINISHED:
+        return None, f"finish reason {finish!r}"
+    if first_t is None or finish_t is None:
+        return None, "no content, reasoning or tool call in the stream"
+
+    # tokens: the engine's own numbers only; a client-side chunk count is used only where the adapter
+    # declared that its engine streams a fixed number of tokens per chunk
+    if usage is not None and isinstance(usage.get("completion_tokens"), int):
+        tokens, source = int(usage["completion_tokens"]), "usage"
+    elif counters:
+        tokens, source = counters[-1][0] + (1 if finish == "stop" else 0), "counter"
+    elif facts.tokens_per_chunk:
+        tokens, source = chunks * facts.tokens_per_chunk, "chunks"
+    else:
+        return None, "the engine reported no token count (no usage, no per-chunk counter)"
+    if counters:
+        problem = _counter_problem(counters, tokens, finish)
+        if problem:
+            return None, problem
+    elif facts.tokens_per_chunk is None and chunks > tokens:
+        return None, f"{chunks} content chunks for {tokens} tokens: repeated chunks"
+    if tokens > max_tokens:
+        return None, f"{tokens} tokens, more than the {max_tokens} asked"
+    if finish == "length" and tokens < max_tokens:
+        return None, f"finish 'length' after {tokens} of {max_tokens} tokens: ended early without a stop"
+
+    elapsed = float(record.get("elapsed_s") or last_t)
+    decode = (tokens - 1) / (finish_t - first_t) if tokens >= 2 and finish_t > first_t else None
+    prompt_tokens = usage.get("prompt_tokens") if usage else None
+    return StreamStats(tokens=tokens, token_source=source, ttft_s=first_t, decode_tok_s=decode,
+                       effective_tok_s=tokens / elapsed if elapsed > 0 else 0.0, elapsed_s=elapsed,
+                       finish_reason=finish, text="".join(text),
+                       prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None), None
+
+
+def _counter_problem(counters: list[tuple[int, str]], tokens: int, finish: str) -> str | None:
+    """The engine's running count must rise by one per chunk; a jump is a lost chunk unless the
+    chunk holds a multi-byte character the engine held back until it was whole."""
+    previous = 0
+    for index, (count, piece) in enumerate(counters):
+        if count <= previous:
+            return f"content chunk {index} repeats token count {count}: repeated chunk"
+        if count > previous + 1 and piece.isascii():
+            return f"content chunk {index} jumps from token {previous} to {count}: lost chunks"
+        previous = count
+    expected = tokens - (1 if finish == "stop" else 0)  # a stop's EOS is counted, not streamed
+    if previous not in (expected, tokens):
+        return f"the last chunk is token {previous} but the engine counted {tokens}: lost chunks at the end"
+    return None

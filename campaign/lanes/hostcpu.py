@@ -1,0 +1,46 @@
+"""CPU time of the host and of a lane's processes (Linux /proc), so a measurement can tell whether
+something else was using the machine while it ran: a shared box makes wall-clock speed a coin flip.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["host_busy_seconds", "session_cpu_seconds"]
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def host_busy_seconds() -> float | None:
+    """CPU seconds the host spent not idle, summed over CPUs (user, nice, system, irq, softirq, and
+    steal: time a hypervisor gave to other tenants). None where /proc/stat is missing."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] != "cpu" or len(fields) < 9:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+def session_cpu_seconds(session: int) -> float | None:
+    """CPU seconds of every live process in a session (a process lane starts one of its own), plus
+    what its leader collected from children that already exited. None if the leader is gone."""
+    total, found = 0.0, False
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) != session:
+            continue
+        total += int(fields[11]) + int(fields[12])
+        if int(entry.name) == session:
+            found = True
+            total += int(fields[13]) + int(fields[14])
+    return total / _TICK if found else None
