@@ -174,35 +174,6 @@ class LlamaCppAdapter(EngineAdapter):
         status, text = await client.get_text("/metrics")
         return text if status == 200 else None
 
-
-def _one(records: list[dict[str, Any]], part: str) -> dict[str, Any]:
-    found = [r for r in records if (r.get("tags") or {}).get("part") == part]
-    if len(found) != 1:
-        raise ScoreError(f"expected one {part} record, found {len(found)}")
-    record = found[0]
-    if record.get("error") or not isinstance(record.get("response"), (dict, list)):
-        raise ScoreError(f"{part} request failed: {record.get('error') or 'no response'}")
-    return record
-
-
-def _alt(entry: dict[str, Any]) -> Alt:
-    return Alt(token=int(entry["id"]), text=str(entry.get("token", "")), logprob=float(entry["logprob"]))
-
-
-def _position(entry: dict[str, Any]) -> Position:
-    top = tuple(_alt(e) for e in entry.get("top_logprobs") or [])
-    return Position(token=int(entry["id"]), text=str(entry.get("token", "")), logprob=float(entry["logprob"]),
-                    top=top)
-
-
-def _piece(seq: TokenSeq, index: int) -> str:
-    return seq.pieces[index] if index < len(seq.pieces) else ""
-
-
-def _seq(ids: list[int], raw: list[bytes]) -> TokenSeq:
-    # joined as bytes: a multi-byte character split across two tokens must survive the join
-    return TokenSeq(tuple(ids), b"".join(raw).decode("utf-8", "replace"),
-                    tuple(r.decode("utf-8", "replace") for r in raw))
     stream_token_counter = "timings.predicted_n"
 
     def stream_request_fields(self) -> dict[str, Any]:
@@ -239,3 +210,33 @@ def _seq(ids: list[int], raw: list[bytes]) -> TokenSeq:
         if per_position:
             summary["spec_accepted_per_position"] = dict(sorted(per_position.items(), key=lambda kv: int(kv[0])))
         return summary
+
+
+def _one(records: list[dict[str, Any]], part: str) -> dict[str, Any]:
+    found = [r for r in records if (r.get("tags") or {}).get("part") == part]
+    if len(found) != 1:
+        raise ScoreError(f"expected one {part} record, found {len(found)}")
+    record = found[0]
+    if record.get("error") or not isinstance(record.get("response"), (dict, list)):
+        raise ScoreError(f"{part} request failed: {record.get('error') or 'no response'}")
+    return record
+
+
+def _alt(entry: dict[str, Any]) -> Alt:
+    return Alt(token=int(entry["id"]), text=str(entry.get("token", "")), logprob=float(entry["logprob"]))
+
+
+def _position(entry: dict[str, Any]) -> Position:
+    top = tuple(_alt(e) for e in entry.get("top_logprobs") or [])
+    return Position(token=int(entry["id"]), text=str(entry.get("token", "")), logprob=float(entry["logprob"]),
+                    top=top)
+
+
+def _piece(seq: TokenSeq, index: int) -> str:
+    return seq.pieces[index] if index < len(seq.pieces) else ""
+
+
+def _seq(ids: list[int], raw: list[bytes]) -> TokenSeq:
+    # joined as bytes: a multi-byte character split across two tokens must survive the join
+    return TokenSeq(tuple(ids), b"".join(raw).decode("utf-8", "replace"),
+                    tuple(r.decode("utf-8", "replace") for r in raw))
