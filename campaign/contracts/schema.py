@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from campaign.contracts.units import Duration, Size
 
@@ -223,18 +223,16 @@ def parse_fraction(text: str) -> tuple[int, int]:
     return k, n
 
 
+# A count rule such as "20/20" or ">= 19/20" (at least k of n), checked when the contract is loaded.
+CountRule = Annotated[str, AfterValidator(lambda text: (parse_fraction(text), text)[1])]
+
+
 class GreedyRule(StrictModel):
-    self_identical: str = Field(description="Prompts whose repeats are byte-identical, at least k/N, e.g. '20/20'.")
-    cross_identical: str | None = Field(
+    self_identical: CountRule = Field(description="Prompts whose repeats are byte-identical, at least k/N, e.g. '20/20'.")
+    cross_identical: CountRule | None = Field(
         None, description="Prompts byte-identical to control, at least k/N. A kernel-shape diagnostic, "
                           "not a quality verdict; omit to report without judging.")
 
-    @field_validator("self_identical", "cross_identical")
-    @classmethod
-    def _fraction(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_fraction(value)
-        return value
 
 
 class GreedyGate(StrictModel):
@@ -394,16 +392,10 @@ class KlGate(StrictModel):
 
 
 class StructuredRule(StrictModel):
-    correct: str = Field(description="Rows whose output is valid, schema-valid and equal to the oracle answer, "
+    correct: CountRule = Field(description="Rows whose output is valid, schema-valid and equal to the oracle answer, "
                                      "at least k/N.")
-    schema_valid: str | None = Field(None, description="Rows whose output is schema-valid JSON, at least k/N.")
+    schema_valid: CountRule | None = Field(None, description="Rows whose output is schema-valid JSON, at least k/N.")
 
-    @field_validator("correct", "schema_valid")
-    @classmethod
-    def _fraction(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_fraction(value)
-        return value
 
 
 class StructuredGate(StrictModel):
@@ -417,14 +409,9 @@ class StructuredGate(StrictModel):
 
 
 class ToolsRule(StrictModel):
-    passed: str = Field(description="Episodes whose every expected call was parsed with the right function "
+    passed: CountRule = Field(description="Episodes whose every expected call was parsed with the right function "
                                     "and arguments, at least k/N.")
 
-    @field_validator("passed")
-    @classmethod
-    def _fraction(cls, value: str) -> str:
-        parse_fraction(value)
-        return value
 
 
 class ToolsGate(StrictModel):
@@ -488,7 +475,7 @@ class SpeedRule(StrictModel):
     ci_lower_above: float = Field(0.0, ge=-1.0, le=10.0,
                                   description="The paired bootstrap CI's lower bound must exceed this.")
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Two-sided confidence of the CI.")
-    min_wins: str | None = Field(None, description="Prompts where the candidate is faster, at least k/P, "
+    min_wins: CountRule | None = Field(None, description="Prompts where the candidate is faster, at least k/P, "
                                                    "e.g. '6/8'; omit to report without judging.")
     max_spread: float = Field(0.10, gt=0.0, description="A row whose reps' aggregate tok/s spread "
                                                         "((max - min) / mean) exceeds this is VOID.")
@@ -505,12 +492,6 @@ class SpeedRule(StrictModel):
         0.05, gt=0.0, description="The control's re-run in the same window may differ from its first run "
                                   "by at most this mean per-prompt change; null reports drift without a limit.")
 
-    @field_validator("min_wins")
-    @classmethod
-    def _wins(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_fraction(value)
-        return value
 
 
 class SpeedGate(StrictModel):
