@@ -18,7 +18,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import SpeedGate as SpeedSpec
@@ -27,6 +26,7 @@ from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.inputs import Prompt, load_prompts
+from campaign.gates.stats import paired_bootstrap_ci
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speedrows import RowResult, evaluate_row, facts_from, group_attempts
 from campaign.gates.speedrun import SpeedMeasurement, by_class, rep_order
@@ -44,16 +44,11 @@ _FOREIGN = "another client on the port"  # in a row's reasons: its engine counte
 
 def _paired_bootstrap_ci(control: list[float], candidate: list[float], *, confidence: float, resamples: int,
                          seed: int, higher_is_better: bool = True) -> tuple[float, float, float]:
-    """Mean per-pair relative change (candidate vs control; positive = better) and its percentile
-    bootstrap CI, resampling pairs. Private stand-in for campaign.gates.stats.paired_bootstrap_ci
-    (branch wt-ladders): swap it in at merge."""
-    a, b = np.asarray(control, dtype=float), np.asarray(candidate, dtype=float)
-    changes = b / a - 1.0 if higher_is_better else a / b - 1.0
-    rng = np.random.default_rng(seed)
-    means = changes[rng.integers(0, len(changes), size=(resamples, len(changes)))].mean(axis=1)
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return float(changes.mean()), float(low), float(high)
+    """Mean per-pair relative change (positive = better) and its CI, from the shared statistics. For a
+    number where lower is better (TTFT) the pairs are swapped, so a positive change still means faster."""
+    first, second = (control, candidate) if higher_is_better else (candidate, control)
+    ci = paired_bootstrap_ci(first, second, relative=True, confidence=confidence, resamples=resamples, seed=seed)
+    return ci.mean, ci.low, ci.high
 
 
 @dataclass
