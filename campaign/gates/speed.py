@@ -7,9 +7,11 @@ and its re-run in the same window are averaged (bracketing cancels a steady drif
 between them is reported and, past the frozen limit, makes the comparison INCONCLUSIVE. The mean
 per-prompt change gets a paired bootstrap CI; the bar is frozen (e.g. mean >= +5%, CI low > 0).
 
-The instrument checks itself before its numbers count: every row needs a valid attempt (no VOID left
-after re-runs), the client must not be what limits the rate (its CPU share per rep), and a lane that
-gives every prompt the same reply is not answering them.
+The instrument checks itself before its numbers count: every judged row needs a valid attempt (no
+VOID left after re-runs: spread, cut streams, other clients on the port, other tenants on the host),
+the client must not be what limits the rate (its CPU share per rep), and a lane that gives every
+prompt the same reply is not answering them. A CI over prompts cannot see a load every prompt of a
+visit shared; the host check and the control's re-run are what guard against that.
 """
 
 from __future__ import annotations
