@@ -428,8 +428,9 @@ Observable = Literal["outputs", "logprobs", "metrics", "speed", "boot_log", "pro
 
 class RulerRule(StrictModel):
     observe: list[Observable] = Field(
-        default_factory=lambda: ["outputs", "logprobs", "metrics", "speed", "boot_log", "props"],
-        description="What may show the axis taking effect; indistinguishable on all of them: axis may be inert.")
+        default_factory=lambda: ["outputs", "logprobs", "metrics", "boot_log", "props"],
+        description="What may show the axis taking effect; indistinguishable on all of them: axis may be inert. "
+                    "`speed` is opt-in: a few short probes on a shared host differ by 2-3x from noise alone.")
     speed_tolerance: float = Field(
         0.25, gt=0, description="Relative probe-speed change that counts as a difference (and only when the "
                                 "per-probe ranges do not overlap): small probes on a shared host are noisy.")

@@ -3,9 +3,9 @@
 A flag can parse and do nothing; a dead flag yields identical numbers. On every lane the ruler sends a
 few greedy probes (text, top-k logprobs, speed) and snapshots the engine's metrics before and after;
 offline it compares the candidate with its control on each observable: outputs, logprobs, metric
-counters (time-valued ones excluded: they always differ), speed (only beyond a frozen tolerance and
-with non-overlapping ranges), the boot log (timings, ports and paths stripped) and the engine's own
-properties. Indistinguishable on all of them: "axis may be inert", loudly, in SUMMARY.json.
+counters (time-valued ones excluded: they always differ), the boot log (timings, ports and paths
+stripped), the engine's own properties, and, opted in, speed (beyond a frozen tolerance with
+non-overlapping ranges: measured here, two probes differed by +259% from host noise alone). Indistinguishable on all of them: "axis may be inert", loudly, in SUMMARY.json.
 
 Boot log and properties show that a flag was parsed, not that it acted: they are weaker evidence and
 can be left out of ``observe``.
