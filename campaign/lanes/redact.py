@@ -143,7 +143,16 @@ class Redactor:
 
 
 def redactor_for(lane: EffectiveLane) -> Redactor:
-    return Redactor(lane_secrets(lane), declared_env=dict(lane.env))
+    """What the contract declares stays readable, and so does what the engine adapter itself sets (cache
+    and temp folders under the lane's scratch path): both are configuration, not secrets."""
+    from campaign.lanes.adapter import adapter_for
+    from campaign.lanes.session import scratch_path
+
+    try:
+        engine_env = adapter_for(lane.engine).launch_env(lane, str(scratch_path(lane)))
+    except Exception:  # an engine without an adapter has no engine-set variables to keep
+        engine_env = {}
+    return Redactor(lane_secrets(lane), declared_env={**engine_env, **dict(lane.env)})
 
 
 class RedactingLog:

@@ -51,15 +51,19 @@ class LaneRun:
         return code
 
 
+def scratch_path(lane: EffectiveLane) -> Path:
+    """Where a lane's scratch folder is, without touching it (the redactor needs the name, not the folder)."""
+    return Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}" / f"lane-{lane.host}-{lane.port}"
+
+
 def lane_scratch(lane: EffectiveLane) -> Path:
     """A fresh folder for what the engine writes during one boot (temp files, caches).
 
     Keyed by the lane's address, which only one lane can hold at a time, so a control and its
     candidate on the same port see the same path (no undeclared env difference) but never each
     other's files: the folder is emptied before each boot and removed at stop."""
-    base = Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}"
-    base.mkdir(mode=0o700, exist_ok=True)
-    scratch = base / f"lane-{lane.host}-{lane.port}"
+    scratch = scratch_path(lane)
+    scratch.parent.mkdir(mode=0o700, exist_ok=True)
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(mode=0o700)
     return scratch
