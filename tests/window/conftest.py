@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
@@ -57,6 +58,16 @@ def daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str):
     assert started.returncode == 0, started.stderr
     assert serves(port)
     yield {"root": tmp_path, "contract": contract, "port": port}
+    # disarm first: a failsafe still armed from a failed test would start the daily again after we stop it
+    from campaign.window.state import WindowState
+
+    for state_file in (tmp_path / "state").glob("campaign/windows/*/state.json"):
+        state = WindowState.load(state_file.parent.name)
+        with state.locked():
+            state = state.reload()
+            state.armed = False
+            state.save()
+    time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
     for pidfile in [tmp_path / "daily.pid"]:
         try:
             os.killpg(int(pidfile.read_text()), signal.SIGKILL)
