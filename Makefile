@@ -42,7 +42,7 @@ demo: venv engine model keys
 	$(VENV)/bin/campaign verify "$$bundle" && \
 	$(VENV)/bin/campaign publish "$$bundle" && \
 	echo "promotion decision on $$bundle:" && \
-	{ $(VENV)/bin/campaign promote "$$bundle" --dry-run || echo "(refused: the daily stays as it is)"; }
+	{ $(VENV)/bin/campaign promote "$$bundle" --candidate ngram-k4 --dry-run || echo "(refused: the daily stays as it is)"; }
 
 vllm: model
 	scripts/setup-vllm.sh >/dev/null
