@@ -10,8 +10,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from campaign.contracts.resolve import EffectiveLane
-from campaign.errors import CapabilityError
+from campaign.errors import CapabilityError, EngineError
 from campaign.lanes.client import LaneClient
 from campaign.lanes.scoring import Generation, Position, TokenSeq
 from campaign.lanes.metrics import Samples
@@ -36,6 +38,17 @@ class EngineAdapter(ABC):
     async def probe(self, client: LaneClient) -> Readiness:
         """One readiness poll."""
 
+    async def poll(self, client: LaneClient, path: str, *, refused: str = "connection refused",
+                   timeout: float = 5.0) -> tuple[int | None, str]:
+        """One readiness poll of ``path``: (status, body), or (None, why nothing answered). A refused
+        connection is the normal state of a loading engine, reported with the adapter's own words."""
+        try:
+            return await client.get_text(path, timeout=timeout)
+        except EngineError as exc:
+            if isinstance(exc.__cause__, httpx.ConnectError):
+                return None, refused
+            return None, str(exc.__cause__ or exc)
+
     def served_model(self, lane: EffectiveLane) -> str:
         return lane.model.served_name or "default"
 
@@ -58,7 +71,6 @@ class EngineAdapter(ABC):
                                 messages: list[dict[str, Any]]) -> int:
         """Prompt tokens the engine will see for these chat messages, counted by its own tokenizer
         (chat template included). Raises ``EngineError`` when the engine cannot say."""
-        from campaign.errors import EngineError
 
         raise EngineError(f"engine {self.name}: counting prompt tokens is not supported by this adapter")
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.adapter import EngineAdapter, Readiness
@@ -47,13 +45,9 @@ class LlamaCppAdapter(EngineAdapter):
         return args + list(lane.args)
 
     async def probe(self, client: LaneClient) -> Readiness:
-        try:
-            status, text = await client.get_text("/health", timeout=5.0)
-        except EngineError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, httpx.ConnectError):
-                return Readiness(False, "connection refused")
-            return Readiness(False, str(cause or exc))
+        status, text = await self.poll(client, "/health")
+        if status is None:
+            return Readiness(False, text)
         if status == 200:
             return Readiness(True, "health 200")
         return Readiness(False, f"health {status}: {text[:120]}")

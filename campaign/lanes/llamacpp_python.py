@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.adapter import EngineAdapter, Readiness
@@ -40,13 +38,9 @@ class LlamaCppPythonAdapter(EngineAdapter):
         return lane.model.served_name or lane.model.path
 
     async def probe(self, client: LaneClient) -> Readiness:
-        try:
-            status, text = await client.get_text("/v1/models", timeout=5.0)
-        except EngineError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, httpx.ConnectError):
-                return Readiness(False, "connection refused")
-            return Readiness(False, str(cause or exc))
+        status, text = await self.poll(client, "/v1/models")  # this server has no /health
+        if status is None:
+            return Readiness(False, text)
         if status == 200:
             return Readiness(True, "models 200")
         return Readiness(False, f"models {status}: {text[:120]}")

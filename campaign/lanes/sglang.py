@@ -26,8 +26,6 @@ import os
 import re
 from typing import Any
 
-import httpx
-
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.lanes.adapter import EngineAdapter, Readiness
@@ -64,12 +62,10 @@ class SGLangAdapter(EngineAdapter):
         return lane.model.served_name or "default"
 
     async def probe(self, client: LaneClient) -> Readiness:
-        try:
-            status, text = await client.get_text("/health", timeout=30.0)  # /health runs a 1-token generation
-        except EngineError as exc:
-            if isinstance(exc.__cause__, httpx.ConnectError):
-                return Readiness(False, "connection refused (loading weights)")
-            return Readiness(False, str(exc.__cause__ or exc))
+        status, text = await self.poll(client, "/health", refused="connection refused (loading weights)",
+                                       timeout=30.0)  # SGLang's /health runs a 1-token generation
+        if status is None:
+            return Readiness(False, text)
         if status == 200:
             return Readiness(True, "health 200")
         if status == 503:

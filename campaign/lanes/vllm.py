@@ -18,8 +18,6 @@ import re
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-import httpx
-
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
@@ -79,13 +77,9 @@ class VllmAdapter(EngineAdapter):
     # --- readiness and identity ----------------------------------------------------------------
 
     async def probe(self, client: LaneClient) -> Readiness:
-        try:
-            status, text = await client.get_text("/health", timeout=5.0)
-        except EngineError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, httpx.ConnectError):
-                return Readiness(False, "connection refused (loading)")
-            return Readiness(False, str(cause or exc))
+        status, text = await self.poll(client, "/health", refused="connection refused (loading)")
+        if status is None:
+            return Readiness(False, text)
         if status == 200:
             return Readiness(True, "health 200")
         if status == 503:
