@@ -490,8 +490,9 @@ class SpeedRule(StrictModel):
                                           "a rep; more voids the row. Checked for local process lanes; "
                                           "null disables it.")
     max_control_drift: float | None = Field(
-        0.05, gt=0.0, description="The control's re-run in the same window may differ from its first run "
-                                  "by at most this mean per-prompt change; null reports drift without a limit.")
+        0.05, gt=0.0, description="Each re-run of the control in the same window may differ from its first "
+                                  "run by at most this mean per-prompt change; null reports drift without "
+                                  "a limit.")
 
 
 
@@ -502,6 +503,11 @@ class SpeedGate(StrictModel):
     concurrency: list[int] = Field([1], min_length=1, description="Concurrency levels (users in flight).")
     max_tokens: int = Field(128, ge=2, le=65536, description="Tokens asked per request.")
     reps: int = Field(3, ge=2, le=50, description="Reps per row (lane x level x class); spread needs two.")
+    control_boots: int = Field(
+        3, ge=2, le=10, description="Boots of each control in the window: its first run plus re-runs after the "
+                                    "candidates. Speed moves from boot to boot of the same server; the "
+                                    "spread of these boots is that noise, and it widens the CI (two boots "
+                                    "give one degree of freedom and a very wide term).")
     resamples: int = Field(10000, ge=100, le=1000000, description="Bootstrap resamples for the CI.")
     seed: int = Field(0, description="Seed of the bootstrap, so a bundle re-judges to the same numbers.")
     rule: SpeedRule = Field(default_factory=SpeedRule)

@@ -50,7 +50,9 @@ class GateContext:
 
 
 class Gate(ABC):
-    rerun_control: bool = False  # True: visit each control again after its candidates, for this gate
+    # How many more boots of each control this gate needs after its candidates (0: none). The
+    # window boots the most any gate asks for; visit <lane>.rerunN runs the gates asking for N or more.
+    control_reruns: int = 0
 
     def __init__(self, spec: Any, ctx: GateContext) -> None:
         self.spec, self.ctx = spec, ctx

@@ -2,20 +2,24 @@
 
 Live (``collect``, see speedrun.py): warm every batch shape, measure rows in reps, void and re-run.
 Offline (``judge``): from raw records only. Per level, each prompt's value (median over its requests
-in the row's valid attempt) on the candidate is paired with the control's: the control's first run
-and its re-run in the same window are averaged (bracketing cancels a steady drift), and the drift
-between them is reported and, past the frozen limit, makes the comparison INCONCLUSIVE. The mean
-per-prompt change gets a paired bootstrap CI; the bar is frozen (e.g. mean >= +5%, CI low > 0).
+in the row's valid attempt) on the candidate is paired with the control's baseline: the mean over the
+control's boots in this window (its first run and its re-runs after the candidates; bracketing cancels
+a steady drift). The mean per-prompt change gets a paired bootstrap CI over prompts, widened by the
+boot-to-boot noise the control's boots showed: every prompt of one boot shares that boot's luck, so a
+CI over prompts alone once called an identical lane +8% faster. The bar is frozen (e.g. mean >= +5%,
+CI low > 0); drift between the control's boots past the frozen limit makes the comparison
+INCONCLUSIVE.
 
 The instrument checks itself before its numbers count: every judged row needs a valid attempt (no
 VOID left after re-runs: spread, cut streams, other clients on the port, other tenants on the host),
-the client must not be what limits the rate (its CPU share per rep), and a lane that gives every
-prompt the same reply is not answering them. A CI over prompts cannot see a load every prompt of a
-visit shared; the host check and the control's re-run are what guard against that.
+the client must not be what limits the rate (its CPU share per rep), a lane that gives every prompt
+the same reply is not answering them, and the control's boot noise must have been measured (two
+boots at least).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +32,7 @@ from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.inputs import Prompt, load_prompts
-from campaign.gates.stats import paired_bootstrap_ci
+from campaign.gates.stats import boot_noise, paired_bootstrap_ci
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speedrows import RowResult, evaluate_row, facts_from, group_attempts
 from campaign.gates.speedrun import SpeedMeasurement, by_class, rep_order
@@ -64,7 +68,10 @@ class _LaneView:
 
 class SpeedGate(Gate):
     spec: SpeedSpec
-    rerun_control = True
+
+    @property
+    def control_reruns(self) -> int:  # type: ignore[override]
+        return self.spec.control_boots - 1
 
     def prompts(self) -> list[Prompt]:
         return load_prompts(self.ctx.input_paths[self.spec.input])
@@ -120,22 +127,22 @@ class SpeedGate(Gate):
                             verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
         prompts = self.prompts()
         classes = by_class(prompts)
-        views = {"control": self.view(control.name), "candidate": self.view(candidate.name),
-                 "control_rerun": self.view(Visit(control, 1).key)}
+        views = {"control": self.view(control.name), "candidate": self.view(candidate.name)}
+        for index in range(1, spec.control_boots):
+            views[f"control_rerun{index}"] = self.view(Visit(control, index).key)
         problems: list[str] = []
         for role, view in views.items():
             if view is None:
-                if role != "control_rerun":
+                if not role.startswith("control_rerun"):
                     problems.append(f"{role} lane has no speed records")
                 continue
             judged, reported = self._instrument_problems(role, view, classes)
             problems += judged
             result.caveats += [f"not judged: {text}" for text in reported]
-        if views["control_rerun"] is None:
-            if rule.max_control_drift is not None:
-                problems.append("the control was not re-run in this window, so its drift is unmeasured")
-            else:
-                result.caveats.append("the control was not re-run in this window: drift unmeasured")
+        missing = [Visit(control, i).key for i in range(1, spec.control_boots) if views[f"control_rerun{i}"] is None]
+        if missing:
+            result.caveats.append(f"control boots without speed records: {', '.join(missing)} "
+                                  f"({spec.control_boots} planned)")
         unchecked = sorted({role for role, view in views.items() if view for attempts in view.rows.values()
                             for row in attempts for rep in row.rep_rows if rep["host_other_share"] is None})
         if unchecked and rule.max_host_busy is not None:
@@ -195,24 +202,18 @@ class SpeedGate(Gate):
             tag = f"C{level}"
             entry: dict[str, Any] = {"judged": level in (rule.levels or spec.concurrency)}
             values = {role: self.per_prompt(view, level) if view else {} for role, view in views.items()}
-            ctrl, cand, rerun = values["control"], values["candidate"], values["control_rerun"]
-            if views["control_rerun"] is not None:
-                common = [p.id for p in prompts if p.id in ctrl and p.id in rerun]
-                if len(common) >= 2:
-                    drift, low, high = _paired_bootstrap_ci([ctrl[p] for p in common], [rerun[p] for p in common],
-                                                            **ci)
-                    entry["control_drift"] = {"mean_change": drift, "ci": [low, high], "prompts": len(common)}
-                    result.metrics[f"{tag}.control_drift"] = Metric(
-                        value=round(drift, 5), unit="fraction (control re-run vs first run, mean per prompt)",
-                        denominator=len(common))
-                    if rule.max_control_drift is not None and abs(drift) > rule.max_control_drift and entry["judged"]:
-                        problems.append(f"{tag}: the control drifted {drift:+.1%} between its runs in this "
-                                        f"window (limit {rule.max_control_drift:.0%}): the environment moved")
-            baseline = {p: (ctrl[p] + rerun[p]) / 2 if p in rerun else ctrl[p] for p in ctrl}
-            pairs = [p.id for p in prompts if p.id in baseline and p.id in cand]
+            boots = {role: values[role] for role, view in views.items()
+                     if role.startswith("control") and view is not None and values[role]}
+            ctrl, cand = values["control"], values["candidate"]
+            # prompts every measured control boot has, so each boot's mean covers the same prompts
+            common = [p.id for p in prompts if boots and all(p.id in b for b in boots.values())]
+            baseline = {p: statistics.fmean(b[p] for b in boots.values()) for p in common}
+            noise = self._boot_noise(result, entry, tag, views, boots, common, baseline, ci, problems)
+            pairs = [p for p in common if p in cand]
             unpaired = [p.id for p in prompts if p.id not in pairs]
-            rows = [{"prompt": p.id, "class": p.cls or "all", "control": ctrl.get(p.id),
-                     "control_rerun": rerun.get(p.id), "candidate": cand.get(p.id)} for p in prompts]
+            rows = [{"prompt": p.id, "class": p.cls or "all", "control": ctrl.get(p.id), "candidate": cand.get(p.id),
+                     **{role: values[role].get(p.id) for role in views if role.startswith("control_rerun")},
+                     "baseline": baseline.get(p.id)} for p in prompts]
             for row in rows:
                 if row["prompt"] in pairs:
                     base, new = baseline[row["prompt"]], cand[row["prompt"]]
@@ -221,36 +222,88 @@ class SpeedGate(Gate):
             entry["prompts"] = rows
             self._lane_level_metrics(result, views, level, values, unit)
             if unpaired and pairs and entry["judged"]:
-                result.caveats.append(f"{tag}: prompts without a {rule.metric} on both lanes: {unpaired}")
-            if len(pairs) < 2:
-                if entry["judged"]:
+                result.caveats.append(f"{tag}: prompts without a {rule.metric} on both lanes and every control "
+                                      f"boot: {unpaired}")
+            if len(pairs) < 2 or noise is None:
+                if entry["judged"] and len(pairs) < 2:
                     problems.append(f"{tag}: {len(pairs)} prompt(s) measured on both lanes; a paired CI needs 2+")
                 levels[str(level)] = entry
                 continue
-            mean, low, high = _paired_bootstrap_ci([baseline[p] for p in pairs], [cand[p] for p in pairs], **ci)
+            mean, prompt_low, prompt_high = _paired_bootstrap_ci([baseline[p] for p in pairs],
+                                                                 [cand[p] for p in pairs], **ci)
+            low = mean - math.hypot(mean - prompt_low, noise.half_width)
+            high = mean + math.hypot(prompt_high - mean, noise.half_width)
             wins = sum(1 for r in rows if r.get("win"))
-            entry.update(mean_change=mean, ci=[low, high], wins=wins, pairs=len(pairs))
+            entry.update(mean_change=mean, ci=[low, high], prompt_ci=[prompt_low, prompt_high], wins=wins,
+                         pairs=len(pairs))
             result.metrics[f"{tag}.mean_change"] = Metric(
                 value=round(mean, 5), unit=f"fraction ({rule.metric} candidate vs control, mean per prompt)",
-                denominator=len(pairs), note="positive = faster")
-            result.metrics[f"{tag}.ci_low"] = Metric(value=round(low, 5), unit="fraction", denominator=len(pairs),
-                                                     note=f"{rule.confidence:.0%} paired bootstrap, "
-                                                          f"{spec.resamples} resamples")
+                denominator=len(pairs), note=f"positive = faster; control = mean of {len(boots)} boots")
+            result.metrics[f"{tag}.ci_low"] = Metric(
+                value=round(low, 5), unit="fraction", denominator=len(pairs),
+                note=f"{rule.confidence:.0%}: paired bootstrap over prompts ({spec.resamples} resamples) "
+                     f"and the control's boot-to-boot noise ({len(boots)} boots), in quadrature")
             result.metrics[f"{tag}.ci_high"] = Metric(value=round(high, 5), unit="fraction", denominator=len(pairs))
+            result.metrics[f"{tag}.prompt_ci_low"] = Metric(
+                value=round(prompt_low, 5), unit="fraction", denominator=len(pairs),
+                note="over prompts only: blind to what one boot's prompts share")
+            result.metrics[f"{tag}.prompt_ci_high"] = Metric(value=round(prompt_high, 5), unit="fraction",
+                                                             denominator=len(pairs))
             result.metrics[f"{tag}.wins"] = Metric(value=wins, unit="prompts", denominator=len(pairs),
                                                    note="prompts where the candidate is faster")
             checks = [mean >= rule.min_mean_change, low > rule.ci_lower_above]
-            text = (f"{tag} {rule.metric}: {mean:+.2%} [{rule.confidence:.0%} CI {low:+.2%}, {high:+.2%}], "
-                    f"wins {wins}/{len(pairs)}; bar: mean >= {rule.min_mean_change:+.0%} and CI low > "
-                    f"{rule.ci_lower_above:+.0%}")
+            text = (f"{tag} {rule.metric}: {mean:+.2%} [{rule.confidence:.0%} CI {low:+.2%}, {high:+.2%}; "
+                    f"over prompts alone {prompt_low:+.2%}, {prompt_high:+.2%}; boot noise +/-"
+                    f"{noise.half_width:.2%} from {noise.boots} control boots], wins {wins}/{len(pairs)}; "
+                    f"bar: mean >= {rule.min_mean_change:+.0%} and CI low > {rule.ci_lower_above:+.0%}")
             if rule.min_wins:
                 need, of = parse_fraction(rule.min_wins)
                 checks.append(of == len(pairs) and wins >= need)
                 text += f" and wins >= {need}/{of}" + ("" if of == len(pairs) else f" (rule is over {of} prompts)")
             entry["verdict"] = "PASS" if all(checks) else "FAIL"
             entry["reason"] = f"{text}: {'met' if all(checks) else 'not met'}"
+            if entry["verdict"] == "FAIL" and mean >= rule.min_mean_change and prompt_low > rule.ci_lower_above:
+                entry["reason"] += (" (the change clears the bar over prompts but not the control's boot-to-boot "
+                                    "noise: raise control_boots, or quiet the box, to resolve it)")
             levels[str(level)] = entry
         return levels
+
+    def _boot_noise(self, result: GateResult, entry: dict[str, Any], tag: str, views: dict[str, _LaneView | None],
+                    boots: dict[str, dict[str, float]], common: list[str], baseline: dict[str, float],
+                    ci: dict[str, Any], problems: list[str]):  # noqa: ANN202 - BootNoise or None
+        """Each control boot's drift from the first, and the spread of the boots: the noise a second
+        boot of an identical server would show. None (and a problem on a judged level) if unmeasured."""
+        rule = self.spec.rule
+        higher = ci["higher_is_better"]
+        first = boots.get("control")
+        drifts = {}
+        for role, values in boots.items():
+            if role == "control" or first is None or len(common) < 2:
+                continue
+            drift, low, high = _paired_bootstrap_ci([first[p] for p in common], [values[p] for p in common], **ci)
+            drifts[views[role].key] = {"mean_change": drift, "ci": [low, high], "prompts": len(common)}
+        if drifts:
+            worst = max(drifts.values(), key=lambda d: abs(d["mean_change"]))["mean_change"]
+            entry["control_drift"] = drifts
+            result.metrics[f"{tag}.control_drift"] = Metric(
+                value=round(worst, 5), unit="fraction (a control re-run vs its first run, mean per prompt)",
+                denominator=len(common), note=f"the largest of {len(drifts)} re-run(s)")
+            if rule.max_control_drift is not None and abs(worst) > rule.max_control_drift and entry["judged"]:
+                problems.append(f"{tag}: the control drifted {worst:+.1%} between its boots in this window "
+                                f"(limit {rule.max_control_drift:.0%}): the environment moved")
+        if len(boots) < 2 or len(common) < 2:
+            if entry["judged"]:
+                problems.append(f"{tag}: {len(boots)} control boot(s) measured on 2+ common prompts; the boot-"
+                                "to-boot noise a second boot of the same server shows is unmeasured")
+            return None
+        effects = [statistics.fmean((v[p] / baseline[p] if higher else baseline[p] / v[p]) - 1 for p in common)
+                   for v in boots.values()]
+        noise = boot_noise(effects, confidence=rule.confidence)
+        entry["boot_noise"] = {**noise.as_dict(), "effects": dict(zip([views[r].key for r in boots], effects))}
+        result.metrics[f"{tag}.boot_noise"] = Metric(
+            value=round(noise.half_width, 5), unit="fraction (prediction half-width for one more boot)",
+            denominator=noise.boots, note=f"SD of the control's boots {noise.sd:.2%}; t with {noise.boots - 1} df")
+        return noise
 
     def _lane_level_metrics(self, result: GateResult, views: dict[str, _LaneView | None], level: int,
                             values: dict[str, dict[str, float]], unit: str) -> None:

@@ -18,8 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import beta
 
-__all__ = ["BootstrapCI", "bootstrap_mean_ci", "clopper_pearson_interval", "clopper_pearson_upper",
-           "min_n_for_zero_loss", "paired_bootstrap_ci", "paired_changes"]
+__all__ = ["BootNoise", "BootstrapCI", "boot_noise", "bootstrap_mean_ci", "clopper_pearson_interval",
+           "clopper_pearson_upper", "min_n_for_zero_loss", "paired_bootstrap_ci", "paired_changes", "widen"]
 
 
 def _check_counts(k: int, n: int) -> None:
@@ -132,3 +132,43 @@ def paired_bootstrap_ci(control: Sequence[float], candidate: Sequence[float], *,
     over pairs, so per-item difficulty cancels out. Deterministic for a given ``seed``."""
     changes = paired_changes(control, candidate, relative=relative)
     return bootstrap_mean_ci(changes, confidence=confidence, resamples=resamples, seed=seed, relative=relative)
+
+
+@dataclass(frozen=True)
+class BootNoise:
+    """How far one more boot of the same server may land from the mean of ``boots`` measured boots.
+
+    Every prompt of one boot shares that boot's luck (memory placement, thread placement, the box's
+    state), so a CI over prompts cannot see it; only repeated boots can. ``half_width`` is the
+    two-sided t prediction half-width for a single new boot against the mean of the measured ones:
+    ``t(boots - 1) * sd * sqrt(1 + 1/boots)``. Few boots give few degrees of freedom and a wide term,
+    which is the honest price of not knowing the box's boot-to-boot spread."""
+
+    boots: int
+    sd: float  # sample SD of the boots' mean changes from their common mean
+    half_width: float
+    confidence: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def boot_noise(boot_effects: Sequence[float], *, confidence: float = 0.95) -> BootNoise:
+    """``boot_effects``: each boot's mean per-prompt change from the mean of all boots (>= 2 boots)."""
+    from scipy.stats import t
+
+    _check_confidence(confidence)
+    values = np.asarray(boot_effects, dtype=float)
+    if values.ndim != 1 or values.size < 2:
+        raise ValueError("boot noise needs at least two boots")
+    k = int(values.size)
+    sd = float(values.std(ddof=1))
+    half = float(t.ppf(1 - (1 - confidence) / 2, k - 1)) * sd * math.sqrt(1 + 1 / k)
+    return BootNoise(boots=k, sd=sd, half_width=half, confidence=confidence)
+
+
+def widen(ci: BootstrapCI, extra_half_width: float) -> tuple[float, float]:
+    """``ci`` with an independent error term added in quadrature on each side of its mean."""
+    low = ci.mean - math.hypot(ci.mean - ci.low, extra_half_width)
+    high = ci.mean + math.hypot(ci.high - ci.mean, extra_half_width)
+    return low, high

@@ -85,7 +85,7 @@ def check_instrument(gen: Generation, scored: list[Position], tolerance: float, 
 
 class TeacherForcedGate(Gate):
     spec: TeacherForcedSpec
-    rerun_control = True
+    control_reruns = 1  # the control's second boot scores the candidates' sites and shows drift
 
     # ---- live
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:

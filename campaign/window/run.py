@@ -237,7 +237,7 @@ async def _execute(w: _Window) -> WindowOutcome:
             lane = visit.lane
             if visit.index == 0:
                 atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
-            visit_gates = [g for g in (gates if visit.index == 0 else [g for g in gates if g.rerun_control])
+            visit_gates = [g for g in gates if g.control_reruns >= visit.index
                            if (g.gate_id, visit.key) not in w.finished_gates]
             outcome = lanes.setdefault(visit.key, LaneOutcome())
             if not visit_gates and w.resumed:
@@ -365,12 +365,12 @@ def _input_copies(loaded: LoadedContract, bundle: Path) -> dict[str, Path]:
 
 
 def plan_visits(loaded: LoadedContract, gates: list[Gate]) -> list[Visit]:
-    """Lanes in contract order (controls precede their candidates); then, if a gate asks for it,
-    each control once more, so its drift across the window is measured, not assumed."""
+    """Lanes in contract order (controls precede their candidates); then each control booted again as
+    often as a gate asks, so boot-to-boot drift across the window is measured, not assumed."""
     visits = [Visit(lane) for lane in loaded.lanes.values()]
-    if any(gate.rerun_control for gate in gates):
-        visits += [Visit(lane, 1) for lane in loaded.controls()
-                   if any(c.control == lane.name for c in loaded.candidates())]
+    compared = [lane for lane in loaded.controls() if any(c.control == lane.name for c in loaded.candidates())]
+    for index in range(1, max((gate.control_reruns for gate in gates), default=0) + 1):
+        visits += [Visit(lane, index) for lane in compared]
     return visits
 
 

@@ -36,7 +36,7 @@ def _planned(state: WindowState) -> int:
 
     loaded = load_contract(state.contract, check_files=False)
     gates = [gate_for(spec, GateContext(bundle=Path(state.bundle), contract=loaded)) for spec in loaded.contract.gates]
-    return sum(len(gates) if v.index == 0 else sum(g.rerun_control for g in gates) for v in plan_visits(loaded, gates))
+    return sum(sum(g.control_reruns >= v.index for g in gates) for v in plan_visits(loaded, gates))
 
 
 def window_status(window: str | None = None) -> list[dict[str, Any]]:

@@ -89,3 +89,14 @@ def test_identical_changes_give_a_point_interval() -> None:
     ci = paired_bootstrap_ci([10.0, 20.0, 30.0], [11.0, 22.0, 33.0])
     assert ci.low == pytest.approx(0.1) and ci.high == pytest.approx(0.1) and ci.mean == pytest.approx(0.1)
     assert ci.as_dict()["method"] == "percentile"
+
+
+def test_boot_noise_is_a_t_prediction_half_width_for_one_more_boot() -> None:
+    from campaign.gates.stats import boot_noise
+
+    noise = boot_noise([0.02, -0.02, 0.0], confidence=0.95)
+    assert noise.sd == pytest.approx(0.02)
+    assert noise.half_width == pytest.approx(4.302652729911275 * 0.02 * (4 / 3) ** 0.5)
+    assert boot_noise([0.01, 0.01]).half_width == 0.0  # boots that agree add nothing
+    with pytest.raises(ValueError):
+        boot_noise([0.01])
