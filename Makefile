@@ -66,7 +66,7 @@ test: venv engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DO
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"
 
-# A Docker engine (installed and started if none answers) and the local test image campaign-test-base:1.
+# A Docker engine (installed and started if none answers) and the local test image campaign-test-base:2.
 docker:
 	scripts/docker-up.sh >/dev/null
 	scripts/docker-test-image.sh >/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create the local test image campaign-test-base:1 (no registry is reachable, so no pulls): a minimal
+# Create the local test image campaign-test-base:2 (no registry is reachable, so no pulls): a minimal
 # rootfs made of this host's own files — glibc, the C++ runtime (libstdc++, libgcc_s, libgomp), dash,
 # coreutils, CA certificates and OpenSSL config, plus the shared-library closure of the host python
 # and its extension modules — imported with `docker import`. Host binaries (python, venvs, llama-server,
@@ -10,7 +10,7 @@
 set -euo pipefail
 exec </dev/null
 
-image="${CAMPAIGN_TEST_IMAGE:-campaign-test-base:1}"
+image="${CAMPAIGN_TEST_IMAGE:-campaign-test-base:2}"
 cache="${CAMPAIGN_CACHE:-$HOME/.cache/campaign}"
 pyhome="${CAMPAIGN_TEST_IMAGE_PYTHON:-/root/.pyenv/versions/3.11.7}"
 
@@ -68,6 +68,11 @@ for pkg in libc6 libstdc++6 libgcc-s1 dash coreutils libgomp1 libssl3 openssl ca
   done < <(dpkg -L "$pkg")
 done
 add_tree /etc/ssl/certs; add_tree /usr/lib/ssl; add_tree /usr/share/ca-certificates
+# vLLM's CPU backend: lscpu picks the cores its OpenMP threads bind to (the engine core dies without
+# it) and libnuma backs its compiled ops. Optional: an engine that needs neither runs without them.
+if [ -x /usr/bin/lscpu ]; then add_closure /usr/bin/lscpu; else echo "docker-test-image: lscpu not found; skipped" >&2; fi
+numa="$(ldconfig -p 2>/dev/null | grep -oE '/[^ ]*/libnuma\.so\.1$' | head -n 1 || true)"
+if [ -n "$numa" ]; then add_closure "$numa"; else echo "docker-test-image: libnuma.so.1 not found; skipped" >&2; fi
 add /etc/os-release; add /usr/lib/os-release; add /etc/debian_version
 
 # Libraries of the host python and its extension modules (not tkinter: it drags in X11).

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import MODEL, REPO
 
-TEST_IMAGE = os.environ.get("CAMPAIGN_TEST_IMAGE", "campaign-test-base:1")
+TEST_IMAGE = os.environ.get("CAMPAIGN_TEST_IMAGE", "campaign-test-base:2")
 CACHE = Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache" / "campaign"))
 # the build `make test` put on PATH, and the cached model behind the repo's models/ link
 LLAMA_SERVER = Path(os.path.realpath(shutil.which("llama-server") or CACHE / "engines" / "llama-server-0.3.36"

@@ -452,6 +452,19 @@ class RulerRule(StrictModel):
         return patterns
 
 
+class ThinkingSwitch(StrictModel):
+    """A request-level thinking switch, proven on every lane before anything is measured with it: the
+    same probes sent with it on and off must come back different (reasoning text, or the reply where
+    the engine parses no reasoning). A template that ignores the switch makes every 'thinking off'
+    number a 'thinking on' number without anyone noticing."""
+
+    on: dict[str, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"enable_thinking": True}},
+                               description="Request fields that turn thinking on.")
+    off: dict[str, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"enable_thinking": False}},
+                                description="Request fields that turn thinking off.")
+    max_tokens: int = Field(48, ge=1, le=4096, description="Greedy tokens per switch probe.")
+
+
 class RulerGate(StrictModel):
     kind: Literal["ruler"]
     id: str | None = Field(None, pattern=_NAME, description="Gate id; defaults to the kind.")
@@ -459,6 +472,8 @@ class RulerGate(StrictModel):
     probes: int = Field(3, ge=1, le=100, description="How many of the input's prompts are sent.")
     max_tokens: int = Field(16, ge=1, le=4096, description="Greedy tokens per probe.")
     top_k: int = Field(5, ge=1, le=100, description="Top-k logprobs compared per token.")
+    thinking: ThinkingSwitch | None = Field(None, description="A thinking switch to prove on every lane: its "
+                                                              "probes must differ with it on and off.")
     rule: RulerRule = Field(default_factory=RulerRule)
 
 

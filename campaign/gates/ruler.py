@@ -9,6 +9,10 @@ non-overlapping ranges: measured here, two probes differed by +259% from host no
 
 Boot log and properties show that a flag was parsed, not that it acted: they are weaker evidence and
 can be left out of ``observe``.
+
+A declared thinking switch (request fields, e.g. ``chat_template_kwargs.enable_thinking``) is proven
+on both lanes the same way: each probe is sent with it on and off, and a lane where any probe comes
+back identical has not shown the switch acting (a chat template without a thinking branch ignores it).
 """
 
 from __future__ import annotations
@@ -78,7 +82,63 @@ class RulerGate(Gate):
             await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body}, sink=sink,
                                   tags={"purpose": "probe", "item": prompt.id})
         await self._metrics(run, sink, "after")
+        if self.spec.thinking is not None:
+            await self._thinking_probes(run, sink, prompts)
         sink.append({"derived": "props", "tags": {"purpose": "props"}, "props": await run.adapter.version(run.client)})
+
+    async def _thinking_probes(self, run: LaneRun, sink: JsonlAppender, prompts: list[Any]) -> None:
+        """Each probe twice, the switch on then off; after the metrics snapshot, so the axis comparison
+        sees the same traffic on every lane whether or not a switch is declared."""
+        switch = self.spec.thinking
+        for prompt in prompts:
+            for state, fields in (("on", switch.on), ("off", switch.off)):
+                try:
+                    body = run.adapter.chat_body(run.lane, prompt.messages, max_tokens=switch.max_tokens)
+                except EngineError as exc:
+                    sink.append({"derived": "error", "tags": {"purpose": "thinking", "item": prompt.id,
+                                                              "switch": state}, "error": str(exc)})
+                    continue
+                await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body, **fields},
+                                      sink=sink, tags={"purpose": "thinking", "item": prompt.id, "switch": state})
+
+    def _thinking(self, lane: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """Per probe, what came back with the switch on and off: (reasoning, reply); and problems."""
+        seen: dict[str, dict[str, Any]] = {}
+        problems = []
+        for record in self.ctx.raw_records(self.gate_id, lane):
+            tags = record.get("tags") or {}
+            if tags.get("purpose") != "thinking":
+                continue
+            item, state = str(tags.get("item")), tags.get("switch")
+            if record.get("error"):
+                problems.append(f"{lane} thinking probe {item} ({state}): {record['error']}")
+                continue
+            message = ((((record.get("response") or {}).get("choices") or [{}])[0]).get("message")) or {}
+            seen.setdefault(item, {})[state] = {"reasoning": message.get("reasoning_content") or "",
+                                                "reply": message.get("content") or ""}
+        return seen, problems
+
+    def _judge_thinking(self, lanes: dict[str, str], details: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """(failures, instrument problems): a lane where the switch changed nothing has not proven it."""
+        failures, problems = [], []
+        n = min(self.spec.probes, len(load_prompts(self.ctx.input_paths[self.spec.input])))
+        for role, lane in lanes.items():
+            seen, trouble = self._thinking(lane)
+            problems += trouble
+            pairs = {item: s for item, s in seen.items() if "on" in s and "off" in s}
+            if len(pairs) < n:
+                problems.append(f"{lane}: {len(pairs)}/{n} thinking probes answered both on and off")
+                continue
+            reasoning = sorted(i for i, s in pairs.items() if s["on"]["reasoning"] != s["off"]["reasoning"])
+            changed = sorted(i for i, s in pairs.items() if s["on"] != s["off"])
+            details[role] = {"lane": lane, "probes": len(pairs), "reasoning_changed": reasoning,
+                             "changed": changed, "replies": pairs}
+            if len(changed) < len(pairs):
+                same = sorted(set(pairs) - set(changed))
+                failures.append(f"thinking switch inert on {lane}: {len(same)}/{len(pairs)} probes came back "
+                                f"identical with it on and off ({', '.join(same[:5])}); the engine or its chat "
+                                "template ignores it, so nothing measured with it means what it says")
+        return failures, problems
 
     async def _metrics(self, run: LaneRun, sink: JsonlAppender, phase: str) -> None:
         try:
@@ -135,6 +195,12 @@ class RulerGate(Gate):
                 problems.append(f"{name}: {len(obs['outputs'])}/{n} probes answered")
             elif n >= 2 and len(set(obs["outputs"].values())) == 1:
                 problems.append(f"{name} gave the same reply to all {n} probes; it is not answering them")
+        thinking: dict[str, Any] = {}
+        thinking_failures: list[str] = []
+        if self.spec.thinking is not None:
+            thinking_failures, trouble = self._judge_thinking({"control": control.name,
+                                                               "candidate": candidate.name}, thinking)
+            problems += trouble
         if problems:
             result.reasons = ["instrument: the probes did not get real replies on both lanes", *problems[:10]]
             return result
@@ -149,6 +215,8 @@ class RulerGate(Gate):
         result.details = {"differs": evidence, "unavailable": unavailable, "axis": candidate.axis,
                           "control_outputs": ctrl["outputs"], "candidate_outputs": cand["outputs"],
                           "control_counters": ctrl["counters"], "candidate_counters": cand["counters"]}
+        if self.spec.thinking is not None:
+            result.details["thinking"] = thinking
         result.metrics["observables_differing"] = Metric(value=len(evidence), denominator=len(rule.observe) - len(unavailable),
                                                          unit="observables")
         for name, obs in (("control", ctrl), ("candidate", cand)):
@@ -156,7 +224,7 @@ class RulerGate(Gate):
                 result.metrics[f"{name}_probe_speed_median"] = Metric(
                     value=round(statistics.median(obs["speeds"]), 3), unit="tok/s", denominator=len(obs["speeds"]),
                     note="completion tokens / request wall time, per probe")
-        failures = []
+        failures = list(thinking_failures)
         after = cand.get("metrics_after")
         for counter in rule.require_counters:
             values = {k: v for k, v in (after or {}).items() if k == counter or k.startswith(counter + "{")}

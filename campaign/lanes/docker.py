@@ -195,6 +195,8 @@ def create_kwargs(lane: EffectiveLane, spec: LaunchSpec, image_id: str, name: st
         kwargs["entrypoint"], kwargs["command"] = [spec.argv[0]], list(spec.argv[1:])
     else:
         kwargs["command"] = list(spec.argv)  # after the image's ENTRYPOINT
+    if spec.scratch:
+        kwargs["tmpfs"] = {spec.scratch: "rw,mode=0700"}
     if lane.shm_size is not None:
         kwargs["shm_size"] = int(lane.shm_size)
     if lane.network == "host":
@@ -276,6 +278,7 @@ class DockerLane:
                                "read_only": not m.get("RW", True), "type": m.get("Type")}
                               for m in attrs.get("Mounts") or []), key=lambda m: m["destination"] or ""),
             "shm_size": host_config.get("ShmSize"),
+            "tmpfs": host_config.get("Tmpfs") or {},
             "device_requests": host_config.get("DeviceRequests") or [],
             "network_mode": host_config.get("NetworkMode"),
             "port_bindings": host_config.get("PortBindings") or {},

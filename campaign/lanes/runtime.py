@@ -18,6 +18,9 @@ class LaunchSpec:
     env: dict[str, str]
     log_path: Path
     labels: dict[str, str] = field(default_factory=dict)
+    # the folder the engine's temp files and caches go to (its env points there); a container gets an
+    # empty private tmpfs at the same path, since the host folder may not exist where docker runs
+    scratch: str | None = None
 
 
 class RunningLane(Protocol):

@@ -158,7 +158,8 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     started = time.monotonic()
     try:
         running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env,
-                                                                    log_path=log_path, labels=labels or {}))
+                                                                    log_path=log_path, labels=labels or {},
+                                                                    scratch=str(scratch)))
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

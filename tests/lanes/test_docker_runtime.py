@@ -71,7 +71,7 @@ def test_pinned_image_is_resolved_or_refused(image_id: str) -> None:
     wrong = "sha256:" + "e" * 64
     with pytest.raises(PreflightError, match="no registry pull is attempted"):
         resolve_image(client, wrong)
-    with pytest.raises(PreflightError, match=r"local images named campaign-test-base: campaign-test-base:1 = sha256"):
+    with pytest.raises(PreflightError, match=r"local images named campaign-test-base: campaign-test-base:2 = sha256"):
         resolve_image(client, f"campaign-test-base@{wrong}")
 
 
