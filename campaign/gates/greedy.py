@@ -17,6 +17,7 @@ from campaign.contracts.schema import parse_fraction
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.inputs import load_prompts
+from campaign.gates.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.session import LaneRun
 
@@ -46,7 +47,7 @@ class GreedyGate(Gate):
         problems: list[str] = []
         for record in self.ctx.raw_records(self.gate_id, lane):
             tags = record.get("tags", {})
-            text, problem = _reply_text(record)
+            text, problem = chat_reply(record)
             if problem:
                 problems.append(f"{lane} prompt {tags.get('prompt')} repeat {tags.get('repeat')}: {problem}")
                 continue
@@ -124,24 +125,6 @@ class GreedyGate(Gate):
         ok = got >= need
         result.reasons.append(f"{name} {got}/{n} {'>=' if ok else '<'} required {need}/{of}")
         return Verdict.PASS if ok else Verdict.FAIL
-
-
-def _reply_text(record: dict[str, Any]) -> tuple[str, str | None]:
-    if record.get("error"):
-        return "", str(record["error"])
-    choices = (record.get("response") or {}).get("choices") or []
-    if not choices:
-        return "", "no choices in response"
-    choice = choices[0]
-    text = (choice.get("message") or {}).get("content")
-    if not isinstance(text, str) or not text:
-        return "", "empty reply"
-    if choice.get("finish_reason") not in ("stop", "length"):
-        return "", f"finish_reason {choice.get('finish_reason')!r}"
-    usage = (record.get("response") or {}).get("usage") or {}
-    if usage.get("completion_tokens", 1) <= 0:
-        return "", "engine reports 0 completion tokens"
-    return text, None
 
 
 def _digest(text: str) -> str:

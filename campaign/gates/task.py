@@ -24,6 +24,7 @@ from campaign.contracts.schema import TaskGate as TaskSpec
 from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, GateContext, Visit
+from campaign.gates.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.sandbox import SandboxLimits
 from campaign.gates.stats import clopper_pearson_upper
@@ -95,7 +96,7 @@ class TaskGate(Gate):
             if (tid, repeat) in scores:
                 problems.append(f"{where}: recorded twice")
                 continue
-            text, problem = _reply(record)
+            text, problem = chat_reply(record, allow_empty=True)
             if problem:
                 problems.append(f"{where}: {problem}")
                 continue
@@ -186,21 +187,6 @@ class TaskGate(Gate):
         if weak:
             result.caveats.append(f"sandbox ran with a missing fence on this machine: {weak[0]}")
         return result
-
-
-def _reply(record: dict[str, Any]) -> tuple[str, str | None]:
-    if record.get("error"):
-        return "", str(record["error"])
-    choices = (record.get("response") or {}).get("choices") or []
-    if not choices:
-        return "", "no choices in response"
-    choice = choices[0]
-    text = (choice.get("message") or {}).get("content")
-    if not isinstance(text, str):
-        return "", "no text content in reply"
-    if choice.get("finish_reason") not in ("stop", "length"):
-        return "", f"finish_reason {choice.get('finish_reason')!r}"
-    return text, None
 
 
 def _score_row(score: Score) -> dict[str, Any]:
