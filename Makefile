@@ -31,13 +31,16 @@ engine-python:
 keys: venv
 	$(VENV)/bin/campaign keys init
 
+# One freeze record per contract version: a frozen contract never changes, so a changed demo carries a
+# new version and gets a record of its own instead of a refused re-freeze.
 demo: venv engine model keys
 	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \
 	export PATH="$$bin_dir:$$PATH"; \
 	mkdir -p runs/freeze; \
-	$(VENV)/bin/campaign freeze examples/demo.yaml --record runs/freeze/demo.freeze.json && \
+	record="runs/freeze/demo-v$$(sed -n 's/^version: *//p' examples/demo.yaml).freeze.json"; \
+	$(VENV)/bin/campaign freeze examples/demo.yaml --record "$$record" && \
 	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
-	$(VENV)/bin/campaign run examples/demo.yaml --record runs/freeze/demo.freeze.json --out runs && \
+	$(VENV)/bin/campaign run examples/demo.yaml --record "$$record" --out runs && \
 	bundle=$$(ls -1d runs/*-demo-smollm2-* | grep -v '\.published$$' | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle" && \
 	$(VENV)/bin/campaign publish "$$bundle" && \

@@ -120,7 +120,7 @@ class RulerGate(Gate):
 
     def _judge_thinking(self, lanes: dict[str, str], details: dict[str, Any]) -> tuple[list[str], list[str]]:
         """(failures, instrument problems): a lane where the switch changed nothing has not proven it."""
-        failures, problems = [], []
+        inert, problems = [], []
         n = min(self.spec.probes, len(load_prompts(self.ctx.input_paths[self.spec.input])))
         for role, lane in lanes.items():
             seen, trouble = self._thinking(lane)
@@ -134,11 +134,11 @@ class RulerGate(Gate):
             details[role] = {"lane": lane, "probes": len(pairs), "reasoning_changed": reasoning,
                              "changed": changed, "replies": pairs}
             if len(changed) < len(pairs):
-                same = sorted(set(pairs) - set(changed))
-                failures.append(f"thinking switch inert on {lane}: {len(same)}/{len(pairs)} probes came back "
-                                f"identical with it on and off ({', '.join(same[:5])}); the engine or its chat "
-                                "template ignores it, so nothing measured with it means what it says")
-        return failures, problems
+                inert.append(f"{lane} ({len(pairs) - len(changed)}/{len(pairs)} probes identical on and off)")
+        if not inert:
+            return [], problems
+        return [f"thinking switch inert on {'; '.join(inert)}: the engine or its chat template ignores it, so "
+                "nothing measured with it means what it says"], problems
 
     async def _metrics(self, run: LaneRun, sink: JsonlAppender, phase: str) -> None:
         try:
