@@ -287,10 +287,14 @@ class TeacherForcedGate(Gate):
             result.metrics["cross_server_delta_max"] = Metric(value=round(max(cross), 9), unit="nats",
                                                               denominator=len(scored_sites),
                                                               note="same token, same prefix, two servers")
-            for who in ("control", "candidate", "neither"):
+            for who in ("control", "candidate", "neither", "tie"):
+                count = sum(1 for s in scored_sites if s["rank1_control_server"] == who)
+                if who == "tie" and not count:
+                    continue
                 result.metrics[f"rank1_{who}"] = Metric(
-                    value=sum(1 for s in scored_sites if s["rank1_control_server"] == who),
-                    denominator=len(scored_sites), unit="sites", note="whose token is rank 1 on the control server")
+                    value=count, denominator=len(scored_sites), unit="sites",
+                    note="both lanes' tokens share the top logprob exactly" if who == "tie" else
+                    "whose token is rank 1 on the control server")
         if rule.max_site_delta is not None:
             worst = max((s["delta_control_server"] for s in scored_sites), default=0.0)
             ok = worst <= rule.max_site_delta
@@ -377,7 +381,10 @@ class TeacherForcedGate(Gate):
                                     f"top-{self.spec.top_k} (raise top_k)")
                     break
                 best = pos.best()
-                rank1 = ("control" if best and best.same(a.token, a.text) else
+                # bf16 logits tie exactly often: then neither token is rank 1 alone, whatever order the
+                # engine listed them in
+                rank1 = ("tie" if best and la == lb == best.logprob else
+                         "control" if best and best.same(a.token, a.text) else
                          "candidate" if best and best.same(b.token, b.text) else "neither")
                 row[f"{server}_server"] = {"logprob_control_token": la, "logprob_candidate_token": lb,
                                            "rank1": rank1}
