@@ -386,6 +386,11 @@ class SpeedGate(Gate):
                 result.metrics[f"{role}.spec_acceptance_length"] = Metric(
                     value=round(1 + accepted / drafts, 4), unit="tokens per verify step (incl. the target's)",
                     denominator=int(drafts))
+                per_position = totals.get("spec_accepted_per_position") or {}
+                for position in sorted(per_position, key=int):
+                    result.metrics[f"{role}.spec_accepted_at_position_{position}"] = Metric(
+                        value=round(per_position[position] / drafts, 4), unit="accepted at this draft position / drafts",
+                        denominator=int(drafts), note="the engine's own per-position counter (0 = first draft token)")
             if totals.get("prompt_tokens"):
                 result.metrics[f"{role}.prefix_cache_hit_rate"] = Metric(
                     value=round(totals["cached_prompt_tokens"] / totals["prompt_tokens"], 4),

@@ -148,8 +148,11 @@ def test_speed_carries_vllm_acceptance_per_position_and_its_request_count(bundle
     length = r["metrics"]["candidate.spec_acceptance_length"]["value"]
     assert length == pytest.approx(1 + cand["spec_accepted_tokens"] / cand["spec_drafts"], abs=1e-4)
     summary = load_json_strict(bundle / "SUMMARY.json")
-    assert summary["candidates"]["spec"]["gates"]["speed"]["metrics"]["candidate.spec_acceptance_length"]["value"] \
-        == length
+    in_summary = summary["candidates"]["spec"]["gates"]["speed"]["metrics"]
+    assert in_summary["candidate.spec_acceptance_length"]["value"] == length
+    for position, count in per_position.items():  # and per position, from the same counters
+        assert in_summary[f"candidate.spec_accepted_at_position_{position}"]["value"] == pytest.approx(
+            count / cand["spec_drafts"], abs=1e-4)
     # vLLM's finished-request counter is what the gate holds the client's records to
     for role, lane in (("control", "base"), ("candidate", "spec")):
         measured = [rec for rec in read_jsonl(bundle / "raw" / "speed" / f"{lane}.jsonl")
