@@ -29,7 +29,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.adapter import EngineAdapter, Readiness
 from campaign.lanes.client import LaneClient
-from campaign.lanes.scoring import Alt, Generation, Position, TokenSeq
+from campaign.lanes.scoring import Alt, Generation, Position, TokenSeq, one_record
 from campaign.lanes.metrics import Samples
 
 __all__ = ["LlamaCppAdapter"]
@@ -117,7 +117,7 @@ class LlamaCppAdapter(EngineAdapter):
         return self.parse_generation([record])
 
     def parse_generation(self, records: list[dict[str, Any]]) -> Generation:
-        record = _one(records, "generate")
+        record = one_record(records, "generate")
         response = record["response"]
         probs = response.get("completion_probabilities")
         if not isinstance(probs, list):
@@ -141,7 +141,7 @@ class LlamaCppAdapter(EngineAdapter):
 
     def parse_score(self, records: list[dict[str, Any]], prompt: TokenSeq,
                     continuation: TokenSeq) -> list[Position]:
-        record = _one(records, "score")
+        record = one_record(records, "score")
         sent = record["request"]["prompt"]
         expected = [list(prompt.ids) + list(continuation.ids[:t]) for t in range(len(continuation) + 1)]
         if sent != expected:
@@ -204,16 +204,6 @@ class LlamaCppAdapter(EngineAdapter):
         if per_position:
             summary["spec_accepted_per_position"] = dict(sorted(per_position.items(), key=lambda kv: int(kv[0])))
         return summary
-
-
-def _one(records: list[dict[str, Any]], part: str) -> dict[str, Any]:
-    found = [r for r in records if (r.get("tags") or {}).get("part") == part]
-    if len(found) != 1:
-        raise ScoreError(f"expected one {part} record, found {len(found)}")
-    record = found[0]
-    if record.get("error") or not isinstance(record.get("response"), (dict, list)):
-        raise ScoreError(f"{part} request failed: {record.get('error') or 'no response'}")
-    return record
 
 
 def _alt(entry: dict[str, Any]) -> Alt:

@@ -13,7 +13,7 @@ from typing import Any
 
 from campaign.errors import ScoreError
 
-__all__ = ["Alt", "Generation", "Position", "ScoreError", "TokenSeq"]
+__all__ = ["Alt", "Generation", "Position", "ScoreError", "TokenSeq", "one_record"]
 
 @dataclass(frozen=True)
 class TokenSeq:
@@ -94,3 +94,16 @@ class Generation:
     positions: tuple[Position, ...]
     finish: str  # length | stop | other
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def one_record(records: list[dict[str, Any]], part: str) -> dict[str, Any]:
+    """The single raw record tagged ``part`` (an adapter's parse_* reads what its live method wrote),
+    with a usable response; anything else is a ScoreError naming what went wrong."""
+    found = [r for r in records if (r.get("tags") or {}).get("part") == part]
+    if len(found) != 1:
+        raise ScoreError(f"expected one {part} record, found {len(found)}")
+    record = found[0]
+    if record.get("error") or not isinstance(record.get("response"), (dict, list)):
+        raise ScoreError(f"{part} request failed: {record.get('error') or 'no response'}: "
+                         f"{str(record.get('response'))[:300]}")
+    return record

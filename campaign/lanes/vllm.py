@@ -44,7 +44,7 @@ from campaign.errors import EngineError, ScoreError
 from campaign.lanes.adapter import EngineAdapter, Readiness
 from campaign.lanes.client import LaneClient
 from campaign.lanes.metrics import Samples, series, series_sum
-from campaign.lanes.scoring import Alt, Generation, Position, TokenSeq
+from campaign.lanes.scoring import Alt, Generation, Position, TokenSeq, one_record
 
 __all__ = ["SERVE_MODULE", "VllmAdapter"]
 
@@ -156,7 +156,7 @@ class VllmAdapter(EngineAdapter):
                 "temperature": 0, "seed": 0, "logprobs": top_k, "return_tokens_as_token_ids": True,
                 "return_token_ids": True, "skip_special_tokens": False, "spaces_between_special_tokens": False}
         record = await client.post("/v1/completions", body, sink=sink, tags={**tags, "part": "generate"})
-        choice = _choice(_one([record], "generate"))
+        choice = _choice(one_record([record], "generate"))
         records = [record]
         text = choice.get("text")
         if isinstance(text, str) and text:
@@ -167,7 +167,7 @@ class VllmAdapter(EngineAdapter):
         return self.parse_generation(records)
 
     def parse_generation(self, records: list[dict[str, Any]]) -> Generation:
-        record = _one(records, "generate")
+        record = one_record(records, "generate")
         choice = _choice(record)
         sent = list(record["request"].get("prompt") or [])
         echoed = choice.get("prompt_token_ids")
@@ -205,7 +205,7 @@ class VllmAdapter(EngineAdapter):
 
     def parse_score(self, records: list[dict[str, Any]], prompt: TokenSeq,
                     continuation: TokenSeq) -> list[Position]:
-        record = _one(records, "score")
+        record = one_record(records, "score")
         expected = list(prompt.ids) + list(continuation.ids)
         if list(record["request"].get("prompt") or []) != expected:
             raise ScoreError("the scoring request does not hold this prompt and continuation")
@@ -282,17 +282,6 @@ class VllmAdapter(EngineAdapter):
             summary["spec_accepted_per_position"] = dict(sorted(per_position.items(), key=lambda kv: int(kv[0])))
         return summary
 
-
-
-def _one(records: list[dict[str, Any]], part: str) -> dict[str, Any]:
-    found = [r for r in records if (r.get("tags") or {}).get("part") == part]
-    if len(found) != 1:
-        raise ScoreError(f"expected one {part} record, found {len(found)}")
-    record = found[0]
-    if record.get("error") or not isinstance(record.get("response"), dict):
-        raise ScoreError(f"{part} request failed: {record.get('error') or 'no response'}: "
-                         f"{str(record.get('response'))[:300]}")
-    return record
 
 
 def _choice(record: dict[str, Any]) -> dict[str, Any]:
