@@ -142,7 +142,7 @@ class RulerGate(Gate):
 
     async def _metrics(self, run: LaneRun, sink: JsonlAppender, phase: str) -> None:
         try:
-            text = await run.adapter.metrics_text(run.client)
+            text = await run.adapter.scrape_metrics(run.client)
         except EngineError as exc:
             text, error = None, str(exc)
         else:

@@ -136,10 +136,6 @@ class EngineAdapter(ABC):
             body["tools"] = tools
         return body
 
-    async def metrics_text(self, client: LaneClient) -> str | None:
-        """The engine's Prometheus metrics page, or None when it has none."""
-        return None
-
     # Streaming measurement (speed gate). The defaults suit an OpenAI-compatible engine that streams
     # usage on request and exports no metrics; an adapter overrides what its engine does better.
     stream_token_counter: str | None = None  # dotted path in a chunk to the engine's running token count
@@ -151,7 +147,8 @@ class EngineAdapter(ABC):
         return {"stream_options": {"include_usage": True}}
 
     async def scrape_metrics(self, client: LaneClient) -> str | None:
-        """The raw metrics text, or None when the engine exports none."""
+        """The engine's Prometheus metrics page, or None when it exports none (the ruler and the speed
+        gate both read it here); an engine that should answer and does not raises ``EngineError``."""
         return None
 
     def metrics_busy(self, samples: Samples) -> bool:

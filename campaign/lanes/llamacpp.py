@@ -164,10 +164,6 @@ class LlamaCppAdapter(EngineAdapter):
             positions.append(Position(token=token, text=text, logprob=nxt.lookup(token, text), top=nxt.top))
         return positions
 
-    async def metrics_text(self, client: LaneClient) -> str | None:
-        status, text = await client.get_text("/metrics")
-        return text if status == 200 else None
-
     stream_token_counter = "timings.predicted_n"
 
     def stream_request_fields(self) -> dict[str, Any]:

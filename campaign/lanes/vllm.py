@@ -241,9 +241,6 @@ class VllmAdapter(EngineAdapter):
 
     # --- metrics (speed gate) ---------------------------------------------------------------------
 
-    async def metrics_text(self, client: LaneClient) -> str | None:
-        return await self.scrape_metrics(client)
-
     async def scrape_metrics(self, client: LaneClient) -> str | None:
         status, text = await client.get_text("/metrics", timeout=10.0)
         if status != 200:
