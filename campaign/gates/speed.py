@@ -45,7 +45,8 @@ __all__ = ["MAX_CLIENT_CPU_SHARE", "SpeedGate"]
 # ceiling far above what it is asked here; a rep where it was this busy may have been client-bound.
 MAX_CLIENT_CPU_SHARE = 0.8
 _UNITS = {"decode_tok_s": "tok/s", "effective_tok_s": "tok/s", "ttft_s": "s"}
-_FOREIGN = "another client on the port"  # in a row's reasons: its engine counters include other traffic
+_FOREIGN = "another client on the port"
+_POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include other traffic
 
 
 def _paired_bootstrap_ci(control: list[float], candidate: list[float], *, confidence: float, resamples: int,
@@ -386,8 +387,10 @@ class SpeedGate(Gate):
                 result.metrics[f"{role}.spec_acceptance_length"] = Metric(
                     value=round(1 + accepted / drafts, 4), unit="tokens per verify step (incl. the target's)",
                     denominator=int(drafts))
+                # the first positions say how deep drafts survive; an engine that drafts dozens of tokens
+                # (llama.cpp's n-gram modes) keeps the rest in details.engine, not as dozens of metrics
                 per_position = totals.get("spec_accepted_per_position") or {}
-                for position in sorted(per_position, key=int):
+                for position in sorted(per_position, key=int)[:_POSITIONS_IN_METRICS]:
                     result.metrics[f"{role}.spec_accepted_at_position_{position}"] = Metric(
                         value=round(per_position[position] / drafts, 4), unit="accepted at this draft position / drafts",
                         denominator=int(drafts), note="the engine's own per-position counter (0 = first draft token)")
