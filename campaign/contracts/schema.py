@@ -129,6 +129,16 @@ class Readiness(StrictModel):
     poll_interval: Duration = Field(0.5, description="Seconds between readiness polls.")
 
 
+def _valid_regexes(patterns: list[str]) -> list[str]:
+    """Boot-log rules are regexes: a broken one is a contract error at load, not a surprise at run time."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from exc
+    return patterns
+
+
 class BootLogRules(StrictModel):
     require: list[str] = Field(default_factory=list,
                                description="Regexes that must appear in the boot log (after readiness).")
@@ -137,12 +147,7 @@ class BootLogRules(StrictModel):
     @field_validator("require", "forbid")
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from exc
-        return patterns
+        return _valid_regexes(patterns)
 
 
 class LaneFields(StrictModel):
@@ -447,12 +452,7 @@ class RulerRule(StrictModel):
     @field_validator("require_boot_log")
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from exc
-        return patterns
+        return _valid_regexes(patterns)
 
 
 class ThinkingSwitch(StrictModel):

@@ -18,9 +18,8 @@ from campaign.contracts.schema import KlGate as KlSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.inputs import load_sources
 from campaign.gates.result import GateResult, Metric, Verdict
-from campaign.gates.tokens import Prepared, prepare_sources, read_prepared, select
+from campaign.gates.tokens import Prepared, prepared_on_control, read_prepared, score_texts, select
 from campaign.lanes.adapter import adapter_for
 from campaign.lanes.scoring import Position
 from campaign.lanes.session import LaneRun
@@ -70,19 +69,9 @@ class KlGate(Gate):
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         lane = run.lane
         owner = lane.control if lane.role == "candidate" and lane.control else lane.name
-        refs = read_prepared(self.ctx.raw_records(self.gate_id, owner), "reference")
-        if not refs:
-            sources = load_sources(self.ctx.input_paths[self.spec.input], need_text=True)
-            refs = await prepare_sources(run, sources, sink, purpose="reference")
-        for item, prepared in refs.items():
-            if prepared.prompt is None or prepared.text is None:
-                continue
-            tags = {"purpose": "kl", "item": item}
-            try:
-                await run.adapter.score(run.client, lane, prepared.prompt, prepared.text, top_k=self.spec.top_k,
-                                        sink=sink, tags=tags)
-            except EngineError as exc:
-                sink.append({"derived": "error", "tags": tags, "error": str(exc)})
+        refs = await prepared_on_control(run, sink, self.ctx.raw_records(self.gate_id, owner),
+                                         self.ctx.input_paths[self.spec.input], purpose="reference", need_text=True)
+        await score_texts(run, sink, refs, purpose="kl", top_k=self.spec.top_k)
 
     def _oracle(self, candidate: EffectiveLane) -> EffectiveLane:
         return self.ctx.contract.lanes[self.spec.oracle or candidate.control or ""]

@@ -25,9 +25,8 @@ from campaign.contracts.schema import TeacherForcedGate as TeacherForcedSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.inputs import load_sources
 from campaign.gates.result import GateResult, Metric, Verdict
-from campaign.gates.tokens import Prepared, prepare_sources, read_prepared, select
+from campaign.gates.tokens import Prepared, prepared_on_control, read_prepared, score_texts, select
 from campaign.lanes.adapter import adapter_for
 from campaign.lanes.scoring import Generation, Position, TokenSeq
 from campaign.lanes.session import LaneRun
@@ -112,15 +111,7 @@ class TeacherForcedGate(Gate):
                 sink.append({"derived": "error", "tags": tags, "error": str(exc)})
         if self.spec.references:
             refs = await self._prepared(run, sink, "reference", self.spec.references, need_text=True)
-            for item, prepared in refs.items():
-                if prepared.prompt is None or prepared.text is None:
-                    continue
-                tags = {"purpose": "reference", "item": item}
-                try:
-                    await run.adapter.score(run.client, lane, prepared.prompt, prepared.text, top_k=self.spec.top_k,
-                                            sink=sink, tags=tags)
-                except EngineError as exc:
-                    sink.append({"derived": "error", "tags": tags, "error": str(exc)})
+            await score_texts(run, sink, refs, purpose="reference", top_k=self.spec.top_k)
         if lane.role == "candidate" and lane.control:
             control_gens = self._generations(lane.control, "generate")
             await self._score_sites(run, sink, prompts, control_gens, gens, candidate=lane.name)
@@ -165,11 +156,8 @@ class TeacherForcedGate(Gate):
         """Prepared once on the control; candidates (and the control's rerun) reuse its token ids."""
         lane = run.lane
         owner = lane.control if lane.role == "candidate" and lane.control else lane.name
-        prepared = read_prepared(self.ctx.raw_records(self.gate_id, owner), purpose)
-        if prepared:
-            return prepared
-        sources = load_sources(self.ctx.input_paths[input_name], need_text=need_text)
-        return await prepare_sources(run, sources, sink, purpose=purpose)
+        return await prepared_on_control(run, sink, self.ctx.raw_records(self.gate_id, owner),
+                                         self.ctx.input_paths[input_name], purpose=purpose, need_text=need_text)
 
     def _generations(self, visit_key: str, purpose: str) -> dict[str, Generation]:
         lane = self._lane(visit_key)

@@ -12,11 +12,13 @@ from typing import Any
 
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.inputs import Source
+from pathlib import Path
+
+from campaign.gates.inputs import Source, load_sources
 from campaign.lanes.scoring import TokenSeq
 from campaign.lanes.session import LaneRun
 
-__all__ = ["Prepared", "prepare_sources", "read_prepared", "select"]
+__all__ = ["Prepared", "prepare_sources", "prepared_on_control", "read_prepared", "score_texts", "select"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +71,27 @@ def read_prepared(records: list[dict[str, Any]], purpose: str) -> dict[str, Prep
         out[str(record["tags"]["item"])] = Prepared(prompt=prompt, text=text, error=record.get("error"),
                                                     lane=record.get("lane"))
     return out
+
+
+async def prepared_on_control(run: LaneRun, sink: JsonlAppender, owner_records: list[dict[str, Any]],
+                              source_path: Path, *, purpose: str, need_text: bool) -> dict[str, Prepared]:
+    """What the control prepared for ``purpose`` (``owner_records``: its raw records); prepared here,
+    from ``source_path``, when this lane is the control's first visit."""
+    prepared = read_prepared(owner_records, purpose)
+    if prepared:
+        return prepared
+    return await prepare_sources(run, load_sources(source_path, need_text=need_text), sink, purpose=purpose)
+
+
+async def score_texts(run: LaneRun, sink: JsonlAppender, prepared: dict[str, Prepared], *, purpose: str,
+                      top_k: int) -> None:
+    """Teacher-force each prepared text after its prompt; an engine error is a record, not an abort."""
+    for item, entry in prepared.items():
+        if entry.prompt is None or entry.text is None:
+            continue
+        tags = {"purpose": purpose, "item": item}
+        try:
+            await run.adapter.score(run.client, run.lane, entry.prompt, entry.text, top_k=top_k, sink=sink,
+                                    tags=tags)
+        except EngineError as exc:
+            sink.append({"derived": "error", "tags": tags, "error": str(exc)})
