@@ -1,7 +1,12 @@
 # Two set-up commands on a fresh machine: `make demo` (a whole window on the embedded default) and
 # `make test`. Engine builds and the model are cached outside the clone ($(CAMPAIGN_CACHE)).
 SHELL := /bin/bash
+MAKEFLAGS += --no-print-directory
 PYTHON ?= python3
+# One line per stage on the console; builds write their output to logs under $(CAMPAIGN_CACHE)/logs.
+stage = @printf 'make: %s\n' "$(1)"
+# pip warns once per package about this machine's empty local index folders: noise, filtered
+PIPQUIET = 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 VENV := .venv
 CAMPAIGN_CACHE ?= $(HOME)/.cache/campaign
 export CAMPAIGN_CACHE
@@ -12,34 +17,44 @@ VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && 
 .PHONY: venv engine engine-python model keys demo test test-unit clean docker demo-docker vllm demo-vllm
 
 $(VENV)/.installed: pyproject.toml
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
-	touch $@
+	$(call stage,venv: installing campaign into $(VENV))
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]' $(PIPQUIET)
+	@touch $@
 
 venv: $(VENV)/.installed
 
 engine:
-	scripts/build-llama-server.sh
+	$(call stage,engine: llama-server (portable build, cached and proven by serving))
+	@scripts/build-llama-server.sh >/dev/null
 
 model:
-	scripts/fetch-model.sh
+	$(call stage,model: SmolLM2-135M-Instruct)
+	@scripts/fetch-model.sh >/dev/null
 
 # llama-cpp-python's server, the second real engine the quality-gate tests run (built once, cached)
 engine-python:
-	scripts/build-llama-cpp-python.sh
+	$(call stage,engine: llama-cpp-python server (portable build, cached and proven by serving))
+	@scripts/build-llama-cpp-python.sh >/dev/null
 
 keys: venv
-	$(VENV)/bin/campaign keys init
+	$(call stage,keys)
+	@$(VENV)/bin/campaign keys init
 
 # One freeze record per contract version: a frozen contract never changes, so a changed demo carries a
 # new version and gets a record of its own instead of a refused re-freeze.
 demo: venv engine model keys
-	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \
+	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh 2>/dev/null | tail -n 1)"); \
 	export PATH="$$bin_dir:$$PATH"; \
 	mkdir -p runs/freeze; \
 	record="runs/freeze/demo-v$$(sed -n 's/^version: *//p' examples/demo.yaml).freeze.json"; \
+	echo "make: doctor: what the window needs, checked here"; \
+	$(VENV)/bin/campaign doctor examples/demo.yaml && \
+	echo "make: freeze" && \
 	$(VENV)/bin/campaign freeze examples/demo.yaml --record "$$record" && \
+	echo "make: daily: start the demo's daily lane (log runs/daily.log)" && \
 	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
+	echo "make: window" && \
 	$(VENV)/bin/campaign run examples/demo.yaml --record "$$record" --out runs && \
 	bundle=$$(ls -1d runs/*-demo-smollm2-* | grep -v '\.published$$' | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle" && \
@@ -48,8 +63,9 @@ demo: venv engine model keys
 	{ $(VENV)/bin/campaign promote "$$bundle" --candidate ngram-k4 --dry-run || echo "(refused: the daily stays as it is)"; }
 
 vllm: model
-	scripts/setup-vllm.sh >/dev/null
-	scripts/convert-model-hf.sh >/dev/null
+	$(call stage,engine: vLLM for the CPU and the model converted for it)
+	@scripts/setup-vllm.sh >/dev/null
+	@scripts/convert-model-hf.sh >/dev/null
 
 demo-vllm: venv vllm keys
 	@export PATH="$(VLLM_BIN):$$PATH"; \
@@ -63,8 +79,9 @@ demo-vllm: venv vllm keys
 
 # CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
 test: venv engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
-	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)"); \
-	lcp_python=$$(scripts/build-llama-cpp-python.sh | tail -n 1); \
+	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh 2>/dev/null | tail -n 1)"); \
+	lcp_python=$$(scripts/build-llama-cpp-python.sh 2>/dev/null | tail -n 1); \
+	echo "make: test"; \
 	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs
 
 test-unit: venv
@@ -72,8 +89,9 @@ test-unit: venv
 
 # A Docker engine (installed and started if none answers) and the local test image campaign-test-base:2.
 docker:
-	scripts/docker-up.sh >/dev/null
-	scripts/docker-test-image.sh >/dev/null
+	$(call stage,docker: engine and the test image)
+	@scripts/docker-up.sh >/dev/null
+	@scripts/docker-test-image.sh >/dev/null
 
 # The demo as docker lanes. The test image's id is this machine's, so examples/demo-docker.yaml pins a
 # placeholder; the pinned copy frozen and run is runs/demo-docker.yaml (README: "Docker lanes").

@@ -20,8 +20,10 @@ keys_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Signing
 app.add_typer(keys_app, name="keys")
 daily_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The daily (incumbent) lane.")
 app.add_typer(daily_app, name="daily")
-out = Console(soft_wrap=True)  # one line stays one line, whatever the terminal width
-err = Console(stderr=True, soft_wrap=True)
+# One line stays one line, whatever the terminal width; written to a log file or CI (not a terminal),
+# tables get a wide page instead of rich's 80 columns, so no metric name or window id is cut to "...".
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 240)
 
 
 def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -136,8 +138,10 @@ def run(contract: Path, out_dir: Path = typer.Option(Path("runs"), "--out", help
         out.print(f"follow it with: campaign status {window}")
         return
     background = window_id is not None
+    from campaign.window.progress import WindowProgress
+
     outcome = run_window(contract, key=key, trusted=trusted, out_dir=out_dir, record_path=record,
-                         window_id=window_id, echo=_echo)
+                         window_id=window_id, echo=WindowProgress(out))
     if not background:
         _print_outcome(outcome.summary, outcome.bundle)
     if not outcome.signed or outcome.summary.get("restore", {}).get("proved") is False:
@@ -151,7 +155,9 @@ def resume(window: str) -> None:
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import resume_window
 
-    outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=_echo)
+    from campaign.window.progress import WindowProgress
+
+    outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=WindowProgress(out))
     _print_outcome(outcome.summary, outcome.bundle)
     if not outcome.signed:
         raise typer.Exit(1)
@@ -183,10 +189,6 @@ def abort(window: str) -> None:
     from campaign.window.status import abort_window
 
     out.print(abort_window(window))
-
-
-def _echo(line: str) -> None:
-    out.print(line, highlight=False)
 
 
 @app.command()
@@ -307,10 +309,14 @@ def verify(bundle: Path, trust: list[Path] = typer.Option([], help="Also trust t
     from campaign.receipts.bundle import verify_bundle
     from campaign.signing import load_trusted
 
-    from campaign.receipts.publish import unpack_archive
+    from campaign.receipts.publish import unpacked_archive
 
-    target = unpack_archive(bundle) if bundle.is_file() else bundle
-    verified = verify_bundle(target, load_trusted(trust, include_local=not no_local_trust))
+    trusted = load_trusted(trust, include_local=not no_local_trust)
+    if bundle.is_file():
+        with unpacked_archive(bundle) as target:  # removed whatever the verdict
+            verified = verify_bundle(target, trusted)
+    else:
+        verified = verify_bundle(bundle, trusted)
     out.print(f"verified: {bundle} ({verified.files} files, signed by {verified.keyid[:16]})")
 
 
@@ -349,6 +355,27 @@ def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of 
     out.print(table if found else "no campaign containers")
     if remove and found:
         out.print(f"removed {len(found)}")
+
+
+@app.command()
+@one_line_errors
+def doctor(contract: Optional[Path] = typer.Argument(None, help="Also check this contract's engines, models "
+                                                                 "and ports."),
+           out_dir: Path = typer.Option(Path("runs"), "--out", help="Where bundles will go (free disk)."),
+           no_smoke: bool = typer.Option(False, "--no-smoke", help="Find engines without starting them.")) -> None:
+    """Check what a window needs before it runs: each engine starts and serves here, model digests, ports,
+    the Docker engine, the signing key, the failsafe, free disk. One line per check; exit 1 if any fails."""
+    from campaign.contracts.load import load_contract
+    from campaign.window.doctor import run_checks
+
+    loaded = load_contract(contract) if contract is not None else None
+    checks = run_checks(loaded, out_dir, smoke=not no_smoke)
+    for check in checks:
+        out.print(check.line(), markup=False, highlight=False)
+    failed = [c for c in checks if not c.ok]
+    out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed", highlight=False)
+    if failed:
+        raise typer.Exit(1)
 
 
 @keys_app.command("init")

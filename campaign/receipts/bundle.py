@@ -16,11 +16,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from campaign.contracts.hashing import canonical_json, sha256_file
-from campaign.errors import InputError, VerifyError
+from campaign.errors import InputError, RunError, VerifyError
 from campaign.fsutil import atomic_write_json, loads_strict
 from campaign.signing import SigningKey, TrustedKeys
 
-__all__ = ["ENVELOPE", "PAYLOAD_TYPE", "PREDICATE_TYPE", "VerifiedBundle", "pae", "sign_bundle", "verify_bundle"]
+__all__ = ["ENVELOPE", "PAYLOAD_TYPE", "PREDICATE_TYPE", "VerifiedBundle", "find_secrets", "pae", "sign_bundle",
+           "verify_bundle"]
 
 ENVELOPE = "receipt.dsse.json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -35,23 +36,57 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 def _bundle_files(bundle: Path) -> list[str]:
-    """Relative POSIX names of every regular file; anything else (a link, a device) is an error."""
+    """Relative POSIX names of every regular file. A bundle is exactly its manifest, so anything the
+    manifest cannot hold is an error: a symbolic link, a hard link (its bytes can change through a name
+    outside the bundle), a device, an empty directory."""
     names = []
     for root, dirs, files in os.walk(bundle, followlinks=False):
+        if not dirs and not files and Path(root) != bundle:
+            raise VerifyError(f"{Path(root).relative_to(bundle).as_posix()}/: an empty directory is not part "
+                              "of any bundle")
         for name in dirs + files:
             full = Path(root) / name
-            mode = full.lstat().st_mode
+            info = full.lstat()
             rel = full.relative_to(bundle).as_posix()
-            if stat.S_ISLNK(mode):
+            if stat.S_ISLNK(info.st_mode):
                 raise VerifyError(f"{rel}: symbolic links are not allowed in a bundle")
-            if name in files and not stat.S_ISREG(mode):
+            if name in files and not stat.S_ISREG(info.st_mode):
                 raise VerifyError(f"{rel}: not a regular file")
+            if name in files and info.st_nlink > 1:
+                raise VerifyError(f"{rel}: a hard link ({info.st_nlink} names); a bundle's files have one name")
             if name in files:
                 names.append(rel)
     return sorted(names)
 
 
-def sign_bundle(bundle: Path, key: SigningKey, predicate: dict[str, Any]) -> Path:
+def _prune_empty_dirs(bundle: Path) -> None:
+    """A folder a step made and left empty holds nothing to sign; removed so the bundle is its manifest."""
+    for root, _dirs, _files in sorted(os.walk(bundle), key=lambda entry: -len(entry[0])):
+        path = Path(root)
+        if path != bundle and not any(path.iterdir()):
+            path.rmdir()
+
+
+# Shorter "secrets" would match ordinary text in raw records and block every signature.
+MIN_SCANNED_SECRET = 8
+
+
+def find_secrets(bundle: Path, secrets: list[str]) -> list[str]:
+    """Files of the bundle holding the exact bytes of a known secret (names only, never the value)."""
+    needles = [s.encode() for s in secrets if len(s) >= MIN_SCANNED_SECRET]
+    if not needles:
+        return []
+    return [name for name in _bundle_files(bundle) if any(n in (bundle / name).read_bytes() for n in needles)]
+
+
+def sign_bundle(bundle: Path, key: SigningKey, predicate: dict[str, Any], *, secrets: list[str] = ()) -> Path:
+    """Sign every file of the bundle. ``secrets``: exact values (API keys, tokens) the runner knows; a
+    bundle holding any of them is refused, unsigned, whatever redaction was supposed to have done."""
+    _prune_empty_dirs(bundle)
+    leaked = find_secrets(bundle, list(secrets))
+    if leaked:
+        raise RunError(f"refusing to sign {bundle}: the value of a secret appears in {', '.join(leaked[:5])}; "
+                       "the bundle stays unsigned (remove it, and report the leak)")
     subjects = [{"name": name, "digest": {"sha256": sha256_file(bundle / name)}}
                 for name in _bundle_files(bundle) if name != ENVELOPE]
     statement = {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE,

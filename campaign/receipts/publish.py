@@ -7,9 +7,12 @@ styles inline, plots as inline SVG, jinja2 autoescape on.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -18,7 +21,7 @@ from jinja2 import Environment, PackageLoader
 from campaign.errors import InputError
 from campaign.fsutil import atomic_write_bytes, load_json_strict
 
-__all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "unpack_archive"]
+__all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "unpacked_archive"]
 
 
 def load_report_data(bundle: Path) -> dict[str, Any]:
@@ -140,25 +143,50 @@ def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
     return {"html": html, "markdown": markdown, "archive": archive}
 
 
-def unpack_archive(archive: Path) -> Path:
-    """Into a new empty temporary directory, after checking every member: regular files and
-    directories only, no links, no absolute or ``..`` names. Returns the bundle directory."""
+# An archive is refused, unread, past these: a bundle is raw records and logs, not gigabytes.
+MAX_UNPACKED_BYTES = int(os.environ.get("CAMPAIGN_MAX_UNPACKED_BYTES", str(2 * 1024**3)))
+MAX_MEMBERS = 100_000
+
+
+@contextlib.contextmanager
+def unpacked_archive(archive: Path) -> Iterator[Path]:
+    """The bundle inside ``archive``, unpacked into a temporary folder that is always removed. Every
+    member is checked as its header is read, before its data is: regular files and directories only,
+    no links, no sparse members, no absolute or ``..`` names, one top folder that is a folder, at most
+    MAX_MEMBERS members and MAX_UNPACKED_BYTES declared in all (a declared size over the cap is refused
+    without reading the data)."""
     try:
         tar = tarfile.open(archive, mode="r:*")
-    except (OSError, tarfile.TarError) as exc:
+    except (OSError, tarfile.TarError, EOFError) as exc:
         raise InputError(f"{archive}: not a readable archive: {exc}") from exc
-    with tar:
-        members = tar.getmembers()
-        tops = set()
-        for member in members:
-            pure = PurePosixPath(member.name)
-            if pure.is_absolute() or ".." in pure.parts or not member.name:
-                raise InputError(f"{archive}: member name {member.name!r} is not allowed")
-            if not (member.isreg() or member.isdir()):
-                raise InputError(f"{archive}: member {member.name!r} is not a regular file or directory")
-            tops.add(pure.parts[0])
-        if len(tops) != 1:
-            raise InputError(f"{archive}: expected one bundle directory, found {len(tops)}")
-        target = Path(tempfile.mkdtemp(prefix="campaign-verify-"))
-        tar.extractall(target, members=members, filter="data")
-    return target / tops.pop()
+    with tar, tempfile.TemporaryDirectory(prefix="campaign-verify-") as tmp:
+        target = Path(tmp)
+        tops: set[str] = set()
+        total = count = 0
+        try:
+            for member in tar:
+                count += 1
+                total += member.size
+                pure = PurePosixPath(member.name)
+                if pure.is_absolute() or ".." in pure.parts or not member.name:
+                    raise InputError(f"{archive}: member name {member.name!r} is not allowed")
+                if member.issparse() or any(k.startswith("GNU.sparse") for k in member.pax_headers):
+                    raise InputError(f"{archive}: member {member.name!r} is sparse; a bundle has none")
+                if not (member.isreg() or member.isdir()):
+                    raise InputError(f"{archive}: member {member.name!r} is not a regular file or directory")
+                if len(pure.parts) == 1 and not member.isdir():
+                    raise InputError(f"{archive}: {member.name!r} must be the bundle's folder, not a file")
+                if count > MAX_MEMBERS:
+                    raise InputError(f"{archive}: more than {MAX_MEMBERS} members; not a bundle")
+                if total > MAX_UNPACKED_BYTES:
+                    raise InputError(f"{archive}: declares more than {MAX_UNPACKED_BYTES} bytes unpacked "
+                                     "(CAMPAIGN_MAX_UNPACKED_BYTES); refused unread")
+                tops.add(pure.parts[0])
+                if len(tops) != 1:
+                    raise InputError(f"{archive}: expected one bundle directory, found {len(tops)}")
+                tar.extract(member, target, filter="data")
+        except (OSError, tarfile.TarError, EOFError, ValueError) as exc:  # tarfile's own parse errors included
+            raise InputError(f"{archive}: unreadable member: {exc}") from exc
+        if not tops:
+            raise InputError(f"{archive}: empty archive")
+        yield target / tops.pop()

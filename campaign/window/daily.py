@@ -14,8 +14,9 @@ from campaign.contracts.load import LoadedContract
 from campaign.errors import InputError, RunError
 from campaign.fsutil import atomic_write_bytes
 from campaign.lanes.adapter import adapter_for
+from campaign.lanes.bootlog import HINTS, classify_failure, describe_exit
 from campaign.lanes.process import BASE_ENV_KEYS
-from campaign.lanes.session import resolve_executable
+from campaign.lanes.session import resolve_executable, resolve_refs
 from campaign.window.incumbent import _cmdline, _read_pid
 
 __all__ = ["daily_command", "start_daily"]
@@ -25,7 +26,8 @@ def daily_command(loaded: LoadedContract) -> list[str]:
     spec = loaded.contract.incumbent
     if spec is None or spec.lane is None:
         raise InputError(f"{loaded.path}: `incumbent.lane` names no lane to start as the daily")
-    lane = loaded.lanes[spec.lane]
+    # the same resolution of ${env:NAME} references as every lane's launch: a missing variable is refused
+    lane = resolve_refs(loaded.lanes[spec.lane])
     model = str(loaded.resolve(lane.model.path).resolve())
     return [resolve_executable(lane), *adapter_for(lane.engine).server_args(lane, model)]
 
@@ -39,7 +41,7 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     if pid is not None and _cmdline(pid) is not None:
         return pid, False
     argv = daily_command(loaded)
-    lane = loaded.lanes[spec.lane or ""]
+    lane = resolve_refs(loaded.lanes[spec.lane or ""])
     env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -49,7 +51,10 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if popen.poll() is not None:
-            raise RunError(f"daily exited with code {popen.returncode} while loading; see {log_path}")
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            cause = classify_failure(text, popen.returncode)
+            hint = f": {HINTS[cause]}" if cause in HINTS else f" ({cause})"
+            raise RunError(f"daily {describe_exit(popen.returncode)} while loading{hint}; see {log_path}")
         try:
             if httpx.get(spec.endpoint.rstrip("/") + "/v1/models", timeout=2.0).status_code == 200:
                 return popen.pid, True

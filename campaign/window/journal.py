@@ -31,7 +31,12 @@ class Journal:
         self._out.append({"t": time.time(), "event": event, "step": step, **fields})
         if self.echo:
             where = " ".join(f"{k}={fields[k]}" for k in ("lane", "gate", "backend", "cause", "status") if k in fields)
-            self.echo(f"{time.strftime('%H:%M:%S')} {step} {event}{' ' + where if where else ''}")
+            line = f"{time.strftime('%H:%M:%S')} {step} {event}{' ' + where if where else ''}"
+            observe = getattr(self.echo, "event", None)  # a progress display wants the record, not the line
+            if observe is not None:
+                observe(event, step, fields, line)
+            else:
+                self.echo(line)
         _written += 1
         if _KILL_AFTER and _written == _KILL_AFTER:
             os.kill(os.getpid(), signal.SIGKILL)

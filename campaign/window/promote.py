@@ -24,9 +24,13 @@ import httpx
 from campaign.contracts.freeze import FREEZE_SCHEMA
 from campaign.contracts.hashing import canonical_json, sha256_file
 from campaign.contracts.load import load_contract
+from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.secretrefs import REF
 from campaign.errors import InputError, RunError, VerifyError
 from campaign.fsutil import load_json_strict, read_jsonl
+from campaign.lanes.adapter import adapter_for
 from campaign.lanes.process import BASE_ENV_KEYS
+from campaign.lanes.session import resolve_refs
 from campaign.receipts.bundle import ENVELOPE, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
@@ -47,9 +51,8 @@ class Decision:
         return not self.refusals
 
 
-def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None = None) -> tuple[Decision, Path]:
-    """The decision, and the private verified copy everything later is read from."""
-    private = Path(tempfile.mkdtemp(prefix="campaign-promote-"))
+def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: Path) -> tuple[Decision, Path]:
+    """The decision, and the private verified copy (under ``private``) everything later is read from."""
     copy = private / "bundle"
     try:
         shutil.copytree(bundle, copy, symlinks=True)
@@ -121,13 +124,35 @@ def _candidate_launch(copy: Path, candidate: str, daily: dict[str, Any]) -> dict
     """The candidate exactly as measured: its launched argv, its declared env on the same base."""
     inspect = load_json_strict(copy / "lanes" / candidate / "inspect.json")
     spec = load_json_strict(copy / "lanes" / candidate / "spec.json")
-    argv = inspect["launched_argv"]
+    argv = _unredacted_argv(inspect["launched_argv"], EffectiveLane.model_validate(spec), candidate)
     if sha256_file(Path(argv[0])) != inspect.get("executable_sha256"):
         raise RunError(f"{argv[0]} changed since the window measured it; refusing to promote a different binary")
-    env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(spec.get("env") or {})
+    # the declared env, its ${env:NAME} references resolved now, as every launch resolves them
+    lane = resolve_refs(EffectiveLane.model_validate(spec))
+    env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)
     return {"runtime": "process", "argv": argv, "env": env, "cwd": os.getcwd(), "exe": argv[0],
             "exe_sha256": inspect["executable_sha256"], "pidfile": daily["pidfile"],
             **{k: daily.get(k) for k in incumbent.SETTINGS}}
+
+
+def _unredacted_argv(launched: list[str], lane: EffectiveLane, candidate: str) -> list[str]:
+    """The measured command line with each redacted credential put back from the lane's own
+    ``${env:NAME}`` reference (resolved now). Redaction is token for token, so the lane's command built
+    again lines up with it; a credential the contract wrote literally is not recoverable, and refused."""
+    template = [launched[0], *adapter_for(lane.engine).server_args(lane, "<model>")]
+    if len(template) != len(launched):
+        raise RunError(f"lane {candidate}: its measured command line does not line up with its spec; "
+                       "refusing to promote a command that cannot be rebuilt exactly")
+    argv = []
+    for measured, written in zip(launched, template):
+        if "<redacted" in measured:
+            if not REF.search(written):
+                raise RunError(f"lane {candidate}: a credential in its command line was written literally and "
+                               "is redacted in the bundle; use ${env:NAME} for it")
+            argv.append(resolve_refs(lane.model_copy(update={"args": [written], "env": {}})).args[0])
+        else:
+            argv.append(measured)
+    return argv
 
 
 def _smoke(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +176,15 @@ def _smoke(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]
 
 def promote(bundle: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: str | None = None,
             dry_run: bool = False, ledger: Ledger | None = None) -> tuple[Decision, list[str], dict[str, Any] | None]:
-    decision, copy = decide(bundle, trusted, candidate)
+    # the private copy is removed whatever happens: a promotion reads it, nothing keeps it
+    with tempfile.TemporaryDirectory(prefix="campaign-promote-") as private:
+        return _promote(bundle, Path(private), key=key, trusted=trusted, candidate=candidate, dry_run=dry_run,
+                        ledger=ledger)
+
+
+def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: str | None,
+             dry_run: bool, ledger: Ledger | None) -> tuple[Decision, list[str], dict[str, Any] | None]:
+    decision, copy = decide(bundle, trusted, candidate, private)
     steps: list[str] = []
     if not decision.ok:
         return decision, steps, None

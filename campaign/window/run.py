@@ -233,7 +233,11 @@ async def _execute(w: _Window) -> WindowOutcome:
         if loaded.contract.incumbent is not None:
             state = await asyncio.to_thread(_take_down_incumbent, w, journal)
         labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
-        for visit in plan_visits(loaded, gates):
+        visits = plan_visits(loaded, gates)
+        # for the progress line: one step per boot and per gate of each visit
+        journal.done("plan", steps=sum(1 + sum(1 for g in gates if g.control_reruns >= v.index) for v in visits),
+                     visits=len(visits))
+        for visit in visits:
             lane = visit.lane
             if visit.index == 0:
                 atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
@@ -272,7 +276,8 @@ async def _execute(w: _Window) -> WindowOutcome:
     if status == "complete":
         sign_bundle(bundle, w.key, {"window": w.window_id, "contract": loaded.contract.contract,
                                     "contract_version": loaded.contract.version,
-                                    "canonical_sha256": loaded.canonical_sha256, "tool_version": __version__})
+                                    "canonical_sha256": loaded.canonical_sha256, "tool_version": __version__},
+                    secrets=_known_secrets(w))
     verdicts: dict[str, dict[str, str]] = {}
     for result in results:
         verdicts.setdefault(result.candidate, {})[result.gate] = result.verdict.value
@@ -342,10 +347,25 @@ def _restore_summary(loaded: LoadedContract, record: dict[str, Any] | None) -> d
             "action": (record or {}).get("action"), "error": (record or {}).get("error")}
 
 
+def _known_secrets(w: _Window) -> list[str]:
+    """Every credential value this runner knows: what the lanes reference, and the daily's own."""
+    from campaign.lanes.redact import lane_secrets, launch_secrets
+
+    found = [value for lane in w.loaded.lanes.values() for value in lane_secrets(lane)]
+    snap = w.state.reload().incumbent
+    if snap:
+        found += launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
+    return found
+
+
 def _redacted_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in snap.items() if k != "env"}
-    out["env"] = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in snap["env"].items()}
-    return out
+    """The bundle's copy of the daily's snapshot: credential values cut out of argv and every string, every
+    environment value a keyed digest (the daily's environment is the host's, not the contract's: nothing
+    in it is declared). The private copy in the state folder (0600) keeps the values, for the restore."""
+    from campaign.lanes.redact import Redactor, launch_secrets
+
+    secrets = launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
+    return Redactor(secrets).snapshot(snap)
 
 
 def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> None:

@@ -108,3 +108,45 @@ def test_group_readable_key_is_refused_for_signing(tmp_path: Path) -> None:
     os.chmod(config_dir() / "signing.key", 0o640)
     with pytest.raises(KeyMaterialError, match="readable by group or others"):
         load_signing_key()
+
+
+def test_signing_refuses_a_bundle_holding_a_known_secret(tmp_path: Path) -> None:
+    from campaign.errors import RunError
+
+    init_keys()
+    root = tmp_path / "leaky"
+    (root / "incumbent").mkdir(parents=True)
+    secret = "sk-daily-Q7c2Lx9PaaVt3Kd8"
+    (root / "incumbent" / "snapshot.json").write_text(json.dumps({"argv": ["llama-server", "--api-key", secret]}))
+    (root / "SUMMARY.json").write_text('{"status": "complete"}\n')
+    with pytest.raises(RunError, match="incumbent/snapshot.json") as info:
+        sign_bundle(root, load_signing_key(), {"window": "w1"}, secrets=[secret, "short"])
+    assert secret not in str(info.value)
+    assert not (root / ENVELOPE).exists()
+    # a secret nobody wrote into the bundle does not stop the signature
+    sign_bundle(root, load_signing_key(), {"window": "w1"}, secrets=["hf_SomethingElseEntirely123"])
+    assert (root / ENVELOPE).exists()
+
+
+def test_a_hard_link_to_a_file_outside_is_refused(bundle: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.jsonl"
+    victim = bundle / "raw" / "greedy" / "a.jsonl"
+    os.link(victim, outside)  # same bytes, so every digest still matches
+    with pytest.raises(VerifyError, match="hard link"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_an_added_empty_directory_is_refused(bundle: Path) -> None:
+    (bundle / "extra").mkdir()
+    with pytest.raises(VerifyError, match="empty directory"):
+        verify_bundle(bundle, load_trusted())
+
+
+def test_signing_prunes_a_step_s_empty_folder(tmp_path: Path) -> None:
+    init_keys()
+    root = tmp_path / "b"
+    (root / "raw" / "empty").mkdir(parents=True)
+    (root / "SUMMARY.json").write_text("{}\n")
+    sign_bundle(root, load_signing_key(), {"window": "w"})
+    assert not (root / "raw").exists()
+    assert verify_bundle(root, load_trusted()).files == 1

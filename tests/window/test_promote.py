@@ -31,8 +31,11 @@ def window_bundle(daily: dict) -> Path:
 
 
 def test_promote_then_rollback_with_ledger(daily: dict, window_bundle: Path) -> None:
+    import tempfile
+
     original = _cmdline(daily_pid(daily["root"]))
     assert "--spec-type" not in original
+    copies_before = set(Path(tempfile.gettempdir()).glob("campaign-promote-*"))
     dry = campaign("promote", str(window_bundle), "--dry-run")
     assert dry.returncode == 0 and "would promote spec" in dry.stdout
     assert _cmdline(daily_pid(daily["root"])) == original  # a dry run changes nothing
@@ -43,6 +46,7 @@ def test_promote_then_rollback_with_ledger(daily: dict, window_bundle: Path) -> 
     assert now == measured  # byte-identical to the measured lane
     assert serves(daily["port"])
     assert "greedy replies replayed byte-identical" in promoted.stdout
+    assert set(Path(tempfile.gettempdir()).glob("campaign-promote-*")) == copies_before  # no copy left behind
     shown = campaign("daily", "show")
     assert shown.returncode == 0 and "--spec-type ngram-simple" in shown.stdout
     rolled = campaign("rollback")

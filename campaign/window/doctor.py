@@ -1,0 +1,211 @@
+"""`campaign doctor [CONTRACT]`: what a window needs, checked before it runs, one line per check.
+
+Every engine a contract names is really started here and asked for one completion (a binary built for
+another CPU dies by SIGILL at load, and `--version` would not show it); the model digests, the ports,
+the Docker engine and its storage driver, the signing key and its mode, the failsafe backend (its dry
+run) and free disk for bundles are checked the way the window checks them. Nothing is stopped: the
+daily keeps serving (a lane is smoked on a free port of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import stat
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from campaign.contracts.hashing import sha256_file
+from campaign.contracts.load import LoadedContract
+from campaign.errors import CampaignError
+from campaign.fsutil import JsonlAppender
+
+__all__ = ["Check", "run_checks"]
+
+MIN_FREE_BYTES = 2 * 1024**3  # a bundle with raw records and boot logs, and room for a published archive
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        head = f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return head if self.ok or not self.fix else f"{head} -> {self.fix}"
+
+
+def run_checks(loaded: LoadedContract | None, out_dir: Path, *, smoke: bool = True) -> list[Check]:
+    checks = [_signing_key(), _failsafe(loaded), _disk(out_dir)]
+    if loaded is not None:
+        checks += _models(loaded)
+        checks += _ports(loaded)
+        if any(lane.runtime == "docker" for lane in loaded.lanes.values()) or (
+                loaded.contract.incumbent is not None and loaded.contract.incumbent.runtime == "docker"):
+            checks.append(_docker())
+        checks += _engines(loaded, smoke=smoke)
+    else:
+        checks.append(_docker(required=False))
+    return checks
+
+
+def _signing_key() -> Check:
+    from campaign.signing import config_dir, load_signing_key
+
+    path = config_dir() / "signing.key"
+    try:
+        load_signing_key()
+    except CampaignError as exc:
+        return Check("signing key", False, str(exc), "campaign keys init")
+    return Check("signing key", True, f"{path} (mode {stat.S_IMODE(path.stat().st_mode):04o})")
+
+
+def _failsafe(loaded: LoadedContract | None) -> Check:
+    from campaign.window.failsafe import choose_backend, dry_run
+    from campaign.window.state import state_root
+
+    requested = loaded.contract.failsafe.backend if loaded is not None and loaded.contract.failsafe else "auto"
+    backend = choose_backend(requested)
+    root = state_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return Check("failsafe", True, dry_run(backend, root))
+    except (CampaignError, OSError) as exc:
+        return Check("failsafe", False, f"{backend}: {exc}",
+                     "a window stops the daily only behind a failsafe that fires; fix the backend or pick "
+                     "another in the contract's failsafe.backend")
+
+
+def _disk(out_dir: Path) -> Check:
+    probe = out_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    detail = f"{free / 1024**3:.1f} GiB free at {probe}"
+    if free < MIN_FREE_BYTES:
+        return Check("disk for bundles", False, detail, f"free at least {MIN_FREE_BYTES // 1024**3} GiB or "
+                                                        "pick another --out")
+    return Check("disk for bundles", True, detail)
+
+
+def _models(loaded: LoadedContract) -> list[Check]:
+    checks, seen = [], set()
+    for lane in loaded.lanes.values():
+        path = loaded.resolve(lane.model.path)
+        if path in seen:
+            continue
+        seen.add(path)
+        name = f"model {lane.model.path}"
+        if not path.exists():
+            checks.append(Check(name, False, f"{path} not found", "make model (or fix the lane's model.path)"))
+        elif lane.model.sha256 and (got := sha256_file(path)) != lane.model.sha256:
+            checks.append(Check(name, False, f"sha256 {got[:12]}..., pinned {lane.model.sha256[:12]}...",
+                                "the file changed since the contract was written: fetch the pinned one"))
+        else:
+            checks.append(Check(name, True, "sha256 matches the pin" if lane.model.sha256 else "present (no pin)"))
+    return checks
+
+
+def _ports(loaded: LoadedContract) -> list[Check]:
+    from campaign.lanes.session import is_local, port_is_free
+    from campaign.window.run import _incumbent_port
+
+    daily_port = _incumbent_port(loaded)
+    checks, seen = [], set()
+    for lane in loaded.lanes.values():
+        if not is_local(lane) or (lane.host, lane.port) in seen:
+            continue
+        seen.add((lane.host, lane.port))
+        name = f"port {lane.host}:{lane.port}"
+        if lane.port == daily_port:
+            checks.append(Check(name, True, "the daily's port: the window stops the daily before the first lane"))
+        elif port_is_free(lane.host, lane.port):
+            checks.append(Check(name, True, "free"))
+        else:
+            checks.append(Check(name, False, "in use", "stop what listens there: another server would be "
+                                                      "measured instead of the lane"))
+    return checks
+
+
+def _docker(required: bool = True) -> Check:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        info = client.info()
+    except Exception as exc:  # no SDK, no engine, no permission: each means "no docker here"
+        if not required:
+            return Check("docker engine", True, f"not reachable ({type(exc).__name__}); no docker lane asked for")
+        return Check("docker engine", False, f"not reachable: {exc}",
+                     "start one (scripts/docker-up.sh) or set DOCKER_HOST")
+    return Check("docker engine", True, f"{info.get('ServerVersion')} answers, storage driver "
+                                        f"{info.get('Driver')}")
+
+
+def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
+    """Each distinct engine (runtime, engine, executable, image) started here and asked for a completion."""
+    from campaign.errors import PreflightError
+    from campaign.lanes.session import check_lane, is_local, resolve_executable
+
+    checks, seen = [], set()
+    for lane in loaded.lanes.values():
+        key = (lane.runtime, lane.engine, lane.executable, lane.image)
+        if key in seen:
+            continue
+        seen.add(key)
+        name = f"engine {lane.engine} ({lane.executable or lane.image}, lane {lane.name})"
+        model = str(loaded.resolve(lane.model.path).resolve())
+        try:
+            if lane.runtime == "process":
+                resolve_executable(lane)
+            check_lane(lane, model)
+        except PreflightError as exc:
+            fix = "make engine" if lane.engine == "llamacpp" and lane.runtime == "process" else ""
+            checks.append(Check(name, False, str(exc), fix))
+            continue
+        if not smoke or not is_local(lane):
+            checks.append(Check(name, True, "found (not started)"))
+            continue
+        checks.append(_smoke(name, lane, model))
+    return checks
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _smoke(name: str, lane, model: str) -> Check:  # noqa: ANN001 (EffectiveLane: imported lazily)
+    """Boot the lane on a free port through the window's own launch path (so a death is classified the
+    same way), one completion, stop."""
+    from campaign.errors import LaunchError
+    from campaign.lanes.session import boot_lane
+
+    trial = lane.model_copy(update={"port": _free_port()})
+    with tempfile.TemporaryDirectory(prefix="campaign-doctor-") as tmp:
+        log = Path(tmp) / "boot.log"
+        sink = JsonlAppender(Path(tmp) / "warm.jsonl")
+        started = time.monotonic()
+
+        async def once() -> None:
+            run = await boot_lane(trial, model_path=model, log_path=log, warm_sink=sink,
+                                  labels={"campaign.doctor": "1"})
+            await run.stop()
+
+        try:
+            asyncio.run(once())
+        except LaunchError as exc:
+            return Check(name, False, f"{exc.cause}: {exc}",
+                         "make engine" if exc.cause == "illegal_instruction" else "see the message")
+        except CampaignError as exc:
+            return Check(name, False, str(exc))
+        finally:
+            sink.close()
+    return Check(name, True, f"served a completion here ({time.monotonic() - started:.1f}s from start)")
+
