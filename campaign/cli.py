@@ -123,7 +123,7 @@ def schema() -> None:
 @one_line_errors
 def run(contract: Path, out_dir: Path = typer.Option(Path("runs"), "--out", help="Where bundles go."),
         record: Optional[Path] = typer.Option(None, help="Freeze record (default: next to the contract)."),
-        detach: bool = typer.Option(False, help="Run in the background; print the window id and return."),
+        detach: bool = typer.Option(False, "--detach", help="Run in the background; print the window id and return."),
         window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run a window of a frozen contract and write a signed receipt bundle."""
     from campaign.signing import load_signing_key, load_trusted
@@ -165,7 +165,7 @@ def resume(window: str) -> None:
 
 @app.command()
 @one_line_errors
-def status(window: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json")) -> None:
+def status(window: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Phase, lane, gate, progress, runner pid and failsafe deadline of windows (the newest, or WINDOW)."""
     from campaign.window.status import window_status
 
@@ -194,7 +194,7 @@ def abort(window: str) -> None:
 @app.command()
 @one_line_errors
 def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Candidate lane to promote."),
-            dry_run: bool = typer.Option(False, help="Show the decision and the steps; change nothing."),
+            dry_run: bool = typer.Option(False, "--dry-run", help="Show the decision and the steps; change nothing."),
             trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
     """Promote a candidate to daily from a verified bundle whose required gates all PASS."""
     from campaign.signing import load_signing_key, load_trusted
@@ -234,7 +234,7 @@ def rollback() -> None:
 
 @app.command()
 @one_line_errors
-def ledger(as_json: bool = typer.Option(False, "--json")) -> None:
+def ledger(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Show the ledger of promotions and rollbacks, after checking its chain and signatures."""
     from campaign.signing import load_trusted
     from campaign.window.ledger import Ledger
@@ -253,22 +253,35 @@ def ledger(as_json: bool = typer.Option(False, "--json")) -> None:
 
 @daily_app.command("show")
 @one_line_errors
-def daily_show() -> None:
-    """What serves as the daily now, and the one command that launches it by hand."""
+def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract whose incumbent is the daily.")) -> None:
+    """What serves as the daily now: pid, command line, where its log is; and the last promotion."""
     import shlex
 
+    from campaign.contracts.load import load_contract
     from campaign.signing import load_trusted
+    from campaign.window.daily import describe_daily, find_daily_pidfile
     from campaign.window.ledger import Ledger
 
+    pidfile = find_daily_pidfile(load_contract(contract) if contract is not None else None)
+    if pidfile is None:
+        out.print("no daily known: give the contract whose incumbent it is (campaign daily show CONTRACT)")
+    else:
+        now = describe_daily(pidfile)
+        if not now["running"]:
+            out.print(f"daily: NOT running (pidfile {pidfile}, pid {now['pid'] or 'none'})")
+        else:
+            out.print(f"daily: running, pid {now['pid']} (pidfile {pidfile})")
+            out.print(f"command: {shlex.join(now['argv'])}", markup=False, highlight=False)  # type: ignore[arg-type]
+            out.print(f"log: {now['log'] or 'unknown'}", markup=False, highlight=False)
     entries = Ledger().verify(load_trusted())
     if not entries:
-        out.print("no promotion recorded: the daily is whatever was started by hand")
+        out.print("no promotion recorded: the daily is the one started by hand")
         return
     last = entries[-1]
     daily = last["daily"]
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((daily.get("declared_env") or {}).items()))
-    out.print(f"daily: {last.get('daily_name') or 'previous daily (rolled back)'} (ledger entry {last['seq']}, "
-              f"{last['kind']})")
+    out.print(f"last change: {last.get('daily_name') or 'previous daily (rolled back)'} (ledger entry "
+              f"{last['seq']}, {last['kind']})")
     out.print("launch by hand:")
     sys.stdout.write(((env + " ") if env else "") + shlex.join(daily["argv"]) + "\n")
 
@@ -304,7 +317,7 @@ def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:
 @app.command()
 @one_line_errors
 def verify(bundle: Path, trust: list[Path] = typer.Option([], help="Also trust this public key file."),
-           no_local_trust: bool = typer.Option(False, help="Do not trust the local key by default.")) -> None:
+           no_local_trust: bool = typer.Option(False, "--no-local-trust", help="Do not trust the local key by default.")) -> None:
     """Verify a receipt bundle: exact file set, every digest, signature by a trusted key."""
     from campaign.receipts.bundle import verify_bundle
     from campaign.signing import load_trusted
@@ -339,7 +352,7 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
 def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of this window id."),
             contract: Optional[str] = typer.Option(None, help="Only containers of this contract hash."),
             docker_host: Optional[str] = typer.Option(None, help="Engine URL (default: DOCKER_HOST)."),
-            remove: bool = typer.Option(False, help="Stop and remove them (default: only list).")) -> None:
+            remove: bool = typer.Option(False, "--remove", help="Stop and remove them (default: only list).")) -> None:
     """List (or remove) containers left by windows: found by their campaign.* labels."""
     from campaign.contracts.schema import DockerHost
     from campaign.lanes.docker import find_leftovers, remove_container
@@ -380,7 +393,7 @@ def doctor(contract: Optional[Path] = typer.Argument(None, help="Also check this
 
 @keys_app.command("init")
 @one_line_errors
-def keys_init(force: bool = typer.Option(False, help="Replace an existing key.")) -> None:
+def keys_init(force: bool = typer.Option(False, "--force", help="Replace an existing key.")) -> None:
     """Make a signing key pair under the config directory (kept if one exists)."""
     from campaign.signing import config_dir, init_keys, load_signing_key
 

@@ -49,11 +49,14 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, replace, fsync the directory."""
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Temp file in the same directory, fsync, replace, fsync the directory. The file is 0600 (mkstemp's)
+    unless ``mode`` says otherwise (a published report is meant to be read by others)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

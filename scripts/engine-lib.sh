@@ -17,7 +17,7 @@ engine_require_avx2() {
   done
 }
 
-# Run "$@" with its output in $1's log; print progress (cmake's [ NN%]) every 30 s and, on failure,
+# Run "$@" with its output in $1's log; print progress every 30 s and, on failure,
 # the log's path and its last lines.
 engine_logged() {
   local log="$1" what="$2"; shift 2
@@ -29,7 +29,8 @@ engine_logged() {
   while kill -0 "$pid" 2>/dev/null; do
     for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     kill -0 "$pid" 2>/dev/null || break
-    last="$(grep -o '^\[ *[0-9]*%\]' "$log" 2>/dev/null | tail -n 1 | tr -d '[] ' || true)"
+    # make prints "[ 45%]", ninja (pip's build) "[12/80]"
+    last="$(grep -oE '^\[ *[0-9]+%\]|^\[[0-9]+/[0-9]+\]' "$log" 2>/dev/null | tail -n 1 | tr -d '[] ' || true)"
     engine_say "$what: ${last:-running} ($(( $(date +%s) - t0 ))s, log $log)"
   done
   wait "$pid" || rc=$?

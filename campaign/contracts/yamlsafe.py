@@ -15,9 +15,12 @@ import yaml
 
 from campaign.errors import ContractError
 
-__all__ = ["MAX_CONTRACT_BYTES", "LocatedDocument", "load_located"]
+__all__ = ["MAX_CONTRACT_BYTES", "MAX_DEPTH", "LocatedDocument", "load_located"]
 
 MAX_CONTRACT_BYTES = 1 << 20  # a real contract is a few KB; a cap keeps a hostile file from costing memory
+# A real contract nests 5-6 levels; PyYAML's parser is slow and recursive past a few hundred, so a
+# hostile file is refused at the first level beyond this, while parsing, in milliseconds.
+MAX_DEPTH = 32
 
 _STANDARD_TAGS = {
     "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")
@@ -65,10 +68,18 @@ def load_located(path: Path) -> LocatedDocument:
     except (OSError, UnicodeDecodeError) as exc:
         raise ContractError(f"cannot read as UTF-8 text: {exc}", file=name) from exc
     try:
+        depth = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise ContractError("YAML anchors and aliases are not allowed in a contract",
                                     file=name, line=event.start_mark.line + 1)
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ContractError(f"nested more than {MAX_DEPTH} levels deep (a contract needs about 6)",
+                                        file=name, line=event.start_mark.line + 1)
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
         loader = yaml.SafeLoader(text)
         try:
             root = loader.get_single_node()
@@ -79,14 +90,34 @@ def load_located(path: Path) -> LocatedDocument:
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ContractError(f"YAML: {exc.problem or exc.context}", file=name,
-                            line=mark.line + 1 if mark else None) from exc
+        raise ContractError(_where_it_broke(exc, text), file=name,
+                            line=(exc.problem_mark or exc.context_mark).line + 1
+                            if (exc.problem_mark or exc.context_mark) else None) from exc
+    except RecursionError as exc:  # a nesting the depth check did not see (a block-style ladder)
+        raise ContractError(f"nested too deeply to read (over {MAX_DEPTH} levels)", file=name) from exc
     except yaml.YAMLError as exc:
         raise ContractError(f"YAML: {exc}", file=name) from exc
     if not isinstance(data, dict):
         raise ContractError("the top level must be a mapping", file=name, line=1)
     return LocatedDocument(file=name, data=data, root=root)
+
+
+def _where_it_broke(exc: yaml.MarkedYAMLError, text: str) -> str:
+    """The parser notices a missing brace lines after it: say "near" that line, show it, and show the
+    line where the unclosed thing began."""
+    lines = text.splitlines()
+
+    def shown(mark: Any) -> str:
+        return lines[mark.line].strip()[:80] if mark is not None and mark.line < len(lines) else ""
+
+    problem = exc.problem or exc.context or "cannot parse"
+    message = f"YAML: {problem}"
+    if exc.problem_mark is not None:
+        message += f" near this line: {shown(exc.problem_mark)!r}"
+    if exc.context_mark is not None and exc.problem_mark is not None and exc.context_mark.line != exc.problem_mark.line:
+        what = (exc.context or "it").removeprefix("while parsing ")
+        message += f"; {what} began at line {exc.context_mark.line + 1}: {shown(exc.context_mark)!r}"
+    return message
 
 
 def _check_nodes(node: yaml.Node, name: str) -> None:

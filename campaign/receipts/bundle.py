@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from campaign.contracts.hashing import canonical_json, sha256_file
 from campaign.errors import InputError, RunError, VerifyError
 from campaign.fsutil import atomic_write_json, loads_strict
@@ -115,26 +117,22 @@ def verify_bundle(bundle: Path, trusted: TrustedKeys) -> VerifiedBundle:
     if not envelope_path.is_file():
         raise VerifyError(f"{bundle}: no {ENVELOPE}: the run did not complete, or the bundle is not signed")
     try:
-        envelope = loads_strict(envelope_path.read_bytes())
-        payload = base64.b64decode(envelope["payload"], validate=True)
-        statement = loads_strict(payload)
-        payload_type = envelope["payloadType"]
-        signatures = envelope["signatures"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise VerifyError(f"{ENVELOPE}: malformed envelope: {exc}") from exc
-    if payload_type != PAYLOAD_TYPE or statement.get("_type") != STATEMENT_TYPE:
+        envelope = _Envelope.model_validate(loads_strict(envelope_path.read_bytes()))
+        payload = base64.b64decode(envelope.payload, validate=True)
+        statement = _Statement.model_validate(loads_strict(payload))
+    except (ValueError, ValidationError) as exc:  # pydantic's ValidationError is a ValueError; both named
+        raise VerifyError(f"{ENVELOPE}: malformed envelope: {_first_line(exc)}") from exc
+    payload_type = envelope.payloadType
+    if payload_type != PAYLOAD_TYPE or statement.type != STATEMENT_TYPE:
         raise VerifyError(f"{ENVELOPE}: not an in-toto Statement v1 in a DSSE envelope")
-    signer = next((s.get("keyid") for s in signatures if isinstance(s, dict)
-                   and trusted.verify(str(s.get("keyid")), str(s.get("sig")), pae(payload_type, payload))), None)
+    signer = next((s.keyid for s in envelope.signatures
+                   if trusted.verify(s.keyid, s.sig, pae(payload_type, payload))), None)
     if signer is None:
-        ids = ", ".join(str(s.get("keyid", "?"))[:16] for s in signatures if isinstance(s, dict))
+        ids = ", ".join(s.keyid[:16] for s in envelope.signatures)
         raise VerifyError(f"{ENVELOPE}: no valid signature by a trusted key (signed by: {ids or 'nobody'})")
     subjects: dict[str, str] = {}
-    for subject in statement.get("subject") or []:
-        name = subject.get("name") if isinstance(subject, dict) else None
-        digest = (subject.get("digest") or {}).get("sha256") if isinstance(subject, dict) else None
-        if not isinstance(name, str) or not isinstance(digest, str):
-            raise VerifyError(f"{ENVELOPE}: malformed subject {subject!r}")
+    for subject in statement.subject:
+        name, digest = subject.name, subject.digest.sha256
         pure = PurePosixPath(name)
         if pure.is_absolute() or ".." in pure.parts or "\\" in name or name in ("", ENVELOPE):
             raise VerifyError(f"{ENVELOPE}: subject name {name!r} is not allowed")
@@ -154,8 +152,47 @@ def verify_bundle(bundle: Path, trusted: TrustedKeys) -> VerifiedBundle:
                 loads_strict((bundle / name).read_bytes())
             except ValueError as exc:
                 raise VerifyError(f"{name}: {exc}") from exc
-    return VerifiedBundle(path=bundle, keyid=str(signer), files=len(subjects),
-                          predicate=statement.get("predicate") or {})
+    return VerifiedBundle(path=bundle, keyid=signer, files=len(subjects), predicate=statement.predicate)
+
+
+class _Wire(BaseModel):
+    # read from an untrusted file: exact types, nothing coerced; unknown fields tolerated (DSSE allows them)
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class _Signature(_Wire):
+    keyid: str
+    sig: str
+
+
+class _Envelope(_Wire):
+    payloadType: str
+    payload: str
+    signatures: list[_Signature]
+
+
+class _Digest(_Wire):
+    sha256: str
+
+
+class _Subject(_Wire):
+    name: str
+    digest: _Digest
+
+
+class _Statement(_Wire):
+    type: str = Field(alias="_type")
+    subject: list[_Subject]
+    predicateType: str
+    predicate: dict[str, Any] = Field(default_factory=dict)
+
+
+def _first_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"]) or "(top)"
+        return f"{where}: {error['msg']}"
+    return str(exc).splitlines()[0]
 
 
 def _more(names: list[str]) -> str:

@@ -105,10 +105,37 @@ def _plots(gate: dict[str, Any]) -> list[dict[str, str]]:
     return plots
 
 
+SHARED = 0o644  # published files are for others to read; keys and private state stay 0600
+
+_MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "`": "\\`", "[": "\\[",
+                             "]": "\\]", "*": "\\*", "_": "\\_", "\n": " ", "\r": " "})
+
+
+def md_escape(value: Any) -> Any:
+    """Bundle text in Markdown: viewers render raw HTML and links, and a pipe breaks a table row."""
+    return value.translate(_MD_ESCAPES) if isinstance(value, str) else value
+
+
+def quantity(metric: dict[str, Any]) -> str:
+    """A metric as a person reads it: "7/8 prompts" for a count, "0.0161 nats (n = 28)" for a measure."""
+    value, unit, n = metric.get("value"), metric.get("unit") or "", metric.get("denominator")
+    if value is None:
+        return f"not measured ({unit})" if unit else "not measured"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value} {unit}".strip()
+    if isinstance(value, int) and n is not None:
+        return f"{value}/{n} {unit}".strip()
+    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{shown} {unit}".strip() + (f" (n = {n})" if n is not None else "")
+
+
 def _environment(*, html: bool = True) -> Environment:
-    # autoescape is on for HTML unconditionally: bundle text (model output, boot logs) is untrusted
-    return Environment(loader=PackageLoader("campaign.receipts", "templates"), autoescape=html,
-                       trim_blocks=True, lstrip_blocks=True)
+    # autoescape is on for HTML unconditionally: bundle text (model output, boot logs) is untrusted; in
+    # Markdown every value printed is escaped the Markdown way
+    env = Environment(loader=PackageLoader("campaign.receipts", "templates"), autoescape=html,
+                      trim_blocks=True, lstrip_blocks=True, finalize=None if html else md_escape)
+    env.filters["quantity"] = quantity
+    return env
 
 
 def render_html(data: dict[str, Any]) -> str:
@@ -127,7 +154,7 @@ def archive_bundle(bundle: Path, target: Path) -> Path:
             if path.is_symlink() or not (path.is_file() or path.is_dir()):
                 raise InputError(f"{path}: only regular files and directories are archived")
             tar.add(path, arcname=f"{bundle.name}/{path.relative_to(bundle).as_posix()}", recursive=False)
-    atomic_write_bytes(target, buffer.getvalue())
+    atomic_write_bytes(target, buffer.getvalue(), mode=SHARED)
     return target
 
 
@@ -137,8 +164,8 @@ def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
     data = load_report_data(bundle)
     html = out_dir / "report.html"
     markdown = out_dir / "SUMMARY.md"
-    atomic_write_bytes(html, render_html(data).encode())
-    atomic_write_bytes(markdown, render_markdown(data).encode())
+    atomic_write_bytes(html, render_html(data).encode(), mode=SHARED)
+    atomic_write_bytes(markdown, render_markdown(data).encode(), mode=SHARED)
     archive = archive_bundle(bundle, out_dir / f"{bundle.name}.tar.gz")
     return {"html": html, "markdown": markdown, "archive": archive}
 

@@ -19,7 +19,7 @@ from campaign.lanes.process import BASE_ENV_KEYS
 from campaign.lanes.session import resolve_executable, resolve_refs
 from campaign.window.incumbent import _cmdline, _read_pid
 
-__all__ = ["daily_command", "start_daily"]
+__all__ = ["daily_command", "describe_daily", "find_daily_pidfile", "start_daily"]
 
 
 def daily_command(loaded: LoadedContract) -> list[str]:
@@ -62,3 +62,45 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
             pass
         time.sleep(0.3)
     raise RunError(f"daily did not answer at {spec.endpoint} within {wait:g}s; see {log_path}")
+
+
+def find_daily_pidfile(loaded: LoadedContract | None) -> Path | None:
+    """Where the daily's pid is kept: the contract's incumbent pidfile, else the last promotion's, else
+    the newest window's snapshot (a window restores the daily under the same pidfile)."""
+    if loaded is not None and loaded.contract.incumbent is not None and loaded.contract.incumbent.pidfile:
+        return loaded.resolve(loaded.contract.incumbent.pidfile)
+    from campaign.window.ledger import Ledger
+    from campaign.window.state import WindowState, windows_dir
+
+    entries = Ledger().entries()
+    if entries and entries[-1].get("pidfile"):
+        return Path(entries[-1]["pidfile"])
+    states = sorted(windows_dir().glob("*/state.json"), key=lambda p: p.stat().st_mtime) if windows_dir().exists() else []
+    for state_file in reversed(states):
+        snap = WindowState.load(state_file.parent.name).incumbent
+        if snap and snap.get("pidfile"):
+            return Path(snap["pidfile"])
+    return None
+
+
+def describe_daily(pidfile: Path) -> dict[str, object]:
+    """The daily as the kernel sees it now: pid, whether it runs, its command line with credential values
+    redacted, and where its output goes (a restored daily writes to the window's state folder, not to
+    the log it was first started with)."""
+    from campaign.lanes.redact import Redactor, launch_secrets
+
+    pid = _read_pid(pidfile)
+    argv = _cmdline(pid) if pid is not None else None
+    if pid is None or argv is None:
+        return {"pidfile": str(pidfile), "running": False, "pid": pid}
+    try:
+        log = os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        log = None
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        env = dict(p.decode(errors="replace").split("=", 1) for p in environ.split(b"\0") if b"=" in p)
+    except OSError:
+        env = {}
+    shown = Redactor(launch_secrets(argv, env)).argv(argv)
+    return {"pidfile": str(pidfile), "running": True, "pid": pid, "argv": shown, "log": log}

@@ -22,7 +22,15 @@ from campaign.fsutil import JsonlAppender, atomic_write_bytes, load_json_strict,
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.state import state_root
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "shown_argv"]
+
+
+def shown_argv(argv: list[str], env: dict[str, str]) -> list[str]:
+    """A daily's command line as the ledger shows it: credential values redacted (the private rollback
+    launch, 0600, keeps them for the restore)."""
+    from campaign.lanes.redact import Redactor, launch_secrets
+
+    return Redactor(launch_secrets(argv, env)).argv(list(argv))
 
 
 class Ledger:
@@ -63,7 +71,8 @@ class Ledger:
             private.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write_bytes(private, data)
             os.chmod(private, 0o600)
-            entry["rollback"] = {"launch_sha256": hashlib.sha256(data).hexdigest(), "argv": rollback_launch["argv"],
+            entry["rollback"] = {"launch_sha256": hashlib.sha256(data).hexdigest(),
+                                 "argv": shown_argv(rollback_launch["argv"], rollback_launch.get("env") or {}),
                                  "exe_sha256": rollback_launch.get("exe_sha256")}
         entry["signature"] = {"keyid": key.keyid, "sig": key.sign(canonical_json(entry))}
         with JsonlAppender(self.path) as out:

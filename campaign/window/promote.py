@@ -34,7 +34,7 @@ from campaign.lanes.session import resolve_refs
 from campaign.receipts.bundle import ENVELOPE, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
-from campaign.window.ledger import Ledger
+from campaign.window.ledger import Ledger, shown_argv
 
 __all__ = ["Decision", "decide", "promote", "rollback"]
 
@@ -210,7 +210,8 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
     fields = {"bundle": str(bundle.resolve()), "receipt_sha256": sha256_file(copy / ENVELOPE),
               "window": decision.facts.get("window"), "contract": decision.facts.get("contract"),
               "candidate": cand, "daily_name": decision.facts.get("daily_name") or cand,
-              "daily": {"argv": launch["argv"], "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json")
+              "daily": {"argv": shown_argv(launch["argv"], launch["env"]),
+                        "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json")
                         .get("env", {}), "exe_sha256": launch["exe_sha256"]},
               "pidfile": str(pidfile), "endpoint": launch["endpoint"], "smoke": smoke}
     entry = ledger.append(key, "promote", fields, rollback_launch=previous)
@@ -235,5 +236,6 @@ def rollback(*, key: SigningKey, ledger: Ledger | None = None, reason: str = "ma
     proof = incumbent.prove(previous)
     return ledger.append(key, "rollback", {"undoes": target["seq"], "reason": reason, "pidfile": target["pidfile"],
                                            "endpoint": previous["endpoint"],
-                                           "daily": {"argv": previous["argv"], "exe_sha256": previous["exe_sha256"]},
+                                           "daily": {"argv": shown_argv(previous["argv"], previous.get("env") or {}),
+                                                     "exe_sha256": previous["exe_sha256"]},
                                            "proof": proof})

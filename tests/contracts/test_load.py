@@ -135,3 +135,26 @@ def test_cli_exits_2_on_alias_bomb(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "campaign.cli", "validate", str(path)], capture_output=True,
                           text=True)
     assert done.returncode == 2 and "bomb.yaml:1:" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("nest", ["[" * 1000 + "]" * 1000, "{a: " * 1000 + "1" + "}" * 1000])
+def test_deep_nesting_is_a_one_line_error_not_a_hang(tmp_path: Path, nest: str) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(f"contract: x\nversion: 1\nlanes: {nest}\n")
+    with pytest.raises(ContractError, match="nested more than 32 levels deep") as info:
+        load_contract(path)
+    assert info.value.line == 3
+    done = subprocess.run([sys.executable, "-m", "campaign.cli", "validate", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_yaml_syntax_error_shows_where_the_brace_opened(tmp_path: Path) -> None:
+    path = tmp_path / "brace.yaml"
+    path.write_text("contract: x\nversion: 1\nlanes:\n  - {name: a, role: control\n  - name: b\n"
+                    "    role: candidate\ngates: []\n")
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    message = str(info.value)
+    assert "near this line: '- name: b'" in message
+    assert "flow mapping began at line 4: '- {name: a, role: control'" in message

@@ -150,3 +150,31 @@ def test_signing_prunes_a_step_s_empty_folder(tmp_path: Path) -> None:
     sign_bundle(root, load_signing_key(), {"window": "w"})
     assert not (root / "raw").exists()
     assert verify_bundle(root, load_trusted()).files == 1
+
+
+def _envelope_with(bundle: Path, **changes: object) -> None:
+    import base64
+
+    path = bundle / ENVELOPE
+    envelope = json.loads(path.read_text())
+    for key, value in changes.items():
+        if key == "statement":
+            envelope["payload"] = base64.b64encode(json.dumps(value).encode()).decode()
+        else:
+            envelope[key] = value
+    path.write_text(json.dumps(envelope))
+
+
+@pytest.mark.parametrize("changes", [{"signatures": 7}, {"statement": [1, 2]}, {"signatures": [{"keyid": 1}]},
+                                     {"statement": {"_type": "x", "subject": "all", "predicateType": "p"}},
+                                     {"payload": None}])
+def test_malformed_envelope_shapes_are_one_line_refusals(bundle: Path, changes: dict) -> None:
+    import subprocess
+    import sys
+
+    _envelope_with(bundle, **changes)
+    with pytest.raises(VerifyError, match="malformed envelope"):
+        verify_bundle(bundle, load_trusted())
+    done = subprocess.run([sys.executable, "-m", "campaign.cli", "verify", str(bundle)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1

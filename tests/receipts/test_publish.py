@@ -158,3 +158,22 @@ def test_verify_of_an_archive_leaves_nothing_behind(bundle: Path, tmp_path: Path
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert set(Path(tempfile.gettempdir()).glob("campaign-verify-*")) == before
+
+
+def test_summary_md_escapes_bundle_text_and_reads_numbers_plainly(bundle: Path, tmp_path: Path) -> None:
+    import stat
+
+    from campaign.receipts.publish import render_markdown
+
+    data = load_report_data(bundle)
+    data["gates"][0]["reasons"] = ["<script>alert(7)</script> | [x](http://evil)"]
+    data["summary"]["candidates"]["spec"]["gates"]["greedy"]["reasons"] = ["<img src=x onerror=alert(8)>"]
+    data["gates"][0]["metrics"] = {"<b>bold</b>": {"value": 0.0160891, "denominator": 28, "unit": "nats"},
+                                   "self_identical": {"value": 7, "denominator": 8, "unit": "prompts"}}
+    text = render_markdown(data)
+    assert "<script>" not in text and "<img" not in text and "<b>" not in text
+    assert "&lt;img src=x onerror=alert(8)&gt;" in text
+    assert "0.01609 nats (n = 28)" in text and "7/8 prompts" in text and "0.0160891/28" not in text
+    written = publish(bundle, tmp_path / "shared")
+    for path in written.values():
+        assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path  # group and others may read it
