@@ -102,8 +102,8 @@ demo-docker: venv engine model keys docker
 	sed -e "s|sha256:0\{64\}|$$id|" -e "s|/root/.cache/campaign/engines/llama-server-[^,}]*|$$engine_dir|" \
 	  -e "s|/root/.cache/campaign|$(CAMPAIGN_CACHE)|g" examples/demo-docker.yaml > runs/demo-docker.yaml; \
 	record=runs/freeze/demo-docker-$${id:7:12}.freeze.json; \
-	$(VENV)/bin/campaign freeze runs/demo-docker.yaml --record $$record && \
-	$(VENV)/bin/campaign run runs/demo-docker.yaml --record $$record --out runs && \
+	$(VENV)/bin/campaign freeze runs/demo-docker.yaml --record $$record --allow-path examples && \
+	$(VENV)/bin/campaign run runs/demo-docker.yaml --record $$record --out runs --allow-path examples && \
 	bundle=$$(ls -1d runs/*-demo-docker-smollm2-* | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -40,12 +41,25 @@ def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+ALLOW_PATH_HELP = ("Let the contract read files under this folder, outside its own (repeatable; recorded in "
+                   "the bundle). Without it, inputs must lie in the contract's folder tree.")
+
+
+def _allow(paths: list[Path]) -> None:
+    """--allow-path reaches every part that loads the contract, the detached runner included."""
+    if paths:
+        from campaign.contracts.load import ALLOW_PATH_ENV
+
+        os.environ[ALLOW_PATH_ENV] = os.pathsep.join(str(p.resolve()) for p in paths)
+
+
 @app.command()
 @one_line_errors
-def validate(contract: Path) -> None:
+def validate(contract: Path, allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
     """Check a contract: schema, references, files, and the one-axis rule."""
     from campaign.contracts.load import load_contract
 
+    _allow(allow_path)
     loaded = load_contract(contract)
     out.print(f"{contract}: valid ({len(loaded.lanes)} lanes, {len(loaded.contract.gates)} gates, "
               f"canonical sha256 {loaded.canonical_sha256})")
@@ -53,8 +67,10 @@ def validate(contract: Path) -> None:
 
 @app.command()
 @one_line_errors
-def freeze(contract: Path, record: Optional[Path] = typer.Option(None, help="Where to write the freeze record.")) -> None:
+def freeze(contract: Path, record: Optional[Path] = typer.Option(None, help="Where to write the freeze record."),
+           allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
     """Freeze a contract: record and sign its canonical hash and every referenced file's sha256."""
+    _allow(allow_path)
     from campaign.contracts.freeze import freeze as do_freeze
     from campaign.contracts.load import load_contract
     from campaign.signing import load_signing_key
@@ -124,8 +140,10 @@ def schema() -> None:
 def run(contract: Path, out_dir: Path = typer.Option(Path("runs"), "--out", help="Where bundles go."),
         record: Optional[Path] = typer.Option(None, help="Freeze record (default: next to the contract)."),
         detach: bool = typer.Option(False, "--detach", help="Run in the background; print the window id and return."),
+        allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP),
         window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run a window of a frozen contract and write a signed receipt bundle."""
+    _allow(allow_path)
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import run_window
 

@@ -24,12 +24,14 @@ from campaign.errors import KeyMaterialError
 __all__ = [
     "SigningKey",
     "TrustedKeys",
+    "check_private",
     "config_dir",
     "init_keys",
     "key_id",
     "load_public_key",
     "load_signing_key",
     "load_trusted",
+    "write_private",
 ]
 
 
@@ -59,6 +61,28 @@ class SigningKey:
         return base64.b64encode(self.private.sign(message)).decode()
 
 
+def write_private(path: Path, data: bytes) -> None:
+    """A private file born 0600 (O_EXCL under a fresh temporary name, never chmod after), then renamed
+    over ``path``: a leftover temporary file of any mode, or a lax umask, never widens it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def check_private(path: Path, what: str) -> None:
+    """Refuse a private file (a signing or redaction key) that group or others can read or write."""
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyMaterialError(f"{path}: {what} is readable by group or others "
+                               f"(mode {stat.S_IMODE(mode):04o}); chmod 600 it")
+
+
 def init_keys(directory: Path | None = None, *, force: bool = False) -> Path:
     """Make a key pair; safe to run twice (an existing key is kept unless ``force``)."""
     directory = directory or config_dir()
@@ -69,17 +93,20 @@ def init_keys(directory: Path | None = None, *, force: bool = False) -> Path:
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
-    tmp = private_path.with_suffix(".key.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, pem)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, private_path)
+    private_path.with_suffix(".key.tmp").unlink(missing_ok=True)  # an older version's leftover
+    write_private(private_path, pem)
     public_hex = private.public_key().public_bytes(serialization.Encoding.Raw,
                                                    serialization.PublicFormat.Raw).hex()
-    (directory / "signing.pub").write_text(public_hex + "\n")
+    public_path = directory / "signing.pub"
+    tmp = public_path.with_name(f".signing.pub.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.fchmod(fd, 0o644)  # a public key is for others to read, but never to write, whatever the umask
+        os.write(fd, (public_hex + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, public_path)
     return private_path
 
 
@@ -90,8 +117,7 @@ def load_signing_key(directory: Path | None = None) -> SigningKey:
     except FileNotFoundError as exc:
         raise KeyMaterialError(f"{path}: no signing key; run `campaign keys init`") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise KeyMaterialError(f"{path}: signing key is readable by group or others "
-                               f"(mode {stat.S_IMODE(mode):04o}); chmod 600 it")
+        check_private(path, "signing key")
     try:
         private = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError) as exc:

@@ -56,7 +56,9 @@ def pinned_demo_docker(directory: Path, image_id: str, port: int | None = None) 
         text = text.replace("port: 18441", f"port: {port}")
     text = re.sub(ZERO_DIGEST, image_id, text).replace(EXAMPLE_ENGINE_DIR, str(ENGINE_DIR))
     text = text.replace("/root/.cache/campaign/models", str(MODELS_DIR))
-    text = text.replace("../models/", f"{REPO}/models/").replace("../examples/", f"{REPO}/examples/")
+    # inputs live in the contract's own folder tree (a contract may not read outside it): copied beside it
+    text = text.replace("../models/", f"{REPO}/models/").replace("../examples/", "")
+    shutil.copytree(REPO / "examples" / "prompts", directory / "prompts", dirs_exist_ok=True)
     path = directory / "demo-docker.yaml"
     path.write_text(text)
     return path

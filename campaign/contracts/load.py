@@ -6,6 +6,7 @@ ids), referenced files and the one-axis rule are checked here, once, so a run ne
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.resolve import (EffectiveLane, axis_difference, contract_docker_host, effective_lane,
                                        normalize_axis)
 from campaign.contracts.schema import Contract
-from campaign.contracts.secretrefs import literal_secrets
+from campaign.contracts.secretrefs import literal_secrets, secrets_anywhere
 from campaign.contracts.yamlsafe import LocatedDocument, load_located
 from campaign.errors import AxisError, ContractError
 
@@ -38,6 +39,7 @@ class LoadedContract:
     contract: Contract
     lanes: dict[str, EffectiveLane]
     document: LocatedDocument = field(repr=False)
+    allowed_roots: list[Path] = field(default_factory=list)  # opted in by the runner (--allow-path)
 
     @property
     def base_dir(self) -> Path:
@@ -78,7 +80,17 @@ class LoadedContract:
         return ContractError(message, file=str(self.path), line=self.document.line_for(path), field=dotted(path))
 
 
-def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContract:
+ALLOW_PATH_ENV = "CAMPAIGN_ALLOW_PATH"
+
+
+def allowed_roots_from_env() -> list[Path]:
+    """Folders outside the contract's own tree that the runner opted in to (``--allow-path``, passed to
+    child processes as CAMPAIGN_ALLOW_PATH, os.pathsep-separated)."""
+    return [Path(p).resolve() for p in os.environ.get(ALLOW_PATH_ENV, "").split(os.pathsep) if p]
+
+
+def load_contract(path: str | Path, *, check_files: bool = True,
+                  allow_paths: list[Path] | None = None) -> LoadedContract:
     path = Path(path)
     document = load_located(path)
     try:
@@ -86,7 +98,8 @@ def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContra
     except ValidationError as exc:
         raise _located_error(document, exc) from None
     lanes: dict[str, EffectiveLane] = {}
-    loaded = LoadedContract(path=path, contract=contract, lanes=lanes, document=document)
+    roots = allowed_roots_from_env() if allow_paths is None else [p.resolve() for p in allow_paths]
+    loaded = LoadedContract(path=path, contract=contract, lanes=lanes, document=document, allowed_roots=roots)
     _check_host(loaded)
     for index, lane in enumerate(contract.lanes):
         if lane.name in lanes:
@@ -104,6 +117,8 @@ def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContra
             raise loaded.error(("lanes", index), "a process lane needs `executable`")
         if effective.runtime == "docker" and not effective.image:
             raise loaded.error(("lanes", index), "a docker lane needs `image` pinned by digest")
+    if check_files:  # a contract only described (diff, status, a bundle's copy) reads no file
+        _check_confined(loaded)
     _check_literal_secrets(loaded)
     _check_roles(loaded)
     _check_incumbent(loaded)
@@ -111,6 +126,23 @@ def load_contract(path: str | Path, *, check_files: bool = True) -> LoadedContra
     check_gate_specs(loaded, check_files)
     _check_axes(loaded)
     return loaded
+
+
+def _check_confined(loaded: LoadedContract) -> None:
+    """Every file whose bytes a window reads into its bundle (inputs, model manifests) lies inside the
+    contract's own folder tree, or under a root the runner allowed: a contract from someone else cannot
+    make the runner copy /etc/hostname into a bundle it signs and publishes. Links are followed first."""
+    inside = [loaded.base_dir.resolve(), *loaded.allowed_roots]
+    places = [(("inputs", name, "file"), spec.file) for name, spec in loaded.contract.inputs.items()]
+    for index, lane in enumerate(loaded.contract.lanes):
+        manifest = loaded.lanes[lane.name].model.sha256_manifest
+        if manifest:
+            places.append((("lanes", index, "model", "sha256_manifest"), manifest))
+    for where, written in places:
+        target = loaded.resolve(written).resolve()
+        if not any(target.is_relative_to(root) for root in inside):
+            raise loaded.error(where, f"{written!r} is outside the contract's folder ({loaded.base_dir.resolve()}); "
+                                      "a runner that trusts it says so: --allow-path DIR")
 
 
 def _check_host(loaded: LoadedContract) -> None:
@@ -128,6 +160,9 @@ def _check_literal_secrets(loaded: LoadedContract) -> None:
     places.append((("lane_defaults",), dict(defaults.env or {}), parse_args(defaults.args or [])))
     for index, lane in enumerate(loaded.contract.lanes):
         places.append((("lanes", index, "set"), dict(lane.set.env or {}), list((lane.set.args or {}).items())))
+    for where, why in secrets_anywhere(loaded.document.data):
+        raise loaded.error(where, f"{why}: write \"${{env:NAME}}\" and set NAME in the runner's environment, so "
+                                  "the secret is neither frozen nor copied into bundles")
     for where, env, args in places:
         pairs = [(k, None if isinstance(v, bool) else v) for k, v in args]
         for place, why in literal_secrets(env, pairs):
@@ -142,6 +177,9 @@ def _located_error(document: LocatedDocument, exc: ValidationError) -> ContractE
     first = errors[0]
     path = _document_path(document.data, tuple(first["loc"]))
     message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+    if first["loc"] and first["loc"][-1] == "[key]":  # a dict key failed: a name, which becomes a file name
+        path = path[:-1]
+        message = f"name {path[-1]!r} is not an identifier (letters, digits, '_', '.', '-'; it names files)"
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return ContractError(message + more, file=document.file, line=document.line_for(path), field=dotted(path))
 

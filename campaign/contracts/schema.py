@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator,
+                      model_validator)
 
 from campaign.contracts.units import Duration, Size
 
@@ -594,6 +595,8 @@ class Contract(StrictModel):
     lanes: list[Lane] = Field(min_length=1)
     request_defaults: dict[str, Any] = Field(default_factory=dict,
                                              description="Fields merged into every request body.")
-    inputs: dict[str, InputSet] = Field(default_factory=dict)
+    # names become file names in the bundle (contract/inputs/<name>.jsonl): identifiers, never paths
+    inputs: dict[Annotated[str, StringConstraints(pattern=_NAME)], InputSet] = Field(
+        default_factory=dict, description="Input sets by name (letters, digits, '_', '.', '-').")
     gates: list[GateSpec] = Field(default_factory=list)
     promotion: PromotionRule | None = None

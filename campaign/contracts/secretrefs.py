@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 from collections.abc import Iterable, Mapping
 
 __all__ = ["REF", "TOKEN_PATTERNS", "is_secret_name", "literal_secrets", "looks_like_token", "referenced_names",
+           "secrets_anywhere",
            "substitute"]
 
 REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -38,9 +40,15 @@ def is_secret_name(name: str) -> bool:
     return any(w in _SECRET_WORDS for w in words) or any(a == "api" and b == "key" for a, b in zip(words, words[1:]))
 
 
+_FLAG_WORDS = {"0", "1", "true", "false", "yes", "no", "on", "off", ""}
+# a password in a URL's userinfo: scheme://user:password@host
+_URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@")
+
+
 def _credential_like(value: str) -> bool:
-    # flags (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) and file paths (--api-key-file /run/secrets/k) are not credentials
-    return len(value) >= 8 and not value.startswith(("/", "~", "./"))
+    # flags (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) and file paths (--api-key-file /run/secrets/k) are not
+    # credentials; any other literal is, whatever its length (a short key is still a key)
+    return value.strip().lower() not in _FLAG_WORDS and not value.startswith(("/", "~", "./"))
 
 
 def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:
@@ -63,7 +71,29 @@ def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str
 
 
 def looks_like_token(text: str) -> bool:
-    return any(pattern.search(text) for pattern in TOKEN_PATTERNS)
+    return any(pattern.search(text) for pattern in TOKEN_PATTERNS) or bool(_URL_CREDENTIALS.search(text))
+
+
+def secrets_anywhere(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+    """(path, why) for every string of a contract shaped like a credential, wherever it is (a
+    description, request defaults, a URL, a model path), and every literal under a credential-named key.
+    Keys ending in ``_env`` name a variable, not its value."""
+    found: list[tuple[tuple[Any, ...], str]] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            where = (*path, key)
+            if isinstance(key, str) and looks_like_token(key):
+                found.append((where, "a key looks like a token"))
+            if (isinstance(key, str) and is_secret_name(key) and not key.lower().endswith("_env")
+                    and isinstance(value, str) and not REF.fullmatch(value) and _credential_like(value)):
+                found.append((where, f"{key} takes a credential"))
+            found += secrets_anywhere(value, where)
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            found += secrets_anywhere(value, (*path, index))
+    elif isinstance(data, str) and looks_like_token(data):
+        found.append((path, "the value looks like a token (or a password in a URL)"))
+    return found
 
 
 def referenced_names(values: Iterable[str]) -> list[str]:

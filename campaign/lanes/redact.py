@@ -38,7 +38,7 @@ _MIN_EXACT = 4  # shorter "secrets" would cut ordinary words out of logs
 
 
 def _stored_key() -> bytes:
-    from campaign.signing import config_dir
+    from campaign.signing import check_private, config_dir, write_private
 
     path = config_dir() / "redact.key"
     if str(path) in _KEYS:
@@ -46,22 +46,23 @@ def _stored_key() -> bytes:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not path.exists():
-            # written whole under a temporary name, then linked: a concurrent first use never reads half a key
-            tmp = path.with_name(f".redact.key.{os.getpid()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(os.urandom(32))
+            # born 0600 under a temporary name, then linked: a concurrent first use never reads half a key,
+            # and a first writer wins over a second
+            staged = path.with_name(f"redact.key.{os.getpid()}.new")
+            write_private(staged, os.urandom(32))
             try:
-                os.link(tmp, path)
+                os.link(staged, path)
             except FileExistsError:
                 pass
             finally:
-                tmp.unlink()
+                staged.unlink()
         key = path.read_bytes()
         if len(key) < 32:
             raise OSError(f"{path} is truncated")
     except OSError:
         key = _PROCESS_KEY
+    else:
+        check_private(path, "redaction key")  # anyone who reads it can test guesses against every digest
     _KEYS[str(path)] = key
     return key
 

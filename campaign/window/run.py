@@ -80,7 +80,8 @@ def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, ou
         raise PreflightError(f"{bundle} is not empty: a window id is used once (use `campaign resume`)")
     state = WindowState(window=window_id, bundle=str(bundle.resolve()), contract=str(loaded.path.resolve()),
                         record=str(record_path.resolve()), runner_pid=os.getpid(),
-                        runner_start_time=process_start_time(os.getpid()), boot_id=boot_id())
+                        runner_start_time=process_start_time(os.getpid()), boot_id=boot_id(),
+                        allowed_paths=[str(p) for p in loaded.allowed_roots])
     state.save()
     window = _Window(loaded=loaded, record_path=record_path, freeze_record=freeze_record, bundle=bundle,
                      window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo)
@@ -104,7 +105,7 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
                        "the window stops here") from exc
     if (bundle / ENVELOPE).exists():
         raise InputError(f"window {window_id} already finished and was signed; nothing to resume")
-    loaded = load_contract(state.contract)
+    loaded = load_contract(state.contract, allow_paths=[Path(p) for p in state.allowed_paths])
     freeze_record = check_frozen(loaded, Path(state.record), trusted)
     model_paths = preflight(loaded, ports=False)
     done = {(r.get("gate"), r.get("lane")) for r in records if r.get("event") == "done" and r.get("step") == "gate"}
@@ -525,7 +526,9 @@ def _summary(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: s
         "duration": {"value": round(time.time() - started, 3), "unit": "s"},
         "contract": {"name": loaded.contract.contract, "version": loaded.contract.version,
                      "canonical_sha256": loaded.canonical_sha256, "frozen_at": freeze_record.get("frozen_at"),
-                     "freeze_keyid": (freeze_record.get("signature") or {}).get("keyid")},
+                     "freeze_keyid": (freeze_record.get("signature") or {}).get("keyid"),
+                     # folders outside the contract's own tree the runner let it read (--allow-path)
+                     "allowed_paths": [str(p) for p in loaded.allowed_roots]},
         "lanes": {name: {"status": o.status, "cause": o.cause, "message": o.message,
                          "boot_seconds": None if o.boot_seconds is None else
                          {"value": round(o.boot_seconds, 3), "unit": "s"},

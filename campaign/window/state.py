@@ -83,6 +83,8 @@ class WindowState(BaseModel):
     incumbent_stopped: bool = False
     restored: bool = False
     lanes: list[LaneProcess] = Field(default_factory=list)
+    allowed_paths: list[str] = Field(default_factory=list, description="Roots outside the contract's folder "
+                                                                        "the runner allowed (--allow-path).")
 
     @property
     def directory(self) -> Path:

@@ -86,9 +86,9 @@ gates:
         path = root / "c.yaml"
         path.write_text(body)
         assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(path))
+        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
         assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(path), "--out", str(root / "runs"))
+        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
         assert ran.returncode == 0, ran.stdout + ran.stderr
         return next((root / "runs").iterdir())
 

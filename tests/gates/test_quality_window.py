@@ -105,9 +105,9 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
         path = root / "c.yaml"
         path.write_text(contract(free_port()))
         assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(path))
+        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
         assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(path), "--out", str(root / "runs"))
+        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
         assert ran.returncode == 0, ran.stdout + ran.stderr
         assert "AXIS MAY BE INERT" in ran.stdout
         return next((root / "runs").iterdir())

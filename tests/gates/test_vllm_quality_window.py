@@ -91,9 +91,9 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
         path.write_text(contract(free_port()))
         shutil.copyfile(VLLM_MANIFEST, root / "smollm2-135m-hf.sha256")
         assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(path))
+        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
         assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(path), "--out", str(root / "runs"))
+        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
         assert ran.returncode == 0, ran.stdout + ran.stderr
         bundle = next((root / "runs").iterdir())
         verified = campaign("verify", str(bundle))
