@@ -420,6 +420,15 @@ def keys_init(force: bool = typer.Option(False, "--force", help="Replace an exis
 
 
 def main() -> None:
+    # Whatever the command, a window whose deadline passed, or whose runner and failsafe were killed
+    # together, gets its daily back first: nobody else is left to do it.
+    try:
+        from campaign.window.orphans import restore_orphaned_windows
+
+        for line in restore_orphaned_windows():
+            err.print(f"[bold yellow]restored:[/] {line}", highlight=False)
+    except CampaignError as exc:
+        err.print(f"[bold red]error:[/] checking for orphaned windows: {exc}", highlight=False)
     app()
 
 

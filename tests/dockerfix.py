@@ -16,8 +16,8 @@ from tests.conftest import MODEL, REPO
 TEST_IMAGE = os.environ.get("CAMPAIGN_TEST_IMAGE", "campaign-test-base:2")
 CACHE = Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache" / "campaign"))
 # the build `make test` put on PATH, and the cached model behind the repo's models/ link
-LLAMA_SERVER = Path(os.path.realpath(shutil.which("llama-server") or CACHE / "engines" / "llama-server-0.3.36"
-                                     / "bin" / "llama-server"))
+LLAMA_SERVER = Path(os.path.realpath(shutil.which("llama-server") or next(
+    iter(sorted(CACHE.glob("engines/llama-server-0.3.36-*/bin/llama-server"))), CACHE / "engines" / "missing")))
 ENGINE_DIR = LLAMA_SERVER.parent.parent
 MODELS_DIR = Path(os.path.realpath(MODEL)).parent
 EXAMPLE_ENGINE_DIR = "/root/.cache/campaign/engines/llama-server-0.3.36"

@@ -48,6 +48,8 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
         popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
     atomic_write_bytes(pidfile, f"{popen.pid}\n".encode())
+    key = adapter_for(lane.engine).api_key(lane)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if popen.poll() is not None:
@@ -56,7 +58,7 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
             hint = f": {HINTS[cause]}" if cause in HINTS else f" ({cause})"
             raise RunError(f"daily {describe_exit(popen.returncode)} while loading{hint}; see {log_path}")
         try:
-            if httpx.get(spec.endpoint.rstrip("/") + "/v1/models", timeout=2.0).status_code == 200:
+            if httpx.get(spec.endpoint.rstrip("/") + "/v1/models", headers=headers, timeout=2.0).status_code == 200:
                 return popen.pid, True
         except httpx.HTTPError:
             pass

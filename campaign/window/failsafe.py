@@ -19,7 +19,7 @@ from pathlib import Path
 from campaign.errors import PreflightError
 from campaign.window.state import WindowState, boottime
 
-__all__ = ["arm", "choose_backend", "disarm", "dry_run"]
+__all__ = ["arm", "choose_backend", "disarm", "dry_run", "spawn_watchdog"]
 
 DRY_RUN_AFTER = 1.0
 DRY_RUN_WAIT = 15.0
@@ -38,6 +38,10 @@ def _spawn_detached(args: list[str], log: Path) -> int:
                                  stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
     return popen.pid
+
+
+def spawn_watchdog(state: WindowState, generation: int, role: str) -> int:
+    return _spawn_detached([state.window, str(generation), "--role", role], state.directory / "watchdog.log")
 
 
 def dry_run(backend: str, state_dir: Path) -> str:
@@ -80,14 +84,17 @@ def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
     state.beat()
     generation = state.failsafe_generation
     if backend == "watchdog":
-        pid = _spawn_detached([state.window, str(generation)], state.directory / "watchdog.log")
-        ack = state.directory / f"watchdog-{generation}.ack"
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and not ack.exists():
+        from campaign.window.watchdog import ack_path
+
+        pid = spawn_watchdog(state, generation, "a")  # it starts its partner b itself
+        acks = [ack_path(state, generation, role) for role in ("a", "b")]
+        deadline = time.monotonic() + 15.0
+        while time.monotonic() < deadline and not all(ack.exists() for ack in acks):
             time.sleep(0.05)
-        if not ack.exists():
+        if not all(ack.exists() for ack in acks):
             _disarm_state(state)
-            raise PreflightError(f"failsafe watchdog (pid {pid}) did not report active; the incumbent was not touched")
+            raise PreflightError(f"failsafe watchdog pair (pid {pid}) did not report active; the incumbent was "
+                                 "not touched")
     elif backend == "systemd":
         unit = f"campaign-failsafe-{state.window}-{generation}"[:200]
         _systemd(["systemd-run", f"--unit={unit}", f"--on-active={int(deadline_s)}",

@@ -39,7 +39,8 @@ def _cmdline(pid: int) -> list[str] | None:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    return argv or None  # a zombie (or a kernel thread) has no command line: not a running daily
 
 
 def snapshot(spec: Any, base_dir: Path) -> dict[str, Any]:

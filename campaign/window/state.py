@@ -48,7 +48,10 @@ def process_start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # dead, not yet reaped (an init that does not reap keeps zombies around)
+        return None
+    return int(fields[19])
 
 
 class LaneProcess(BaseModel):

@@ -79,3 +79,4 @@ def abort_window(window: str, *, wait: float = 120.0) -> str:
         restore(state.window, reason="abort", by="campaign abort")
         return f"window {state.window}: runner gone; daily restored and proved"
     return f"window {state.window}: stopped; daily {'restored' if state.restored else 'was never stopped'}"
+

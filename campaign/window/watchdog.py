@@ -1,7 +1,9 @@
-"""The detached watchdog failsafe: ``python -m campaign.window.watchdog WINDOW GENERATION``.
+"""The detached watchdog failsafe: ``python -m campaign.window.watchdog WINDOW GENERATION --role a|b``.
 
-It runs in its own session and process group, so the runner's death (kill -9, a lost SSH session)
-does not take it along. It holds the deadline as boot id plus boot-clock seconds, and restores the
+Two watchdogs run as a pair, each in its own session and process group, so the runner's death (kill -9,
+a lost SSH session) does not take them along; each watches its partner and starts it again when it is
+gone, so killing the runner and one watchdog together still leaves one that restores at once (the
+runner is gone), and the partner is back within a poll. It holds the deadline as boot id plus boot-clock seconds, and restores the
 daily when the deadline passes, when the runner is gone, or when the runner's heartbeat is older than
 the grace. It exits, doing nothing, once its window is disarmed or a newer generation supersedes it.
 
@@ -19,15 +21,47 @@ from pathlib import Path
 from campaign.window.state import WindowState, boot_id, boottime, process_start_time
 
 POLL = 0.25
+PARTNER = {"a": "b", "b": "a"}
+RESPAWN_EVERY = 1.0  # seconds between attempts to start a missing partner
+
+
+def pidfile(state: WindowState, generation: int, role: str) -> Path:
+    return state.directory / f"watchdog-{generation}-{role}.pid"
+
+
+def ack_path(state: WindowState, generation: int, role: str) -> Path:
+    return state.directory / (f"watchdog-{generation}.ack" if role == "a" else f"watchdog-{generation}-{role}.ack")
+
+
+def alive(path: Path) -> bool:
+    """Whether the watchdog recorded in ``path`` (pid and kernel start time) still runs."""
+    try:
+        pid, start = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return False
+    return process_start_time(pid) == start
+
+
+def _keep_partner(state: WindowState, generation: int, role: str, last_spawn: float) -> float:
+    partner = PARTNER[role]
+    if alive(pidfile(state, generation, partner)) or boottime() - last_spawn < RESPAWN_EVERY:
+        return last_spawn
+    from campaign.window.failsafe import spawn_watchdog
+
+    spawn_watchdog(state, generation, partner)
+    return boottime()
 
 
 def _runner_gone(state: WindowState) -> bool:
     return process_start_time(state.runner_pid) != state.runner_start_time
 
 
-def watch(window: str, generation: int) -> int:
+def watch(window: str, generation: int, role: str = "a") -> int:
+    import os
+
     my_boot = boot_id()
     ack = None
+    last_spawn = 0.0
     while True:
         try:
             state = WindowState.load(window)
@@ -36,8 +70,11 @@ def watch(window: str, generation: int) -> int:
         if state.failsafe_generation != generation or not state.armed or state.boot_id != my_boot:
             return 0
         if ack is None:
-            ack = state.directory / f"watchdog-{generation}.ack"
+            me = pidfile(state, generation, role)
+            me.write_text(f"{os.getpid()} {process_start_time(os.getpid())}\n")
+            ack = ack_path(state, generation, role)
             ack.write_text(f"{boottime():.3f}\n")
+        last_spawn = _keep_partner(state, generation, role, last_spawn)
         reason = None
         if state.deadline_boottime is not None and boottime() >= state.deadline_boottime:
             reason = "deadline reached"
@@ -76,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("generation", nargs="?", type=int)
     parser.add_argument("--dry-run", type=Path)
     parser.add_argument("--after", type=float, default=1.0)
+    parser.add_argument("--role", choices=sorted(PARTNER), default="a")
     args = parser.parse_args(argv)
     if args.dry_run:
         return dry_run(args.dry_run, args.after)
-    return watch(args.window, args.generation)
+    return watch(args.window, args.generation, args.role)
 
 
 if __name__ == "__main__":

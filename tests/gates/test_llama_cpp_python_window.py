@@ -22,7 +22,9 @@ from tests.conftest import MODEL, MODEL_SHA256, free_port
 pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-DEFAULT_PYTHON = Path.home() / ".cache/campaign/engines/llama-cpp-python-0.3.36/venv/bin/python"
+# `make test` passes the build it proved (LLAMA_CPP_PYTHON); else the newest cached portable build
+DEFAULT_PYTHON = max(Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache/campaign")).glob(
+    "engines/llama-cpp-python-0.3.36-*/venv/bin/python"), default=Path("/nonexistent/python"), key=lambda p: p.stat().st_mtime)
 
 
 def campaign(*args: str) -> subprocess.CompletedProcess[str]:

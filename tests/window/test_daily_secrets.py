@@ -78,6 +78,10 @@ def test_daily_start_resolves_secret_references(tmp_path: Path, monkeypatch: pyt
     finally:
         if pid:
             os.killpg(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{pid}/cmdline").exists() and Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)
     # a missing variable is refused, not passed on as text
     monkeypatch.delenv("LANE_KEY")
     refused = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily2.log"))

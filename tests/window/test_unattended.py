@@ -173,3 +173,62 @@ def test_restore_twice_is_a_no_op_and_fenced(daily: dict) -> None:
         assert bystander.poll() is None
     finally:
         bystander.kill()
+
+
+def _runner_past_the_daily_stop(daily: dict) -> tuple[subprocess.Popen, WindowState]:
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(daily["contract"]), "--out",
+                               str(daily["root"] / "runs")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        journals = list((daily["root"] / "runs").glob("*/journal.jsonl"))
+        if journals and any(r["step"] == "incumbent.stop" and r["event"] == "done" for r in read_jsonl(journals[0])):
+            return runner, _window_state(daily["root"])
+        time.sleep(0.05)
+    runner.kill()
+    raise AssertionError("the window never stopped the daily")
+
+
+def _watchdog_pids(state: WindowState) -> dict[str, int]:
+    gen = state.failsafe_generation
+    return {role: int((state.directory / f"watchdog-{gen}-{role}.pid").read_text().split()[0]) for role in "ab"}
+
+
+def _wait_serving(port: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if serves(port):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -> None:
+    runner, state = _runner_past_the_daily_stop(daily)
+    pids = _watchdog_pids(state)
+    os.kill(runner.pid, signal.SIGKILL)
+    os.kill(pids["a"], signal.SIGKILL)  # the same moment: nobody left but the partner
+    runner.wait()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and (state.reload().armed or not state.reload().restored):
+        time.sleep(0.2)
+    assert state.reload().restored, "nobody restored the daily"
+    assert _wait_serving(daily["port"], 30)
+    records = read_jsonl(Path(state.bundle) / "journal.jsonl")
+    restores = [r for r in records if r["step"] == "incumbent.restore" and r["event"] == "done"]
+    assert restores and restores[-1]["by"].startswith("watchdog") and restores[-1].get("proof")
+    assert not state.reload().armed
+
+
+def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict) -> None:
+    runner, state = _runner_past_the_daily_stop(daily)
+    pids = _watchdog_pids(state)
+    for pid in (pids["a"], pids["b"]):
+        os.kill(pid, signal.SIGSTOP)  # frozen first, so neither can start the other again in between
+    for pid in (runner.pid, pids["a"], pids["b"]):
+        os.kill(pid, signal.SIGKILL)
+    runner.wait()
+    time.sleep(0.5)
+    status = campaign("status")  # any command: it finds the orphaned window first
+    assert "the runner and both watchdogs are gone; the daily was restored" in status.stderr, \
+        (status.stderr, state.reload().model_dump())
+    assert serves(daily["port"]) and not state.reload().armed
