@@ -365,6 +365,9 @@ class TeacherForcedRule(StrictModel):
     min_self_fidelity: float | None = Field(
         None, ge=0, le=1, description="Fraction of the candidate's greedy tokens that are strictly rank 1 "
                                       "when teacher-forced on its own server.")
+    nothing_to_weigh: Literal["INCONCLUSIVE", "PASS"] = Field(
+        "INCONCLUSIVE", description="Verdict when no rule had anything to weigh (no divergence site and no "
+                                    "other rule): a rule over zero items is not met. PASS says so in words.")
 
 
 class TeacherForcedGate(StrictModel):
@@ -478,6 +481,11 @@ class RulerGate(StrictModel):
     top_k: int = Field(5, ge=1, le=100, description="Top-k logprobs compared per token.")
     thinking: ThinkingSwitch | None = Field(None, description="A thinking switch to prove on every lane: its "
                                                               "probes must differ with it on and off.")
+    exercise: list[Literal["repetition", "long_prompt"]] = Field(
+        default_factory=lambda: ["repetition"],
+        description="Built-in probes sent after the input's, to exercise common axes: `repetition` (a passage "
+                    "to copy: n-gram speculation drafts only on repeated context), `long_prompt` (prefill of "
+                    "~1.5k tokens: cache and context flags). An axis no probe exercises is INCONCLUSIVE.")
     rule: RulerRule = Field(default_factory=RulerRule)
 
 

@@ -200,6 +200,12 @@ class NeedleGate(Gate):
                 value=sum(1 for r in ladders[control.name]["rungs"] if r.get("passed")), denominator=n, unit="rungs"),
             "variants_per_rung": Metric(value=len(VARIANTS), unit="variants (one retry each)"),
         }
+        if cand_high == 0 and ctrl_high == 0:
+            # neither lane passed a rung: the ladder measured nothing that separates them
+            result.reasons = [f"neither lane passed a rung (first rung {rungs[0]} tokens): the ladder starts above "
+                              "what this model can do, so it measured nothing about the candidate; start the "
+                              "ladder lower"]
+            return result
         reach = self.spec.rule.reach or rungs[-1]
         verdicts, reasons = [], []
         ok = cand_high >= reach
@@ -208,7 +214,7 @@ class NeedleGate(Gate):
         verdicts.append(ok)
         if self.spec.rule.not_below_control:
             ok = cand_high >= ctrl_high
-            reasons.append(f"control reached {ctrl_high}: candidate {'is not' if ok else 'is'} below it")
+            reasons.append(f"control reached {ctrl_high} tokens: candidate {'is not' if ok else 'is'} below it")
             verdicts.append(ok)
         result.reasons = reasons
         result.verdict = Verdict.PASS if all(verdicts) else Verdict.FAIL

@@ -30,7 +30,24 @@ from campaign.gates.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.session import LaneRun
 
-__all__ = ["RulerGate", "counter_deltas", "normalize_boot_log", "parse_prometheus"]
+__all__ = ["ACTING", "EXERCISES", "PARSED", "RulerGate", "counter_deltas", "moved_differently",
+           "normalize_boot_log", "parse_prometheus"]
+
+# Observables that show a flag acting on what the engine computes, and those that only show it was parsed
+# (a deprecated no-op flag prints a warning and changes the boot log): the second kind never makes a PASS.
+ACTING = ("outputs", "logprobs", "metrics", "speed")
+PARSED = ("boot_log", "props")
+
+# Probes that exercise the common axes, sent on every lane after the contract's own: a passage to copy
+# (n-gram speculation drafts only where the output repeats its context) and a long prompt (prefix cache,
+# context and KV-cache flags act on prefill).
+_PASSAGE = ("The lighthouse keeper climbed the stairs at dusk, lit the lamp, wrote the time in the log, and "
+            "watched the ships pass the rocks until dawn. ")
+EXERCISES = {
+    "repetition": "Copy this text exactly, twice, and write nothing else:\n" + _PASSAGE * 2,
+    "long_prompt": "Read these notes, then say in one sentence what the keeper does.\n" + _PASSAGE * 40,
+}
+EXERCISE_TOKENS = 32
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _VOLATILE = re.compile(r"(time|ms\b|per second|t/s|tok/s|listening|port|pid|task|slot|uptime|/tmp/|seed)", re.I)
@@ -57,6 +74,22 @@ def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[st
             if name.split("{")[0].endswith("_total") and "seconds" not in name}
 
 
+def moved_differently(control: dict[str, float], candidate: dict[str, float]) -> list[str]:
+    """Counters whose deltas over the probes differ between the lanes, with a non-zero delta on at least
+    one. A counter one lane does not export is unknown there, not zero: it counts only when it moved
+    on the lane that has it (speculative drafts on a candidate whose control has no speculation); a
+    counter present with no movement (no draft fired) shows nothing."""
+    out = []
+    for name in sorted(set(control) | set(candidate)):
+        a, b = control.get(name), candidate.get(name)
+        if a is None or b is None:
+            if (a or b or 0.0) != 0.0:
+                out.append(name)
+        elif a != b and (a != 0.0 or b != 0.0):
+            out.append(name)
+    return out
+
+
 def normalize_boot_log(text: str) -> list[str]:
     lines = []
     for line in text.splitlines():
@@ -72,15 +105,18 @@ class RulerGate(Gate):
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         await self._metrics(run, sink, "before")
         prompts = load_prompts(self.ctx.input_paths[self.spec.input])[: self.spec.probes]
-        for prompt in prompts:
+        probes = [(p.id, p.messages, self.spec.max_tokens) for p in prompts]
+        probes += [(f"exercise:{kind}", [{"role": "user", "content": EXERCISES[kind]}], EXERCISE_TOKENS)
+                   for kind in self.spec.exercise]
+        for item, messages, max_tokens in probes:
             try:
-                body = run.adapter.chat_body(run.lane, prompt.messages, max_tokens=self.spec.max_tokens)
+                body = run.adapter.chat_body(run.lane, messages, max_tokens=max_tokens)
             except EngineError as exc:
-                sink.append({"derived": "error", "tags": {"item": prompt.id}, "error": str(exc)})
+                sink.append({"derived": "error", "tags": {"item": item}, "error": str(exc)})
                 continue
             body |= {"logprobs": True, "top_logprobs": self.spec.top_k}
             await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body}, sink=sink,
-                                  tags={"purpose": "probe", "item": prompt.id})
+                                  tags={"purpose": "probe", "item": item})
         await self._metrics(run, sink, "after")
         if self.spec.thinking is not None:
             await self._thinking_probes(run, sink, prompts)
@@ -190,6 +226,7 @@ class RulerGate(Gate):
         ctrl, cand = self._observe(control.name), self._observe(candidate.name)
         problems = ctrl["problems"] + cand["problems"]
         n = min(self.spec.probes, len(load_prompts(self.ctx.input_paths[self.spec.input])))
+        n += len(self.spec.exercise)
         for name, obs in ((control.name, ctrl), (candidate.name, cand)):
             if len(obs["outputs"]) < n:
                 problems.append(f"{name}: {len(obs['outputs'])}/{n} probes answered")
@@ -240,14 +277,31 @@ class RulerGate(Gate):
             result.reasons = failures
             result.verdict = Verdict.FAIL
             return result
-        if not evidence:
+        acting = {k: v for k, v in evidence.items() if k in ACTING}
+        parsed = {k: v for k, v in evidence.items() if k in PARSED}
+        watched = [o for o in rule.observe if o in ACTING and o not in unavailable]
+        if not acting and parsed:
+            # parsed, not shown acting: a real axis these probes never exercised, or a flag that only logs
+            warning = (f"AXIS NOT SHOWN ACTING: {candidate.name} ({', '.join(candidate.axis)}) was parsed "
+                       f"({'; '.join(f'{k}: {v}' for k, v in parsed.items())}) but changed nothing on "
+                       f"{', '.join(watched) or 'no acting observable'}")
+            result.warnings.append(warning)
+            result.reasons = [warning, "not exercised by these probes, or inert: a boot-log line or an engine "
+                                       "property shows a flag was parsed, never that it acts; add probes that "
+                                       "exercise the axis (ruler `exercise`, or an input that does)"]
+            result.verdict = Verdict.INCONCLUSIVE
+            return result
+        if not acting:
             warning = (f"AXIS MAY BE INERT: candidate {candidate.name} ({', '.join(candidate.axis)}) is "
                        f"indistinguishable from {control.name} on {', '.join(o for o in rule.observe if o not in unavailable)}")
             result.warnings.append(warning)
             result.reasons = [warning]
             result.verdict = Verdict(rule.inert_verdict)
             return result
-        result.reasons = [f"the axis shows on {', '.join(evidence)}: " + "; ".join(f"{k}: {v}" for k, v in evidence.items())]
+        result.reasons = [f"the axis shows acting on {', '.join(acting)}: "
+                          + "; ".join(f"{k}: {v}" for k, v in acting.items())]
+        if parsed:
+            result.reasons.append("also parsed: " + "; ".join(f"{k}: {v}" for k, v in parsed.items()))
         result.verdict = Verdict.PASS
         return result
 
@@ -266,8 +320,8 @@ class RulerGate(Gate):
             a, b = ctrl["counters"], cand["counters"]
             if a is None or b is None:
                 return None
-            changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-            return f"counters moved differently: {', '.join(changed[:6])}" if changed else False
+            changed = moved_differently(a, b)
+            return f"counters moved differently over the probes: {', '.join(changed[:6])}" if changed else False
         if observable == "speed":
             sa, sb = ctrl["speeds"], cand["speeds"]
             if not sa or not sb:

@@ -350,13 +350,21 @@ class SpeedGate(Gate):
         counter deltas (acceptance and cache hits do not depend on timing, so an attempt voided for
         spread or host load still counts; one whose counters show other traffic does not)."""
         totals: dict[str, Any] = {"rows": 0, "void_attempts": 0, "error_records": 0, "client_cpu_s": 0.0,
-                                  "output_tokens": 0, "counted_attempts": 0}
+                                  "runner_other_cpu_s": 0.0, "output_tokens": 0, "counted_attempts": 0,
+                                  "row_attempts": 0, "requests": 0}
         for attempts in view.rows.values():
             totals["rows"] += any(r.valid for r in attempts)
             for row in attempts:
+                totals["row_attempts"] += 1
+                totals["requests"] += row.requests_sent
                 totals["error_records"] += len(row.errors)
                 totals["void_attempts"] += 0 if row.valid else 1
                 totals["client_cpu_s"] += sum(r["client_cpu_s"] for r in row.rep_rows)
+                totals["runner_other_cpu_s"] += sum(r.get("runner_other_cpu_s") or 0.0 for r in row.rep_rows)
+                # how output tokens were counted: the engine's usage or counter, or its tokenizer over the text
+                sources = totals.setdefault("token_sources", {})
+                for _tags, stats in row.stats:
+                    sources[stats.token_source] = sources.get(stats.token_source, 0) + 1
                 totals["output_tokens"] += sum(r["output_tokens"] for r in row.rep_rows)
                 if not row.engine or any(_FOREIGN in reason for reason in row.reasons):
                     continue
@@ -372,12 +380,20 @@ class SpeedGate(Gate):
 
     def _engine_metrics(self, result: GateResult) -> None:
         for role, totals in result.details["engine"].items():
-            result.metrics[f"{role}.void_attempts"] = Metric(value=totals["void_attempts"], unit="row attempts")
-            result.metrics[f"{role}.error_records"] = Metric(value=totals["error_records"], unit="requests")
+            result.metrics[f"{role}.void_attempts"] = Metric(value=totals["void_attempts"], unit="row attempts",
+                                                             denominator=totals["row_attempts"])
+            result.metrics[f"{role}.error_records"] = Metric(value=totals["error_records"], unit="requests",
+                                                             denominator=totals["requests"])
             if totals["output_tokens"]:
                 result.metrics[f"{role}.client_cpu_ms_per_1k_tokens"] = Metric(
                     value=round(1e6 * totals["client_cpu_s"] / totals["output_tokens"], 2), unit="ms per 1k tokens",
-                    denominator=totals["output_tokens"], note="the client's own CPU while measuring, every attempt")
+                    denominator=totals["output_tokens"],
+                    note="the client's own thread CPU while measuring, every attempt (comparable with "
+                         "benchmarks/client_capacity.py)")
+                result.metrics[f"{role}.runner_other_cpu_ms_per_1k_tokens"] = Metric(
+                    value=round(1e6 * totals["runner_other_cpu_s"] / totals["output_tokens"], 2),
+                    unit="ms per 1k tokens", denominator=totals["output_tokens"],
+                    note="the runner's other threads meanwhile (boot-log copying and redaction, heartbeat)")
             drafts, drafted, accepted = (totals.get(k) for k in ("spec_drafts", "spec_draft_tokens",
                                                                  "spec_accepted_tokens"))
             if drafted:

@@ -48,6 +48,11 @@ class RowResult:
         return self.status == "valid"
 
     @property
+    def requests_sent(self) -> int:
+        """Measured requests of this attempt, whole or not: the denominator of its error records."""
+        return len(self.stats) + len(self.errors)
+
+    @property
     def median_aggregate(self) -> float | None:
         values = [r["aggregate_tok_s"] for r in self.rep_rows]
         return statistics.median(values) if values else None
@@ -65,7 +70,8 @@ def facts_from(records: list[dict[str, Any]]) -> StreamFacts:
     for record in records:
         if record.get("kind") == "instrument":
             return StreamFacts(token_counter=record.get("token_counter"),
-                               tokens_per_chunk=record.get("tokens_per_chunk"))
+                               tokens_per_chunk=record.get("tokens_per_chunk"),
+                               count_by_tokenizer=bool(record.get("count_by_tokenizer")))
     return StreamFacts()
 
 

@@ -83,7 +83,8 @@ class SpeedMeasurement:
         self.classes = by_class(prompts)
         self.request_defaults = dict(request_defaults or {})
         self.facts = StreamFacts(token_counter=adapter.stream_token_counter,
-                                 tokens_per_chunk=adapter.stream_tokens_per_chunk)
+                                 tokens_per_chunk=adapter.stream_tokens_per_chunk,
+                                 count_by_tokenizer=adapter.stream_count_by_tokenizer)
         self.new_connection = adapter.stream_new_connection
         self._sink, self._warm = RecordWriter(sink), RecordWriter(warm_sink)
         self.results: dict[tuple[int, str], list[RowResult]] = {}
@@ -93,6 +94,7 @@ class SpeedMeasurement:
             self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "httpx",
                             "new_connection_per_stream": self.new_connection,
                             "token_counter": self.facts.token_counter,
+                            "count_by_tokenizer": self.facts.count_by_tokenizer,
                             "tokens_per_chunk": self.facts.tokens_per_chunk,
                             "request_fields": self.adapter.stream_request_fields()})
             for level in self.spec.concurrency:
@@ -160,22 +162,47 @@ class SpeedMeasurement:
                 record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags,
                                                   new_connection=self.new_connection)
                 row.requests.append(record)
-                self._sink.put(record)
+                if self.facts.count_by_tokenizer:
+                    held.append(record)  # written once counted, after the clock stops (seconds later)
+                else:
+                    self._sink.put(record)
 
-        # host, lane and client CPU are read over one window around the rep (the reads included)
-        window, cpu, wall = time.perf_counter(), time.process_time(), time.time()
+        held: list[dict[str, Any]] = []
+
+        # host, lane and client CPU are read over one window around the rep (the reads included). The
+        # client is this event-loop thread: the runner's other threads (each process lane's boot-log copier
+        # redacting every engine log line, the heartbeat) are counted apart, as runner_other_cpu_s, so the
+        # client's figure compares with benchmarks/client_capacity.py's
+        window, cpu, wall = time.perf_counter(), time.thread_time(), time.time()
+        process_cpu = time.process_time()
         host, lane = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
         start = time.perf_counter()
         await asyncio.gather(*(user(index) for index in range(row.level)))
         duration = time.perf_counter() - start
         host_after, lane_after = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
         record = {"kind": "rep", "level": row.level, "class": row.cls, "attempt": row.attempt, "rep": rep,
-                  "wall_start": wall, "duration_s": duration, "client_cpu_s": time.process_time() - cpu,
+                  "wall_start": wall, "duration_s": duration, "client_cpu_s": time.thread_time() - cpu,
+                  "runner_other_cpu_s": max(0.0, time.process_time() - process_cpu - (time.thread_time() - cpu)),
                   "host_cpus": os.cpu_count(), "host_window_s": time.perf_counter() - window}
         if None not in (host, lane, host_after, lane_after):
             record["host_busy_s"], record["lane_cpu_s"] = host_after - host, lane_after - lane
+        for request in held:
+            await self._count_tokens(request)
+            self._sink.put(request)
         row.reps.append(record)
         self._sink.put(record)
+
+    async def _count_tokens(self, record: dict[str, Any]) -> None:
+        """The streamed text counted by the engine's own tokenizer, for an engine that reports no count;
+        asked after the rep, so the counting requests never share the clock with the measured ones."""
+        if record.get("error") or record.get("status") != 200:
+            return
+        text = "".join(str(((c.get("delta") or {}).get("content")) or "")
+                       for event in record.get("events") or [] for c in ((event.get("data") or {}).get("choices") or []))
+        try:
+            record["engine_token_count"] = await self.adapter.count_tokens(self.client, text)
+        except EngineError as exc:
+            record["engine_token_count_error"] = str(exc)
 
     async def _scrape(self, level: int, cls: str, attempt: int, when: str) -> dict[str, Any]:
         record: dict[str, Any] = {"kind": "metrics", "level": level, "class": cls, "attempt": attempt,

@@ -21,12 +21,15 @@ class StreamFacts:
 
     token_counter: str | None = None  # dotted path in a chunk to the engine's running token count
     tokens_per_chunk: int | None = None  # every content chunk is exactly this many tokens (no usage)
+    # no usage, no counter: the streamed text is counted by the engine's own tokenizer after the rep
+    # (record["engine_token_count"]); a stream that ran to the limit generated exactly max_tokens
+    count_by_tokenizer: bool = False
 
 
 @dataclass(frozen=True)
 class StreamStats:
     tokens: int  # output tokens, as the engine counted them
-    token_source: str  # usage | counter | chunks
+    token_source: str  # usage | counter | chunks | limit | tokenizer
     ttft_s: float  # first event carrying content, reasoning or a tool call (not the role-only chunk)
     decode_tok_s: float | None  # tokens after the first, over first content -> finish event
     effective_tok_s: float  # tokens over the request's wall time
@@ -114,13 +117,17 @@ def analyze_stream(record: dict[str, Any], max_tokens: int,
         tokens, source = counters[-1][0] + (1 if finish == "stop" else 0), "counter"
     elif facts.tokens_per_chunk:
         tokens, source = chunks * facts.tokens_per_chunk, "chunks"
+    elif facts.count_by_tokenizer and finish == "length":
+        tokens, source = max_tokens, "limit"  # the engine stops a stream at exactly max_tokens
+    elif facts.count_by_tokenizer and isinstance(record.get("engine_token_count"), int):
+        tokens, source = int(record["engine_token_count"]), "tokenizer"
     else:
         return None, "the engine reported no token count (no usage, no per-chunk counter)"
     if counters:
         problem = _counter_problem(counters, tokens, finish)
         if problem:
             return None, problem
-    elif facts.tokens_per_chunk is None and chunks > tokens:
+    elif source == "usage" and chunks > tokens:
         return None, f"{chunks} content chunks for {tokens} tokens: repeated chunks"
     if tokens > max_tokens:
         return None, f"{tokens} tokens, more than the {max_tokens} asked"

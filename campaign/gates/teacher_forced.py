@@ -242,6 +242,11 @@ class TeacherForcedGate(Gate):
             result.details = {"instrument_failures": failures[:200], "problems": problems}
             return result
 
+        empty = [name for name, c in check.items() if c.tokens == 0]
+        if empty:
+            result.reasons = [f"instrument: no greedy token of {', '.join(empty)} could be checked: nothing to "
+                              "weigh, so no margin from this instrument counts"]
+            return result
         for name, c in check.items():
             value, source = tolerance[name]
             result.reasons.append(f"instrument: lane {name} gave back {c.within}/{c.tokens} greedy tokens at rank 1, "
@@ -283,19 +288,24 @@ class TeacherForcedGate(Gate):
                     value=count, denominator=len(scored_sites), unit="sites",
                     note="both lanes' tokens share the top logprob exactly" if who == "tie" else
                     "whose token is rank 1 on the control server")
-        if rule.max_site_delta is not None:
-            worst = max((s["delta_control_server"] for s in scored_sites), default=0.0)
+        site_rules = [name for name in ("max_site_delta", "max_cross_server_delta") if getattr(rule, name) is not None]
+        if site_rules and not scored_sites:
+            # a rule over zero sites is not met, nor failed: it weighed nothing (no number over an empty set)
+            result.reasons.append(f"no divergence site to weigh in {n_prompts} prompts "
+                                  f"({'greedy tokens agree' if not sites else 'only length-only divergences'}): "
+                                  f"{' and '.join(site_rules)} judged nothing")
+        if rule.max_site_delta is not None and scored_sites:
+            worst = max(s["delta_control_server"] for s in scored_sites)
             ok = worst <= rule.max_site_delta
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
             result.reasons.append(f"site |delta logprob| max {worst:.4f} {'<=' if ok else '>'} "
                                   f"{rule.max_site_delta} nats over {len(scored_sites)} sites")
-        if rule.max_cross_server_delta is not None:
-            worst = max((max(s["cross_server_control_token"], s["cross_server_candidate_token"])
-                         for s in scored_sites), default=0.0)
+        if rule.max_cross_server_delta is not None and scored_sites:
+            worst = max(max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites)
             ok = worst <= rule.max_cross_server_delta
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
             result.reasons.append(f"cross-server |delta| max {worst:.6f} {'<=' if ok else '>'} "
-                                  f"{rule.max_cross_server_delta} nats")
+                                  f"{rule.max_cross_server_delta} nats over {len(scored_sites)} sites")
 
         fidelity = check[candidate.name]
         result.metrics["self_fidelity_candidate"] = Metric(value=fidelity.rank1_strict, denominator=fidelity.tokens,
@@ -320,8 +330,10 @@ class TeacherForcedGate(Gate):
                                       "divergences are not all the axis")
         result.details = details
         if not verdicts:
-            result.reasons.append("no rule judged anything: report only")
-            result.verdict = Verdict.PASS if scored_sites or n_prompts else Verdict.INCONCLUSIVE
+            # nothing was weighed: never a PASS over an empty set, unless the contract says so in words
+            result.reasons.append(f"nothing to weigh: no rule judged any site or token "
+                                  f"(rule.nothing_to_weigh: {rule.nothing_to_weigh})")
+            result.verdict = Verdict(rule.nothing_to_weigh)
             return result
         if Verdict.INCONCLUSIVE in verdicts:
             result.verdict = Verdict.INCONCLUSIVE

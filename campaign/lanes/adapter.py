@@ -141,6 +141,12 @@ class EngineAdapter(ABC):
     stream_token_counter: str | None = None  # dotted path in a chunk to the engine's running token count
     stream_tokens_per_chunk: int | None = None  # set only if every content chunk is exactly this many tokens
     stream_new_connection: bool = True  # False only for an engine known to keep streamed connections open
+    # an engine that streams no usage and no counter: its tokenizer counts the streamed text (count_tokens)
+    stream_count_by_tokenizer: bool = False
+
+    async def count_tokens(self, client: LaneClient, text: str) -> int:
+        """How many tokens ``text`` is, by the engine's own tokenizer (no special tokens added)."""
+        raise CapabilityError(f"{self.name}: no tokenizer endpoint to count streamed tokens")
 
     def stream_request_fields(self) -> dict[str, Any]:
         """Fields a streaming request adds so the engine reports its own token counts."""

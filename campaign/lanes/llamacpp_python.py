@@ -70,6 +70,20 @@ class LlamaCppPythonAdapter(EngineAdapter):
         record = await client.post("/extras/tokenize", {"input": text}, sink=sink, tags={**tags, "part": "tokenize"})
         return TokenSeq(tuple(_tokens(record)), text)
 
+    # It streams no usage and no running count (0.3.x has no stream_options), and a chunk is not always
+    # one token (held-back stop text and split UTF-8 join chunks): the speed gate counts a stream that ran
+    # to its limit as max_tokens, and any other by this tokenizer, which the result states.
+    stream_count_by_tokenizer = True
+
+    async def count_tokens(self, client: LaneClient, text: str) -> int:
+        # /extras/tokenize adds the model's BOS; the empty text's tokens are that overhead
+        whole = await client.post("/extras/tokenize", {"input": text})
+        empty = await client.post("/extras/tokenize", {"input": ""})
+        try:
+            return len(_tokens(whole)) - len(_tokens(empty))
+        except ScoreError as exc:
+            raise EngineError(f"lane {client.lane}: cannot count streamed tokens: {exc}") from exc
+
     async def generate(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, *, max_tokens: int,
                        top_k: int, sink: Any, tags: dict[str, Any]) -> Generation:
         body = {"model": self.served_model(lane), "prompt": prompt.text, "max_tokens": max_tokens,

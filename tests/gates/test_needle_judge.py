@@ -137,6 +137,16 @@ def test_a_lane_that_answers_nothing_cannot_pass(tmp_path: Path) -> None:
     _write(gate, "base", empty)
     _write(gate, "spec", empty)
     result = gate.judge(cand, ctrl)
+    # neither lane passed a rung: nothing measured about the candidate, so not a FAIL either
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert "neither lane passed a rung" in result.reasons[0] and "measured nothing" in result.reasons[0]
+
+
+def test_a_candidate_that_answers_nothing_fails_when_the_control_climbs(tmp_path: Path) -> None:
+    gate, cand, ctrl = _gate(tmp_path, GATE.replace("not_below_control: true", "not_below_control: false"))
+    _write(gate, "base", _full())
+    _write(gate, "spec", [_record(256, v, a, reply="") for v in VARIANTS for a in (0, 1)])
+    result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.FAIL
     assert "required 512: not met" in result.reasons[0]
 

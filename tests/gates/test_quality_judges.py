@@ -230,3 +230,18 @@ def test_teacher_forced_tolerance_defaults_per_declared_dtype(tmp_path) -> None:
         load_contract(write_contract(tmp_path, _vllm_contract("[--dtype, bfloat16]", "{--dtype: auto}", "{}")))
     assert load_contract(write_contract(tmp_path, _vllm_contract("[--dtype, bfloat16]", "{--dtype: auto}",
                                                                  "{instrument_tolerance: 0.3}")))
+
+
+def test_counters_count_only_when_they_moved_over_the_probes() -> None:
+    from campaign.gates.ruler import moved_differently
+
+    spec = 'llamacpp:spec_decode_num_drafts_total'
+    # present on the candidate only, but no draft fired during the probes: nothing shown
+    assert moved_differently({"llamacpp:tokens_predicted_total": 24.0},
+                             {"llamacpp:tokens_predicted_total": 24.0, spec: 0.0}) == []
+    # present on one lane only and moved there: the axis acted
+    assert moved_differently({}, {spec: 3.0}) == [spec]
+    # both present, same delta: nothing; different deltas: shown
+    assert moved_differently({"a_total": 5.0}, {"a_total": 5.0}) == []
+    assert moved_differently({"a_total": 5.0}, {"a_total": 3.0}) == ["a_total"]
+    assert moved_differently({"b_total": 0.0}, {"b_total": 0.0}) == []

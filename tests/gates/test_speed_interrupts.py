@@ -4,8 +4,10 @@ without a finish reason, then drops the connection mid-body). Its measured rows 
 records and end VOID, then INCONCLUSIVE: never throughput. At C1 nothing waits, so the same instrument
 measures it normally.
 
-The server is started here directly (tracked by PID), not through a lane: its engine adapter is being
-written elsewhere (issue 5), so this test gives the gate's measuring code what it needs from one."""
+The server is started here directly (tracked by PID), not through a lane, and measured through the
+real llama-cpp-python adapter: it streams no usage, so a stream that ran to its limit counts max_tokens
+and any other is counted by the engine's own tokenizer (checked against the engine's non-streaming
+usage for the same greedy request)."""
 
 from __future__ import annotations
 
@@ -14,26 +16,14 @@ from pathlib import Path
 import pytest
 
 from campaign.gates.result import Verdict
-from campaign.lanes.adapter import EngineAdapter, Readiness
+from campaign.gates.streams import StreamFacts, analyze_stream
+from campaign.lanes.client import LaneClient
+from campaign.lanes.llamacpp_python import LlamaCppPythonAdapter
 from tests.conftest import MODEL, free_port
 from tests.gates.speed_helpers import SPEED_PROMPTS, process
 from tests.gates.test_speed_llamaserver import gate_on, measure
 
 pytestmark = pytest.mark.integration
-
-
-class _LlamaCppPythonStreams(EngineAdapter):
-    """What the gate needs to know about llama-cpp-python's streams (seen on 0.3.36): no usage chunk
-    even when asked, one content chunk per generated token, no /metrics."""
-
-    name = "llama-cpp-python"
-    stream_tokens_per_chunk = 1
-
-    def server_args(self, lane, model_path):  # noqa: ANN001, ANN201 - never launched through a lane here
-        raise NotImplementedError
-
-    async def probe(self, client):  # noqa: ANN001, ANN201
-        return Readiness(False, "not used")
 
 
 def _cut(reason: str) -> bool:
@@ -44,8 +34,9 @@ def _cut(reason: str) -> bool:
 def lcp_server(tmp_path_factory: pytest.TempPathFactory) -> str:
     import os
 
-    python = Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache" / "campaign")) / \
-        "engines" / "llama-cpp-python-0.3.36" / "venv" / "bin" / "python"
+    from tests.gates.test_llama_cpp_python_window import DEFAULT_PYTHON
+
+    python = Path(os.environ.get("LLAMA_CPP_PYTHON", DEFAULT_PYTHON))
     if not python.exists():
         pytest.fail(f"{python} missing: run scripts/build-llama-cpp-python.sh (make test does)")
     port = free_port()
@@ -61,7 +52,7 @@ async def test_streams_cut_under_concurrency_are_errors_and_the_row_is_void(lcp_
                                        "rule: {max_reruns: 1, max_spread: 5.0, max_control_drift: null}}",
                              prompts=SPEED_PROMPTS[4:6])
     for visit in ("base", "same"):
-        results = await measure(gate, lcp_server, visit, _LlamaCppPythonStreams())
+        results = await measure(gate, lcp_server, visit, LlamaCppPythonAdapter())
         assert [r.status for r in results[(1, "code")]] == ["valid"]  # alone, its streams are whole
         c2 = results[(2, "code")]
         assert [r.status for r in c2] == ["VOID", "VOID"]
@@ -72,7 +63,7 @@ async def test_streams_cut_under_concurrency_are_errors_and_the_row_is_void(lcp_
             # a cut stream's tokens never count: aggregate throughput is whole streams only
             whole = sum(stats.tokens for _, stats in attempt.stats)
             assert sum(rep["output_tokens"] for rep in attempt.rep_rows) == whole
-            assert all(stats.tokens == 12 for _, stats in attempt.stats)
+            assert all(stats.tokens == 12 and stats.token_source == "limit" for _, stats in attempt.stats)
     result = gate.judge(contract.lanes["same"], contract.lanes["base"])
     assert result.verdict is Verdict.INCONCLUSIVE
     assert any("row C2/code stayed VOID" in r and "error records > limit 0" in r and _cut(r) for r in result.reasons)
@@ -81,3 +72,24 @@ async def test_streams_cut_under_concurrency_are_errors_and_the_row_is_void(lcp_
     table = gate.bundle_tables()["throughput.csv"]
     void = [row for row in table if row["level"] == 2]
     assert void and all(row["row_status"] == "VOID" and row["errors"] >= 1 for row in void)
+
+
+async def test_the_real_adapter_counts_a_stopped_stream_with_the_engine_tokenizer(lcp_server: str) -> None:
+    adapter = LlamaCppPythonAdapter()
+    messages = [{"role": "user", "content": "Say hello in three words."}]
+    async with LaneClient(lcp_server, lane="lcp") as client:
+        plain = await client.post("/v1/chat/completions", {"messages": messages, "max_tokens": 64, "temperature": 0,
+                                                           "seed": 0})
+        streamed = await client.stream("/v1/chat/completions", {"messages": messages, "max_tokens": 64,
+                                                                 "temperature": 0, "seed": 0, "stream": True})
+        text = plain["response"]["choices"][0]["message"]["content"]
+        streamed["engine_token_count"] = await adapter.count_tokens(client, text)
+    assert plain["response"]["choices"][0]["finish_reason"] == "stop"
+    usage = plain["response"]["usage"]["completion_tokens"]
+    stats, problem = analyze_stream(streamed, 64, StreamFacts(count_by_tokenizer=True))
+    assert problem is None and stats is not None
+    assert stats.token_source == "tokenizer" and stats.text == text
+    # the tokenizer's count of the reply agrees with the engine's own usage count (its stop token aside)
+    assert usage - 1 <= stats.tokens <= usage
+    # without the declared fact the same stream has no count: the gate never guesses one
+    assert analyze_stream(streamed, 64)[1] == "the engine reported no token count (no usage, no per-chunk counter)"
