@@ -280,6 +280,19 @@ class RulerGate(Gate):
         acting = {k: v for k, v in evidence.items() if k in ACTING}
         parsed = {k: v for k, v in evidence.items() if k in PARSED}
         watched = [o for o in rule.observe if o in ACTING and o not in unavailable]
+        # machinery only the candidate has (its counters exist, the control's do not) that never moved:
+        # the axis is there and these probes did not exercise it
+        dormant = sorted(k for k, v in (cand["counters"] or {}).items()
+                         if v == 0 and ctrl["counters"] is not None and k not in ctrl["counters"])
+        result.details["dormant_counters"] = dormant
+        if not acting and dormant:
+            warning = (f"AXIS NOT EXERCISED: {candidate.name} ({', '.join(candidate.axis)}) has counters the "
+                       f"control lacks ({', '.join(dormant[:4])}) that never moved during the probes")
+            result.warnings.append(warning)
+            result.reasons = [warning, "not exercised by these probes: add probes that exercise the axis "
+                                       "(ruler `exercise: [repetition]` for n-gram speculation)"]
+            result.verdict = Verdict.INCONCLUSIVE
+            return result
         if not acting and parsed:
             # parsed, not shown acting: a real axis these probes never exercised, or a flag that only logs
             warning = (f"AXIS NOT SHOWN ACTING: {candidate.name} ({', '.join(candidate.axis)}) was parsed "

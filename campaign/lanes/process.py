@@ -18,11 +18,29 @@ from campaign.errors import LaunchError
 from campaign.lanes.redact import RedactingLog, Redactor
 from campaign.lanes.runtime import LaunchSpec
 
-__all__ = ["BASE_ENV_KEYS", "ProcessLane", "ProcessRuntime"]
+__all__ = ["BASE_ENV_KEYS", "WINDOW_ENV", "ProcessLane", "ProcessRuntime", "marked_processes"]
 
 # A lane sees the variables its contract declares plus these, so the runner's own environment
 # (and any secrets in it) does not leak into the lane or change what it computes.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+WINDOW_LABEL = "campaign.window"
+WINDOW_ENV = "CAMPAIGN_WINDOW"
+
+
+def marked_processes(window: str) -> list[int]:
+    """Session leaders whose environment carries this window's mark: its process lanes, tracked or not."""
+    found = []
+    needle = f"{WINDOW_ENV}={window}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if needle in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") and os.getsid(pid) == pid:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
 
 
 def oom_kills() -> int:
@@ -135,6 +153,10 @@ class ProcessRuntime:
     def start(self, spec: LaunchSpec) -> ProcessLane:
         env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
         env.update(spec.env)
+        if spec.labels.get(WINDOW_LABEL):
+            # the same mark on every lane of a window: a restore finds a lane the runner started but did
+            # not get to record (killed between the two) by this, in /proc
+            env[WINDOW_ENV] = spec.labels[WINDOW_LABEL]
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         log: Any = (RedactingLog(spec.log_path, self.redactor) if self.redactor is not None
                     else open(spec.log_path, "ab", buffering=0))

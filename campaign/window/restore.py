@@ -64,6 +64,15 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
         except ProcessLookupError:
             pass
         stopped.append(lane.visit)
+    # a process lane started in the instant before the runner could record it (killed in between)
+    from campaign.lanes.process import marked_processes
+
+    for pid in marked_processes(state.window):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            stopped.append(f"untracked pid {pid}")
+        except ProcessLookupError:
+            pass
     return stopped
 
 

@@ -4,7 +4,9 @@
 - fa-off (--flash-attn off): its prefill and decode numerics differ, so teacher-forcing its own greedy
   text does not give its generation-time logprobs back: the instrument check must say INCONCLUSIVE;
 - draft8 (--spec-draft-n-max 8 without --spec-type): accepted by the engine and ignored, so the ruler
-  must call the axis inert, loudly.
+  must call the axis inert, loudly;
+- rope (RoPE base overridden to 1000): a change that surely alters the greedy path, on any CPU (the
+  model computes another function, not another rounding), so margin reports always have sites to weigh.
 Threads are 1 per lane: on a shared 2-core host two spinning threads per server cost more than they give.
 """
 
@@ -56,6 +58,18 @@ lanes:
     role: candidate
     axis: [args.spec-draft-n-max]
     set: {{args: {{--spec-draft-n-max: "8"}}}}
+  - name: rope
+    role: candidate
+    axis: [args.override-kv]
+    set: {{args: {{--override-kv: "llama.rope.freq_base=float:1000"}}}}
+  - name: ngram
+    role: candidate
+    axis: [args.spec-type]
+    set: {{args: {{--spec-type: ngram-simple}}}}
+  - name: defrag
+    role: candidate
+    axis: [args.defrag-thold]
+    set: {{args: {{--defrag-thold: "0.1"}}}}
 inputs:
   tf: {{file: {EXAMPLES}/prompts/tf4.jsonl}}
   refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
@@ -90,6 +104,20 @@ gates:
     input: tf
     probes: 2
     max_tokens: 8
+  - id: ruler-plain
+    kind: ruler
+    input: tf
+    probes: 2
+    max_tokens: 8
+    exercise: []
+  - id: tf-bare
+    kind: teacher_forced
+    input: tf
+    max_tokens: 8
+    top_k: 10
+    rule: {{instrument_tolerance: 0.01, max_site_delta: 1.0}}
+promotion:
+  requires: [ruler]
 """
 
 
@@ -126,10 +154,11 @@ def test_instrument_gives_own_greedy_tokens_back(bundle: Path) -> None:
 
 
 def test_margins_at_a_real_divergence(bundle: Path) -> None:
-    r = result(bundle, "teacher_forced", "kvq8")
+    r = result(bundle, "teacher_forced", "rope")
     assert r["verdict"] in ("PASS", "FAIL")
     sites = [s for s in r["details"]["sites"] if s["scored"]]
-    assert r["metrics"]["sites"]["value"] == len(sites) >= 1
+    # another RoPE base is another model function: every prompt diverges, by construction
+    assert r["metrics"]["sites"]["value"] == len(sites) == 4
     for site in sites:
         # the control's own token is rank 1 on its own server; each lane scored both tokens
         assert site["rank1_control_server"] == "control"
@@ -185,3 +214,33 @@ def test_ruler_flags_an_ignored_flag_and_passes_a_real_one(bundle: Path) -> None
     assert summary["candidates"]["draft8"]["gates"]["ruler"]["warnings"]
     key = bundle.parents[1] / "xdg" / "campaign" / "signing.pub"
     assert campaign("verify", str(bundle), "--trust", str(key)).returncode == 0
+
+
+def test_a_deprecated_no_op_flag_is_never_promotable(bundle: Path) -> None:
+    r = result(bundle, "ruler", "defrag")
+    assert r["verdict"] != "PASS", r["reasons"]
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert summary["candidates"]["defrag"]["overall"] != "PASS"
+    # the verdict and the warnings agree: a candidate warned about is not passed
+    for name, entry in summary["candidates"].items():
+        if any("AXIS" in w for w in entry.get("warnings", [])):
+            assert entry["gates"]["ruler"]["verdict"] != "PASS", name
+
+
+def test_n_gram_speculation_passes_only_on_counters_that_moved_in_its_probes(bundle: Path) -> None:
+    exercised = result(bundle, "ruler", "ngram")
+    assert exercised["verdict"] == "PASS", exercised["reasons"]
+    moved = exercised["details"]["candidate_counters"]
+    assert "metrics" in exercised["details"]["differs"]
+    assert any("spec" in k and v > 0 for k, v in moved.items()), moved  # drafts fired on the copy probe
+    plain = result(bundle, "ruler-plain", "ngram")
+    assert plain["verdict"] == "INCONCLUSIVE", plain["reasons"]
+    assert "not exercised" in " ".join(plain["reasons"])
+
+
+def test_no_rule_passes_over_zero_sites(bundle: Path) -> None:
+    bare = result(bundle, "tf-bare", "draft8")  # an ignored flag: greedy tokens agree everywhere
+    assert bare["verdict"] == "INCONCLUSIVE"
+    assert any("nothing to weigh" in r for r in bare["reasons"])
+    assert not any("over 0 sites" in r for r in bare["reasons"])
+    assert result(bundle, "tf-bare", "rope")["verdict"] in ("PASS", "FAIL")

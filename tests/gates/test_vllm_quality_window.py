@@ -133,7 +133,15 @@ def test_every_real_divergence_gets_a_margin_report(bundle: Path) -> None:
             [rec for rec in records if rec.get("tags", {}).get("purpose") == "generate"
              and rec["tags"]["item"] == item]).tokens.ids for item in items}
     diverged = sorted(item for item in generated["base"] if generated["base"][item] != generated["spec"][item])
-    assert diverged, "speculative and plain greedy agreed on every prompt: no site to weigh"
+    if not diverged:
+        # Speculative and plain greedy agree or diverge by bf16 rounding, which depends on the CPU (here they
+        # diverged on all four prompts; on an Intel Xeon on none). No divergence is then the case to check:
+        # nothing to weigh, never a margin over an empty set. A divergence certain on every CPU is checked
+        # on llama-server (tests/gates/test_quality_window.py, lane `rope`).
+        assert r["metrics"]["sites"]["value"] == 0
+        assert any("no divergence site to weigh" in reason for reason in r["reasons"])
+        assert "site_delta_max" not in r["metrics"]
+        return
     sites = {s["prompt"]: s for s in r["details"]["sites"] if s["scored"]}
     assert sorted(sites) == diverged and r["metrics"]["sites"]["value"] == len(diverged)
     for item, site in sites.items():

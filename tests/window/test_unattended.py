@@ -217,6 +217,9 @@ def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -
     restores = [r for r in records if r["step"] == "incumbent.restore" and r["event"] == "done"]
     assert restores and restores[-1]["by"].startswith("watchdog") and restores[-1].get("proof")
     assert not state.reload().armed
+    from campaign.lanes.process import marked_processes
+
+    assert marked_processes(state.window) == []  # no lane left serving, tracked or not
 
 
 def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict) -> None:
@@ -232,3 +235,6 @@ def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict)
     assert "the runner and both watchdogs are gone; the daily was restored" in status.stderr, \
         (status.stderr, state.reload().model_dump())
     assert serves(daily["port"]) and not state.reload().armed
+    from campaign.lanes.process import marked_processes
+
+    assert marked_processes(state.window) == []
