@@ -5,8 +5,9 @@
   text does not give its generation-time logprobs back: the instrument check must say INCONCLUSIVE;
 - draft8 (--spec-draft-n-max 8 without --spec-type): accepted by the engine and ignored, so the ruler
   must call the axis inert, loudly;
-- rope (RoPE base overridden to 1000): a change that surely alters the greedy path, on any CPU (the
-  model computes another function, not another rounding), so margin reports always have sites to weigh.
+- rope (RoPE base 20000 instead of the model's own): a change that surely alters the greedy path on any
+  CPU (the model computes another function, not another rounding: 3 of the 4 prompts diverge within 6
+  tokens), while staying close enough that each lane's token is in the other's top-10 to be weighed.
 Threads are 1 per lane: on a shared 2-core host two spinning threads per server cost more than they give.
 """
 
@@ -61,7 +62,7 @@ lanes:
   - name: rope
     role: candidate
     axis: [args.override-kv]
-    set: {{args: {{--override-kv: "llama.rope.freq_base=float:1000"}}}}
+    set: {{args: {{--override-kv: "llama.rope.freq_base=float:20000"}}}}
   - name: ngram
     role: candidate
     axis: [args.spec-type]
@@ -157,8 +158,8 @@ def test_margins_at_a_real_divergence(bundle: Path) -> None:
     r = result(bundle, "teacher_forced", "rope")
     assert r["verdict"] in ("PASS", "FAIL")
     sites = [s for s in r["details"]["sites"] if s["scored"]]
-    # another RoPE base is another model function: every prompt diverges, by construction
-    assert r["metrics"]["sites"]["value"] == len(sites) == 4
+    # another RoPE base is another model function: prompts diverge by construction, not by rounding
+    assert r["metrics"]["sites"]["value"] == len(sites) >= 2
     for site in sites:
         # the control's own token is rank 1 on its own server; each lane scored both tokens
         assert site["rank1_control_server"] == "control"
@@ -221,10 +222,11 @@ def test_a_deprecated_no_op_flag_is_never_promotable(bundle: Path) -> None:
     assert r["verdict"] != "PASS", r["reasons"]
     summary = load_json_strict(bundle / "SUMMARY.json")
     assert summary["candidates"]["defrag"]["overall"] != "PASS"
-    # the verdict and the warnings agree: a candidate warned about is not passed
+    # each gate's verdict and its warnings agree: a gate that warns about the axis never passes it
     for name, entry in summary["candidates"].items():
-        if any("AXIS" in w for w in entry.get("warnings", [])):
-            assert entry["gates"]["ruler"]["verdict"] != "PASS", name
+        for gate, judged in entry["gates"].items():
+            if any("AXIS" in w for w in judged.get("warnings", [])):
+                assert judged["verdict"] != "PASS", (name, gate)
 
 
 def test_n_gram_speculation_passes_only_on_counters_that_moved_in_its_probes(bundle: Path) -> None:
