@@ -351,12 +351,12 @@ class SpeedGate(Gate):
         spread or host load still counts; one whose counters show other traffic does not)."""
         totals: dict[str, Any] = {"rows": 0, "void_attempts": 0, "error_records": 0, "client_cpu_s": 0.0,
                                   "runner_other_cpu_s": 0.0, "output_tokens": 0, "counted_attempts": 0,
-                                  "row_attempts": 0, "requests": 0}
+                                  "row_attempts": 0, "requests_sent": 0}
         for attempts in view.rows.values():
             totals["rows"] += any(r.valid for r in attempts)
             for row in attempts:
                 totals["row_attempts"] += 1
-                totals["requests"] += row.requests_sent
+                totals["requests_sent"] += row.requests_sent
                 totals["error_records"] += len(row.errors)
                 totals["void_attempts"] += 0 if row.valid else 1
                 totals["client_cpu_s"] += sum(r["client_cpu_s"] for r in row.rep_rows)
@@ -383,7 +383,7 @@ class SpeedGate(Gate):
             result.metrics[f"{role}.void_attempts"] = Metric(value=totals["void_attempts"], unit="row attempts",
                                                              denominator=totals["row_attempts"])
             result.metrics[f"{role}.error_records"] = Metric(value=totals["error_records"], unit="requests",
-                                                             denominator=totals["requests"])
+                                                             denominator=totals["requests_sent"])
             if totals["output_tokens"]:
                 result.metrics[f"{role}.client_cpu_ms_per_1k_tokens"] = Metric(
                     value=round(1e6 * totals["client_cpu_s"] / totals["output_tokens"], 2), unit="ms per 1k tokens",

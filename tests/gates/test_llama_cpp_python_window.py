@@ -67,7 +67,8 @@ gates:
     input: chatml
     max_tokens: 12
     top_k: 10
-    rule: {{instrument_tolerance: 0.01}}
+    # an instrument self-check with no site rule: nothing to weigh, and this contract says PASS to that
+    rule: {{instrument_tolerance: 0.01, nothing_to_weigh: PASS}}
   - id: tf-raw
     kind: teacher_forced
     input: raw
@@ -101,7 +102,8 @@ def result(bundle: Path, gate: str) -> dict:
 
 def test_echo_scores_give_generation_logprobs_back(bundle: Path) -> None:
     r = result(bundle, "tf-chatml")
-    assert r["verdict"] != "INCONCLUSIVE", r["reasons"]
+    assert r["verdict"] == "PASS", r["reasons"]
+    assert any("nothing to weigh" in reason for reason in r["reasons"])  # said in words, not as a number
     for who in ("control", "candidate"):
         assert r["metrics"][f"instrument_{who}"]["value"] == r["metrics"][f"instrument_{who}"]["denominator"] > 0
         assert r["metrics"][f"instrument_max_drift_{who}"]["value"] <= 0.01
