@@ -19,8 +19,18 @@ if ! complete; then
   exec 9>"$cache/models/.smollm2-135m-hf.lock"
   flock -w 1800 9 || { echo "convert-model-hf: could not take the lock" >&2; exit 1; }
   if ! complete; then
-    # Offline: the conversion reads the local GGUF only; nothing may come from a hub.
-    HF_HUB_OFFLINE=1 HF_HOME="$cache/hf-home" "$python" "$root/scripts/convert_model_hf.py" "$gguf" "$out" bfloat16 >&2
+    # Offline: the conversion reads the local GGUF only; nothing may come from a hub. Its progress bars
+    # go to a log; a failure prints the log's last lines.
+    log="$cache/logs/convert-model-hf.log"
+    mkdir -p "$cache/logs"
+    echo "convert-model-hf: converting $(basename "$gguf") for vLLM (log $log)" >&2
+    if ! HF_HUB_OFFLINE=1 HF_HOME="$cache/hf-home" "$python" "$root/scripts/convert_model_hf.py" "$gguf" "$out" \
+        bfloat16 >"$log" 2>&1; then
+      echo "convert-model-hf: the conversion failed; last lines of $log:" >&2
+      tail -n 20 "$log" >&2
+      exit 1
+    fi
+    grep -E "^convert-model-hf:" "$log" >&2 || true
   fi
 fi
 mkdir -p "$root/models"
