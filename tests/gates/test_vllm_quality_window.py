@@ -182,6 +182,9 @@ def test_speed_carries_vllm_acceptance_per_position_and_its_request_count(bundle
                     if rec.get("tags", {}).get("phase") == "measure"]
         assert engine[role]["requests"] == len(measured) == engine[role]["counted_attempts"] * 2 * 2
     assert not any("another client" in reason for row in r["details"]["rows"] for reason in row["reasons"])
+    for role in ("control", "candidate"):  # counts carry their denominators
+        assert r["metrics"][f"{role}.error_records"]["denominator"] >= engine[role]["requests"]
+        assert r["metrics"][f"{role}.void_attempts"]["denominator"] >= engine[role]["counted_attempts"]
 
 
 def test_window_completes_with_engine_version_and_greedy_verdict(bundle: Path) -> None:

@@ -75,6 +75,10 @@ def test_daily_start_resolves_secret_references(tmp_path: Path, monkeypatch: pyt
         assert answers(port, "${env:LANE_KEY}") == 401
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         assert f"HF_TOKEN={HF_SECRET}".encode() in environ and b"${env:" not in environ
+        shown = campaign("daily", "show", str(contract))  # the running daily, its command, its log
+        assert shown.returncode == 0, shown.stderr
+        assert f"running, pid {pid}" in shown.stdout and str(tmp_path / "daily.log") in shown.stdout
+        assert "--api-key '<redacted hmac:" in shown.stdout and LANE_KEY not in shown.stdout
     finally:
         if pid:
             os.killpg(pid, signal.SIGKILL)
