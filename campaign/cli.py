@@ -300,7 +300,7 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((daily.get("declared_env") or {}).items()))
     out.print(f"last change: {last.get('daily_name') or 'previous daily (rolled back)'} (ledger entry "
               f"{last['seq']}, {last['kind']})")
-    out.print("launch by hand:")
+    out.print("its command (credentials redacted; the private rollback copy keeps them):")
     sys.stdout.write(((env + " ") if env else "") + shlex.join(daily["argv"]) + "\n")
 
 
@@ -425,10 +425,12 @@ def main() -> None:
     try:
         from campaign.window.orphans import restore_orphaned_windows
 
+        from rich.markup import escape
+
         for line in restore_orphaned_windows():
-            err.print(f"[bold yellow]restored:[/] {line}", highlight=False)
-    except CampaignError as exc:
-        err.print(f"[bold red]error:[/] checking for orphaned windows: {exc}", highlight=False)
+            err.print(f"[bold yellow]restored:[/] {escape(line)}", highlight=False)
+    except Exception as exc:  # never a traceback before the command the user asked for
+        err.print(f"error: checking for orphaned windows: {exc}", markup=False, highlight=False)
     app()
 
 

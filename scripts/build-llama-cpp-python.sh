@@ -19,17 +19,20 @@ home="$cache/engines/llama-cpp-python-$version-avx2-$key"
 venv="$home/venv"
 marker="$home/served"
 log="$cache/logs/llama-cpp-python-$version-avx2-$key.log"
+# --where: the venv's python this machine would use, without building (make's recipes read it)
+if [ "${1:-}" = --where ]; then echo "$venv/bin/python"; exit 0; fi
 mkdir -p "$cache/engines" "$cache/logs"
+ENGINE_SMOKE_LOG="$cache/logs/smoke.last"
 model="$("$here/fetch-model.sh" | tail -n 1)"
 
 smoke() { python3 "$here/engine_smoke.py" llama-cpp-python "$venv/bin/python" "$model"; }
 if [ -f "$marker" ] && [ -x "$venv/bin/python" ]; then
-  if smoke 2>"$cache/logs/smoke.last"; then echo "$venv/bin/python"; exit 0; fi
-  engine_say "the cached server at $home no longer serves here ($(tail -n 1 "$cache/logs/smoke.last")); rebuilding"
+  if engine_reuse_ok smoke; then echo "$venv/bin/python"; exit 0; fi
+  engine_say "the cached server at $home no longer serves here ($(tail -n 1 "$ENGINE_SMOKE_LOG")); rebuilding"
 fi
 exec 9>"$home.lock"
 flock -w 7200 9 || { engine_say "could not take $home.lock"; exit 1; }
-if [ -f "$marker" ] && [ -x "$venv/bin/python" ] && smoke 2>/dev/null; then echo "$venv/bin/python"; exit 0; fi
+if [ -f "$marker" ] && [ -x "$venv/bin/python" ] && engine_reuse_ok smoke; then echo "$venv/bin/python"; exit 0; fi
 : >"$log"
 # A venv is not relocatable (absolute shebangs), so it is built in place; the marker is written last.
 rm -rf "$home"; mkdir -p "$home"

@@ -36,15 +36,16 @@ log="$cache/logs/llama-server-$version-$flavour-$key.log"
 model="$("$here/fetch-model.sh" | tail -n 1)"
 mkdir -p "$cache/engines" "$cache/logs"
 
+ENGINE_SMOKE_LOG="$cache/logs/smoke.last"
 if [ -x "$bin" ]; then
-  if python3 "$here/engine_smoke.py" llama-server "$bin" "$model" 2>"$cache/logs/smoke.last"; then
+  if engine_reuse_ok python3 "$here/engine_smoke.py" llama-server "$bin" "$model"; then
     echo "$bin"; exit 0
   fi
-  engine_say "the cached build at $dest no longer serves here ($(tail -n 1 "$cache/logs/smoke.last")); rebuilding"
+  engine_say "the cached build at $dest no longer serves here ($(tail -n 1 "$ENGINE_SMOKE_LOG")); rebuilding"
 fi
 exec 9>"$dest.lock"
 flock -w 7200 9 || { engine_say "could not take $dest.lock"; exit 1; }
-if [ -x "$bin" ] && python3 "$here/engine_smoke.py" llama-server "$bin" "$model" 2>/dev/null; then
+if [ -x "$bin" ] && engine_reuse_ok python3 "$here/engine_smoke.py" llama-server "$bin" "$model"; then
   echo "$bin"; exit 0
 fi
 : >"$log"

@@ -2,8 +2,9 @@
 
 Starts the engine on the small model on a free loopback port, waits for it, asks for one greedy
 completion, checks that text came back, stops it. Standard library only: it runs before any venv.
-Exit 0 when it served; 1 with one line naming the cause (a signal by name, SIGILL with the rebuild
-hint) when it did not. Usage:
+Exit 0 when it served; 1 when the engine died (a signal by name, SIGILL with the rebuild hint), or served
+no text: the build does not work here; 3 when the check itself could not tell (not ready in time, a
+request failed while the engine lived): a busy host, not a broken build. Usage:
     python3 engine_smoke.py llama-server BINARY MODEL
     python3 engine_smoke.py llama-cpp-python PYTHON MODEL
 """
@@ -22,6 +23,7 @@ import urllib.error
 import urllib.request
 
 READY_S = 120
+INCONCLUSIVE = 3
 CAUSES = {
     signal.SIGILL: "illegal instruction: the binary uses CPU instructions this machine cannot run",
     signal.SIGSEGV: "segmentation fault",
@@ -90,14 +92,16 @@ def main(kind: str, program: str, model: str) -> int:
                 pass
             if time.monotonic() > deadline:
                 print(f"engine_smoke: {kind} not ready within {READY_S}s", file=sys.stderr)
-                return 1
+                return INCONCLUSIVE
             time.sleep(0.3)
         try:
             reply = post(base + url, body)
         except (urllib.error.URLError, OSError) as exc:
-            proc.poll()
-            cause = died(proc, log_path) if proc.returncode is not None else f"request failed: {exc}"
-            print(f"engine_smoke: {kind} {cause}", file=sys.stderr)
+            time.sleep(0.5)
+            if proc.poll() is None:
+                print(f"engine_smoke: {kind} request failed while it ran: {exc}", file=sys.stderr)
+                return INCONCLUSIVE
+            print(f"engine_smoke: {kind} {died(proc, log_path)}", file=sys.stderr)
             return 1
         text = reply.get("content") if kind == "llama-server" else (reply.get("choices") or [{}])[0].get("text")
         if not (isinstance(text, str) and text.strip()):

@@ -13,7 +13,7 @@ import re
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-__all__ = ["REF", "TOKEN_PATTERNS", "is_secret_name", "literal_secrets", "looks_like_token", "referenced_names",
+__all__ = ["REF", "TOKEN_PATTERNS", "credential_like", "is_secret_name", "literal_secrets", "looks_like_token", "referenced_names",
            "secrets_anywhere",
            "substitute"]
 
@@ -45,7 +45,7 @@ _FLAG_WORDS = {"0", "1", "true", "false", "yes", "no", "on", "off", ""}
 _URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@")
 
 
-def _credential_like(value: str) -> bool:
+def credential_like(value: str) -> bool:
     # flags (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) and file paths (--api-key-file /run/secrets/k) are not
     # credentials; any other literal is, whatever its length (a short key is still a key)
     return value.strip().lower() not in _FLAG_WORDS and not value.startswith(("/", "~", "./"))
@@ -57,13 +57,13 @@ def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str
     found = []
     for name, value in env.items():
         if value is not None and not REF.fullmatch(value):
-            if is_secret_name(name) and _credential_like(value):
+            if is_secret_name(name) and credential_like(value):
                 found.append((f"env.{name}", f"{name} names a credential"))
             elif looks_like_token(value):
                 found.append((f"env.{name}", "the value looks like a token"))
     for option, value in args:
         if value is not None and not REF.fullmatch(value):
-            if not option.startswith("#") and is_secret_name(option) and _credential_like(value):
+            if not option.startswith("#") and is_secret_name(option) and credential_like(value):
                 found.append((f"args.{option}", f"{option} takes a credential"))
             elif looks_like_token(value):
                 found.append((f"args.{option}", "the value looks like a token"))
@@ -85,7 +85,7 @@ def secrets_anywhere(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[
             if isinstance(key, str) and looks_like_token(key):
                 found.append((where, "a key looks like a token"))
             if (isinstance(key, str) and is_secret_name(key) and not key.lower().endswith("_env")
-                    and isinstance(value, str) and not REF.fullmatch(value) and _credential_like(value)):
+                    and isinstance(value, str) and not REF.fullmatch(value) and credential_like(value)):
                 found.append((where, f"{key} takes a credential"))
             found += secrets_anywhere(value, where)
     elif isinstance(data, list):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.secretrefs import REF, TOKEN_PATTERNS, is_secret_name, referenced_names
+from campaign.contracts.secretrefs import REF, TOKEN_PATTERNS, credential_like, is_secret_name, referenced_names
 
 __all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "launch_secrets", "lane_secrets", "redactor_for"]
 
@@ -87,11 +87,13 @@ def launch_secrets(argv: Iterable[str], env: dict[str, str], extra_names: Iterab
         if is_secret_name(name):
             if eq:
                 found.append(value)
-            elif i + 1 < len(tokens):
-                found.append(tokens[i + 1])
+            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                found.append(tokens[i + 1])  # a bare flag (`--api-key-file` then `--x`) has no value
     found += [value for name, value in env.items() if is_secret_name(name) and value]
     found += [os.environ[name] for name in extra_names if name and os.environ.get(name)]
-    return [value for value in dict.fromkeys(found) if value and not value.startswith("<redacted")]
+    # a path (a key *file*) or a flag word is not the credential itself
+    return [value for value in dict.fromkeys(found)
+            if value and not value.startswith("<redacted") and credential_like(value)]
 
 
 class Redactor:
@@ -127,13 +129,15 @@ class Redactor:
         out: list[str] = []
         secret_next = False
         for token in argv:
-            if secret_next:
-                out.append(token if token.startswith("<redacted") else self.digest(token))
+            if secret_next and not token.startswith("-"):
+                out.append(token if token.startswith("<redacted") else
+                           self.text(token) if not credential_like(token) else self.digest(token))
                 secret_next = False
                 continue
+            secret_next = False
             if token.startswith("-") and "=" in token:
                 name, value = token.split("=", 1)
-                if is_secret_name(name):
+                if is_secret_name(name) and credential_like(value):
                     out.append(token if value.startswith("<redacted") else f"{name}={self.digest(value)}")
                     continue
             elif token.startswith("-") and is_secret_name(token):

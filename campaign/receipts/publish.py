@@ -171,7 +171,12 @@ def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
 
 
 # An archive is refused, unread, past these: a bundle is raw records and logs, not gigabytes.
-MAX_UNPACKED_BYTES = int(os.environ.get("CAMPAIGN_MAX_UNPACKED_BYTES", str(2 * 1024**3)))
+def _env_bytes(name: str, default: int) -> int:
+    text = os.environ.get(name, "")
+    return int(text) if text.isdigit() else default
+
+
+MAX_UNPACKED_BYTES = _env_bytes("CAMPAIGN_MAX_UNPACKED_BYTES", 2 * 1024**3)
 MAX_MEMBERS = 100_000
 
 
@@ -195,7 +200,9 @@ def unpacked_archive(archive: Path) -> Iterator[Path]:
                 count += 1
                 total += member.size
                 pure = PurePosixPath(member.name)
-                if pure.is_absolute() or ".." in pure.parts or not member.name:
+                if not pure.parts and member.isdir():
+                    continue  # "." itself, as `tar -C dir -czf x.tgz .` writes it: nothing to unpack
+                if pure.is_absolute() or ".." in pure.parts or not pure.parts:
                     raise InputError(f"{archive}: member name {member.name!r} is not allowed")
                 if member.issparse() or any(k.startswith("GNU.sparse") for k in member.pax_headers):
                     raise InputError(f"{archive}: member {member.name!r} is sparse; a bundle has none")

@@ -86,7 +86,10 @@ def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
     if backend == "watchdog":
         from campaign.window.watchdog import ack_path
 
+        from campaign.window.watchdog import pidfile, record_pid
+
         pid = spawn_watchdog(state, generation, "a")  # it starts its partner b itself
+        record_pid(pidfile(state, generation, "a"), pid)
         acks = [ack_path(state, generation, role) for role in ("a", "b")]
         deadline = time.monotonic() + 15.0
         while time.monotonic() < deadline and not all(ack.exists() for ack in acks):

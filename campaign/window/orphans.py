@@ -7,7 +7,7 @@ included) brings the daily back at once.
 
 from __future__ import annotations
 
-from campaign.errors import InputError, RunError
+from campaign.errors import RunError
 from campaign.window.state import WindowState, boot_id, boottime, process_start_time, windows_dir
 
 __all__ = ["restore_orphaned_windows"]
@@ -43,18 +43,21 @@ def restore_orphaned_windows() -> list[str]:
     for state_file in sorted(root.glob("*/state.json")) if root.is_dir() else []:
         try:
             state = WindowState.load(state_file.parent.name)
-        except InputError:
+            reason = _orphaned(state)
+        except Exception as exc:  # a state this version cannot read must not stop every command
+            done.append(f"window {state_file.parent.name}: state unreadable ({type(exc).__name__}); not checked")
             continue
-        reason = _orphaned(state)
         if reason is None:
             continue
         try:
-            restore(state.window, reason=reason, by="campaign (next command)")
+            record = restore(state.window, reason=reason, by="campaign (next command)", if_needed=True)
+            if record.get("event") == "skipped":
+                continue
             with state.locked():
                 fresh = state.reload()
                 fresh.armed = False
                 fresh.save()
             done.append(f"window {state.window}: {reason}; the daily was restored")
-        except RunError as exc:
+        except (RunError, OSError) as exc:
             done.append(f"window {state.window}: {reason}; restoring the daily FAILED: {exc}")
     return done

@@ -76,11 +76,18 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
     return stopped
 
 
-def restore(window: str, *, reason: str, by: str, grace: float = 10.0) -> dict[str, Any]:
-    """Bring the daily back. Safe to call from the runner, the failsafe and `campaign abort` alike."""
+def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed: bool = False,
+            generation: int | None = None) -> dict[str, Any]:
+    """Bring the daily back. Safe to call from the runner, the failsafe and `campaign abort` alike.
+    ``if_needed`` (the failsafe, the orphan sweep): under the lock, do nothing when another restore got
+    there first or the window was disarmed (or re-armed as a newer ``generation``), so two watchdogs firing
+    at one deadline restore once and write nothing into a bundle that may be signed meanwhile."""
     state = WindowState.load(window)
     with state.locked():
         state = state.reload()
+        if if_needed and (state.restored or not state.armed or
+                          (generation is not None and state.failsafe_generation != generation)):
+            return {"event": "skipped", "by": by, "reason": "already restored or disarmed"}
         journal = JsonlAppender(Path(state.bundle) / "journal.jsonl") if Path(state.bundle).is_dir() else None
         record: dict[str, Any] = {"t": time.time(), "step": "incumbent.restore", "by": by, "reason": reason,
                                   "pid": os.getpid()}

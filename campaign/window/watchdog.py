@@ -48,8 +48,15 @@ def _keep_partner(state: WindowState, generation: int, role: str, last_spawn: fl
         return last_spawn
     from campaign.window.failsafe import spawn_watchdog
 
-    spawn_watchdog(state, generation, partner)
+    # recorded by the spawner at once, so a partner still starting up is not started a second time
+    record_pid(pidfile(state, generation, partner), spawn_watchdog(state, generation, partner))
     return boottime()
+
+
+def record_pid(path: Path, pid: int) -> None:
+    from campaign.fsutil import atomic_write_bytes
+
+    atomic_write_bytes(path, f"{pid} {process_start_time(pid)}\n".encode())
 
 
 def _runner_gone(state: WindowState) -> bool:
@@ -70,8 +77,7 @@ def watch(window: str, generation: int, role: str = "a") -> int:
         if state.failsafe_generation != generation or not state.armed or state.boot_id != my_boot:
             return 0
         if ack is None:
-            me = pidfile(state, generation, role)
-            me.write_text(f"{os.getpid()} {process_start_time(os.getpid())}\n")
+            record_pid(pidfile(state, generation, role), os.getpid())
             ack = ack_path(state, generation, role)
             ack.write_text(f"{boottime():.3f}\n")
         last_spawn = _keep_partner(state, generation, role, last_spawn)
@@ -88,7 +94,8 @@ def watch(window: str, generation: int, role: str = "a") -> int:
             from campaign.window.restore import restore
 
             try:
-                restore(window, reason=reason, by=f"watchdog generation {generation}")
+                restore(window, reason=reason, by=f"watchdog generation {generation} ({role})", if_needed=True,
+                        generation=generation)
             finally:
                 with state.locked():
                     fresh = state.reload()

@@ -177,3 +177,14 @@ def test_summary_md_escapes_bundle_text_and_reads_numbers_plainly(bundle: Path, 
     written = publish(bundle, tmp_path / "shared")
     for path in written.values():
         assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path  # group and others may read it
+
+
+def test_an_archive_made_with_tar_dot_unpacks(bundle: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    archive = tmp_path / "dot.tar.gz"
+    subprocess.run(["tar", "-C", str(bundle.parent), "-czf", str(archive), f"./{bundle.name}"], check=True)
+    with tarfile.open(archive) as tar:
+        assert tar.getnames()[0].startswith("./")
+    with unpacked_archive(archive) as unpacked:
+        assert verify_bundle(unpacked, load_trusted()).files == 3
