@@ -177,7 +177,12 @@ class SpeedMeasurement:
         process_cpu = time.process_time()
         host, lane = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
         start = time.perf_counter()
-        await asyncio.gather(*(user(index) for index in range(row.level)))
+        try:
+            await asyncio.gather(*(user(index) for index in range(row.level)))
+        except BaseException:
+            for request in held:  # cut short: what arrived is still written, uncounted
+                self._sink.put(request)
+            raise
         duration = time.perf_counter() - start
         host_after, lane_after = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
         record = {"kind": "rep", "level": row.level, "class": row.cls, "attempt": row.attempt, "rep": rep,

@@ -44,6 +44,7 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     lane = resolve_refs(loaded.lanes[spec.lane or ""])
     env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    offset = log_path.stat().st_size if log_path.exists() else 0  # the log is appended to: read this start's part
     with open(log_path, "ab") as log:
         popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
@@ -53,7 +54,9 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if popen.poll() is not None:
-            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            with open(log_path, "rb") as handle:
+                handle.seek(offset)
+                text = handle.read().decode(errors="replace")
             cause = classify_failure(text, popen.returncode)
             hint = f": {HINTS[cause]}" if cause in HINTS else f" ({cause})"
             raise RunError(f"daily {describe_exit(popen.returncode)} while loading{hint}; see {log_path}")
