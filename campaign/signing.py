@@ -113,11 +113,9 @@ def init_keys(directory: Path | None = None, *, force: bool = False) -> Path:
 def load_signing_key(directory: Path | None = None) -> SigningKey:
     path = (directory or config_dir()) / "signing.key"
     try:
-        mode = path.stat().st_mode
+        check_private(path, "signing key")
     except FileNotFoundError as exc:
         raise KeyMaterialError(f"{path}: no signing key; run `campaign keys init`") from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        check_private(path, "signing key")
     try:
         private = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError) as exc:

@@ -59,13 +59,20 @@ class LoadedContract:
     def canonical_sha256(self) -> str:
         return canonical_sha256(self.canonical)
 
+    def referenced_places(self) -> list[tuple[tuple[Any, ...], str]]:
+        """(YAML path, contract path) of every file whose bytes are part of the frozen contract: inputs and
+        model manifests."""
+        places: list[tuple[tuple[Any, ...], str]] = [(("inputs", name, "file"), spec.file)
+                                                     for name, spec in self.contract.inputs.items()]
+        for index, lane in enumerate(self.contract.lanes):
+            manifest = self.lanes[lane.name].model.sha256_manifest
+            if manifest:
+                places.append((("lanes", index, "model", "sha256_manifest"), manifest))
+        return places
+
     def referenced_files(self) -> dict[str, Path]:
         """Files whose bytes are part of the frozen contract (inputs, model manifests), by contract path."""
-        refs = {spec.file: self.resolve(spec.file) for spec in self.contract.inputs.values()}
-        for lane in self.lanes.values():
-            if lane.model.sha256_manifest:
-                refs[lane.model.sha256_manifest] = self.resolve(lane.model.sha256_manifest)
-        return refs
+        return {written: self.resolve(written) for _, written in self.referenced_places()}
 
     def controls(self) -> list[EffectiveLane]:
         return [lane for lane in self.lanes.values() if lane.role == "control"]
@@ -133,12 +140,7 @@ def _check_confined(loaded: LoadedContract) -> None:
     contract's own folder tree, or under a root the runner allowed: a contract from someone else cannot
     make the runner copy /etc/hostname into a bundle it signs and publishes. Links are followed first."""
     inside = [loaded.base_dir.resolve(), *loaded.allowed_roots]
-    places = [(("inputs", name, "file"), spec.file) for name, spec in loaded.contract.inputs.items()]
-    for index, lane in enumerate(loaded.contract.lanes):
-        manifest = loaded.lanes[lane.name].model.sha256_manifest
-        if manifest:
-            places.append((("lanes", index, "model", "sha256_manifest"), manifest))
-    for where, written in places:
+    for where, written in loaded.referenced_places():
         target = loaded.resolve(written).resolve()
         if not any(target.is_relative_to(root) for root in inside):
             raise loaded.error(where, f"{written!r} is outside the contract's folder ({loaded.base_dir.resolve()}); "

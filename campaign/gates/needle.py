@@ -25,6 +25,7 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.needle_prompts import VARIANTS, NeedleCase, build_case, case_seed, check_reply
 from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.streams import streamed_text
 from campaign.lanes.adapter import adapter_for
 from campaign.lanes.session import LaneRun
 
@@ -84,7 +85,7 @@ class NeedleGate(Gate):
                     record = await run.client.stream("/v1/chat/completions", body, sink=sink, tags=tags)
                     if record.get("error"):
                         return
-                    variant_passed, _ = check_reply(variant, case.expected, case.decoys, _stream_text(record))
+                    variant_passed, _ = check_reply(variant, case.expected, case.decoys, streamed_text(record))
                     if variant_passed:
                         break
                 rung_passed = rung_passed and variant_passed
@@ -163,7 +164,7 @@ class NeedleGate(Gate):
         planted = [k for k in [*tags.get("expected", []), *tags.get("decoys", [])] if k not in content]
         if not tags.get("expected") or planted:
             return row, f"keys recorded as planted are not in the prompt: {planted[:2]}"
-        text = _stream_text(record)
+        text = streamed_text(record)
         passed, why = check_reply(str(tags.get("variant")), list(tags["expected"]), list(tags.get("decoys", [])), text)
         ttft = _ttft(record)
         engine = adapter.engine_timings(final)
@@ -236,16 +237,6 @@ def _rung_row(rung: int, passed: bool, variants: dict[str, Any]) -> dict[str, An
             "prefill_tok_s_engine": mean("prefill_tok_s_engine", first),
             "wall_s": round(sum(a.get("wall_s") or 0.0 for a in attempts), 3), "requests": len(attempts),
             "attempts": {name: v["attempts"] for name, v in variants.items()}}
-
-
-def _stream_text(record: dict[str, Any]) -> str:
-    parts = []
-    for event in record.get("events", []):
-        for choice in (event.get("data") or {}).get("choices") or []:
-            content = (choice.get("delta") or {}).get("content")
-            if isinstance(content, str):
-                parts.append(content)
-    return "".join(parts)
 
 
 def _final_event(record: dict[str, Any]) -> dict[str, Any]:

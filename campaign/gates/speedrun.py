@@ -25,7 +25,7 @@ from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.inputs import Prompt
 from campaign.gates.speedrows import RowAttempt, RowResult, evaluate_row
-from campaign.gates.streams import StreamFacts
+from campaign.gates.streams import StreamFacts, streamed_text
 from campaign.lanes.adapter import EngineAdapter
 from campaign.lanes.client import LaneClient
 from campaign.lanes.hostcpu import host_busy_seconds
@@ -202,10 +202,8 @@ class SpeedMeasurement:
         asked after the rep, so the counting requests never share the clock with the measured ones."""
         if record.get("error") or record.get("status") != 200:
             return
-        text = "".join(str(((c.get("delta") or {}).get("content")) or "")
-                       for event in record.get("events") or [] for c in ((event.get("data") or {}).get("choices") or []))
         try:
-            record["engine_token_count"] = await self.adapter.count_tokens(self.client, text)
+            record["engine_token_count"] = await self.adapter.count_tokens(self.client, streamed_text(record))
         except EngineError as exc:
             record["engine_token_count_error"] = str(exc)
 

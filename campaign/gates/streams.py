@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["StreamFacts", "StreamStats", "analyze_stream"]
+__all__ = ["StreamFacts", "StreamStats", "analyze_stream", "streamed_text"]
 
 _FINISHED = {"stop", "length", "tool_calls"}
 
@@ -37,6 +37,17 @@ class StreamStats:
     finish_reason: str
     text: str
     prompt_tokens: int | None
+
+
+def streamed_text(record: dict[str, Any]) -> str:
+    """The content a stream delivered, whole or not (what a reply check or a tokenizer count reads)."""
+    parts = []
+    for event in record.get("events") or []:
+        for choice in (event.get("data") or {}).get("choices") or []:
+            content = (choice.get("delta") or {}).get("content")
+            if isinstance(content, str):
+                parts.append(content)
+    return "".join(parts)
 
 
 def _dig(data: Any, path: str) -> Any:

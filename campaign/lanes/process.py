@@ -36,7 +36,9 @@ def marked_processes(window: str) -> list[int]:
             continue
         pid = int(entry)
         try:
-            if needle in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") and os.getsid(pid) == pid:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                marked = needle in handle.read().split(b"\0")
+            if marked and os.getsid(pid) == pid:
                 found.append(pid)
         except OSError:
             continue

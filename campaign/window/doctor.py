@@ -113,9 +113,9 @@ def _models(loaded: LoadedContract) -> list[Check]:
 
 def _ports(loaded: LoadedContract) -> list[Check]:
     from campaign.lanes.session import is_local, port_is_free
-    from campaign.window.run import _incumbent_port
+    from campaign.window.run import daily_port_of
 
-    daily_port = _incumbent_port(loaded)
+    daily_port = daily_port_of(loaded)
     checks, seen = [], set()
     for lane in loaded.lanes.values():
         if not is_local(lane) or (lane.host, lane.port) in seen:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from campaign.errors import RunError
 from campaign.window.state import WindowState, boot_id, boottime, process_start_time, windows_dir
+from campaign.window.watchdog import alive, pidfile
 
 __all__ = ["restore_orphaned_windows"]
 
@@ -16,8 +17,6 @@ __all__ = ["restore_orphaned_windows"]
 def _orphaned(state: WindowState) -> str | None:
     """Why an armed window's daily must be restored now by whoever notices, or None: its deadline has
     passed, or its runner and both watchdogs are gone (killed together), so nothing else will."""
-    from campaign.window.watchdog import alive, pidfile
-
     if not state.armed or not state.incumbent_stopped or state.restored:
         return None
     if state.boot_id != boot_id():

@@ -40,7 +40,7 @@ from campaign.window.restore import restore
 from campaign.window.source import source_snapshot
 from campaign.window.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 
-__all__ = ["WindowOutcome", "plan_visits", "preflight", "resume_window", "run_window"]
+__all__ = ["WindowOutcome", "daily_port_of", "gates_for_visit", "plan_visits", "preflight", "resume_window", "run_window"]
 
 
 @dataclass
@@ -169,7 +169,7 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
     A port held by the incumbent is fine: it is stopped before the first lane boots."""
     from campaign.lanes.adapter import adapter_for
 
-    incumbent_port = _incumbent_port(loaded)
+    incumbent_port = daily_port_of(loaded)
 
     model_paths: dict[str, str] = {}
     hashed: dict[Path, str] = {}
@@ -196,7 +196,7 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
     return model_paths
 
 
-def _incumbent_port(loaded: LoadedContract) -> int | None:
+def daily_port_of(loaded: LoadedContract) -> int | None:
     incumbent = loaded.contract.incumbent
     return urlsplit(incumbent.endpoint).port if incumbent else None
 
@@ -236,14 +236,12 @@ async def _execute(w: _Window) -> WindowOutcome:
         labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
         visits = plan_visits(loaded, gates)
         # for the progress line: one step per boot and per gate of each visit
-        journal.done("plan", steps=sum(1 + sum(1 for g in gates if g.control_reruns >= v.index) for v in visits),
-                     visits=len(visits))
+        journal.done("plan", steps=sum(1 + len(gates_for_visit(gates, v)) for v in visits), visits=len(visits))
         for visit in visits:
             lane = visit.lane
             if visit.index == 0:
                 atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
-            visit_gates = [g for g in gates if g.control_reruns >= visit.index
-                           if (g.gate_id, visit.key) not in w.finished_gates]
+            visit_gates = [g for g in gates_for_visit(gates, visit) if (g.gate_id, visit.key) not in w.finished_gates]
             outcome = lanes.setdefault(visit.key, LaneOutcome())
             if not visit_gates and w.resumed:
                 outcome.status = "ran"  # every gate of this visit finished before the interruption
@@ -393,6 +391,11 @@ def plan_visits(loaded: LoadedContract, gates: list[Gate]) -> list[Visit]:
     for index in range(1, max((gate.control_reruns for gate in gates), default=0) + 1):
         visits += [Visit(lane, index) for lane in compared]
     return visits
+
+
+def gates_for_visit(gates: list[Gate], visit: Visit) -> list[Gate]:
+    """The gates a visit runs: every gate on a lane's first boot, on a re-boot only those that asked for it."""
+    return [g for g in gates if g.control_reruns >= visit.index]
 
 
 async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, outcome: LaneOutcome,

@@ -32,11 +32,11 @@ def _states(window: str | None) -> list[WindowState]:
 
 
 def _planned(state: WindowState) -> int:
-    from campaign.window.run import plan_visits
+    from campaign.window.run import gates_for_visit, plan_visits
 
     loaded = load_contract(state.contract, check_files=False)
     gates = [gate_for(spec, GateContext(bundle=Path(state.bundle), contract=loaded)) for spec in loaded.contract.gates]
-    return sum(sum(g.control_reruns >= v.index for g in gates) for v in plan_visits(loaded, gates))
+    return sum(len(gates_for_visit(gates, v)) for v in plan_visits(loaded, gates))
 
 
 def window_status(window: str | None = None) -> list[dict[str, Any]]:
@@ -79,4 +79,3 @@ def abort_window(window: str, *, wait: float = 120.0) -> str:
         restore(state.window, reason="abort", by="campaign abort")
         return f"window {state.window}: runner gone; daily restored and proved"
     return f"window {state.window}: stopped; daily {'restored' if state.restored else 'was never stopped'}"
-

@@ -14,6 +14,7 @@ harmless action (creating FILE) instead of a restore.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -64,8 +65,6 @@ def _runner_gone(state: WindowState) -> bool:
 
 
 def watch(window: str, generation: int, role: str = "a") -> int:
-    import os
-
     my_boot = boot_id()
     ack = None
     last_spawn = 0.0

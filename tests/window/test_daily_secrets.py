@@ -43,11 +43,14 @@ def wait_serving(port: int, key: str) -> None:
         time.sleep(0.3)
 
 
-def keyed_contract(tmp_path: Path, port: int, incumbent: str) -> Path:
+def keyed_contract(tmp_path: Path, port: int, *, daily_port: int, api_key_env: str, lane: str | None = None) -> Path:
+    """Lanes keyed by ${env:LANE_KEY}, a token in their env, and a daily behind a failsafe."""
     body = textwrap.dedent(demo_like(port, max_tokens=8, rule='"2/2"')).replace(
         '--seed, "0", --no-webui]', '--seed, "0", --no-webui, --api-key, "${env:LANE_KEY}"]').replace(
         "lane_defaults:\n", "lane_defaults:\n  env: {HF_TOKEN: \"${env:HF_TOKEN}\"}\n", 1)
-    body += textwrap.dedent(incumbent)
+    body += (f"incumbent:\n  runtime: process\n  endpoint: http://127.0.0.1:{daily_port}\n  pidfile: daily.pid\n"
+             + (f"  lane: {lane}\n" if lane else "") + f"  api_key_env: {api_key_env}\n"
+             + "failsafe: {deadline: 10m}\n")
     return write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
                                                    ("sea", "Describe the sea.")])
 
@@ -58,15 +61,7 @@ def test_daily_start_resolves_secret_references(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("LANE_KEY", LANE_KEY)
     monkeypatch.setenv("HF_TOKEN", HF_SECRET)
     port = free_port()
-    contract = keyed_contract(tmp_path, port, f"""\
-        incumbent:
-          runtime: process
-          endpoint: http://127.0.0.1:{port}
-          pidfile: daily.pid
-          lane: base
-          api_key_env: LANE_KEY
-        failsafe: {{deadline: 10m}}
-        """)
+    contract = keyed_contract(tmp_path, port, daily_port=port, api_key_env="LANE_KEY", lane="base")
     started = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily.log"))
     pid = int((tmp_path / "daily.pid").read_text()) if (tmp_path / "daily.pid").exists() else None
     try:
@@ -106,14 +101,7 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
     (tmp_path / "daily.pid").write_text(f"{daily.pid}\n")
     try:
         wait_serving(daily_port, DAILY_KEY)
-        contract = keyed_contract(tmp_path, lane_port, f"""\
-            incumbent:
-              runtime: process
-              endpoint: http://127.0.0.1:{daily_port}
-              pidfile: daily.pid
-              api_key_env: DAILY_KEY
-            failsafe: {{deadline: 10m}}
-            """)
+        contract = keyed_contract(tmp_path, lane_port, daily_port=daily_port, api_key_env="DAILY_KEY")
         assert campaign("keys", "init").returncode == 0
         assert campaign("freeze", str(contract)).returncode == 0
         ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
