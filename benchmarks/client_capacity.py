@@ -33,9 +33,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from campaign.fsutil import JsonlAppender  # noqa: E402
-from campaign.gates.speedrun import RecordWriter  # noqa: E402
-from campaign.gates.streams import StreamFacts, analyze_stream  # noqa: E402
-from campaign.lanes.client import LaneClient  # noqa: E402
+from campaign.gates.speed.run import RecordWriter  # noqa: E402
+from campaign.gates.common.streams import StreamFacts, analyze_stream  # noqa: E402
+from campaign.lanes.engines.client import LaneClient  # noqa: E402
 
 FACTS = StreamFacts(token_counter="timings.predicted_n")
 

@@ -29,7 +29,7 @@ from campaign.contracts.resolve import EffectiveLane  # noqa: E402
 from campaign.contracts.schema import ModelSpec  # noqa: E402
 from campaign.fsutil import JsonlAppender  # noqa: E402
 from campaign.lanes.session import boot_lane  # noqa: E402
-from campaign.lanes.vllm import VllmAdapter  # noqa: E402
+from campaign.lanes.engines.vllm import VllmAdapter  # noqa: E402
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",

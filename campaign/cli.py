@@ -373,8 +373,8 @@ def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of 
             remove: bool = typer.Option(False, "--remove", help="Stop and remove them (default: only list).")) -> None:
     """List (or remove) containers left by windows: found by their campaign.* labels."""
     from campaign.contracts.schema import DockerHost
-    from campaign.lanes.docker import find_leftovers, remove_container
-    from campaign.lanes.dockerhost import client_for
+    from campaign.lanes.runtimes.docker import find_leftovers, remove_container
+    from campaign.lanes.runtimes.dockerhost import client_for
 
     client = client_for(DockerHost(url=docker_host) if docker_host else None)
     found = find_leftovers(client, window=window, contract=contract)

@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from campaign.contracts.args import parse_args
-from campaign.contracts.gatechecks import check_gate_specs
 from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.resolve import (EffectiveLane, axis_difference, contract_docker_host, effective_lane,
                                        normalize_axis)
@@ -130,7 +129,8 @@ def load_contract(path: str | Path, *, check_files: bool = True,
     _check_roles(loaded)
     _check_incumbent(loaded)
     _check_gates(loaded, check_files)
-    check_gate_specs(loaded, check_files)
+    for index, gate in enumerate(loaded.contract.gates):
+        gate.check_contract(loaded, index, check_files)
     _check_axes(loaded)
     return loaded
 

@@ -13,8 +13,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from campaign.contracts.args import axis_key, merge_args, parse_args, render_args
-from campaign.contracts.schema import (BootLogRules, Contract, DockerHost, EngineKind, Lane, ModelSpec, Mount,
-                                       Readiness, Role, StrictModel)
+from campaign.contracts.engines import EngineKind
+from campaign.contracts.model import StrictModel
+from campaign.contracts.schema import BootLogRules, Contract, DockerHost, Lane, ModelSpec, Mount, ReadinessSpec, Role
 
 __all__ = ["EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane", "flatten_serving",
            "normalize_axis"]
@@ -39,7 +40,7 @@ class EffectiveLane(StrictModel):
     host: str = "127.0.0.1"
     port: int
     model: ModelSpec
-    readiness: Readiness = Field(default_factory=Readiness)
+    readiness: ReadinessSpec = Field(default_factory=ReadinessSpec)
     boot_log: BootLogRules = Field(default_factory=BootLogRules)
     stop: Literal["remove", "keep"] = "remove"
     network: Literal["host", "bridge"] = "host"

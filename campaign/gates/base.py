@@ -10,11 +10,12 @@ from typing import Any
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane
-from campaign.fsutil import JsonlAppender, read_jsonl
+from campaign.fsutil import JsonlAppender
+from campaign.gates.records import VisitKey, raw_path, read_records
 from campaign.gates.result import GateResult
 from campaign.lanes.session import LaneRun
 
-__all__ = ["Gate", "GateContext", "Visit", "gate_for"]
+__all__ = ["Gate", "GateContext", "Visit"]
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,8 @@ class Visit:
     index: int = 0
 
     @property
-    def key(self) -> str:
-        return self.lane.name if self.index == 0 else f"{self.lane.name}.rerun{self.index}"
+    def key(self) -> VisitKey:
+        return VisitKey(self.lane.name, self.index)
 
 
 @dataclass
@@ -36,13 +37,12 @@ class GateContext:
     contract: LoadedContract
     input_paths: dict[str, Path] = field(default_factory=dict)  # input name -> frozen copy in the bundle
 
-    def raw_path(self, gate_id: str, visit_key: str) -> Path:
-        return self.bundle / "raw" / gate_id / f"{visit_key}.jsonl"
+    def raw_path(self, gate_id: str, visit: VisitKey | str) -> Path:
+        return raw_path(self.bundle, gate_id, visit)
 
-    def raw_records(self, gate_id: str, visit_key: str) -> list[dict[str, Any]]:
-        """Records of one visit (a lane name, or ``<lane>.rerun1`` for a control's second boot)."""
-        path = self.raw_path(gate_id, visit_key)
-        return read_jsonl(path) if path.exists() else []
+    def raw_records(self, gate_id: str, visit: VisitKey | str) -> list[dict[str, Any]]:
+        """Records of one visit (a lane name's first boot, or ``VisitKey(lane, 1)`` for a control's second)."""
+        return read_records(self.bundle, gate_id, visit)
 
     @property
     def request_defaults(self) -> dict[str, Any]:
@@ -51,7 +51,7 @@ class GateContext:
 
 class Gate(ABC):
     # How many more boots of each control this gate needs after its candidates (0: none). The
-    # window boots the most any gate asks for; visit <lane>.rerunN runs the gates asking for N or more.
+    # window boots the most any gate asks for; visit <lane>@rerunN runs the gates asking for N or more.
     control_reruns: int = 0
 
     def __init__(self, spec: Any, ctx: GateContext) -> None:
@@ -77,21 +77,3 @@ class Gate(ABC):
         """Tables derived from raw records, written into the bundle as CSV: file name -> rows.
         Rows of gates that name the same file are concatenated."""
         return {}
-
-
-def gate_for(spec: Any, ctx: GateContext) -> Gate:
-    from campaign.gates.greedy import GreedyGate
-    from campaign.gates.kl import KlGate
-    from campaign.gates.needle import NeedleGate
-    from campaign.gates.ruler import RulerGate
-    from campaign.gates.speed import SpeedGate
-    from campaign.gates.structured import StructuredGate
-    from campaign.gates.task import TaskGate
-    from campaign.gates.teacher_forced import TeacherForcedGate
-    from campaign.gates.tools import ToolsGate
-
-    kinds: dict[str, type[Gate]] = {"greedy": GreedyGate, "task": TaskGate, "needle": NeedleGate,
-                                    "teacher_forced": TeacherForcedGate, "kl": KlGate,
-                                    "structured": StructuredGate, "tools": ToolsGate, "ruler": RulerGate,
-                                    "speed": SpeedGate}
-    return kinds[spec.kind](spec, ctx)

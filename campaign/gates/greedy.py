@@ -12,12 +12,12 @@ import hashlib
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.schema import GreedyGate as GreedySpec
-from campaign.contracts.schema import parse_fraction
+from campaign.contracts.gatespecs import GreedySpec
+from campaign.contracts.model import parse_fraction
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.inputs import load_prompts
-from campaign.gates.replies import chat_reply
+from campaign.gates.common.inputs import load_prompts
+from campaign.gates.common.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.session import LaneRun
 

@@ -14,14 +14,15 @@ import math
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.schema import KlGate as KlSpec
+from campaign.contracts.gatespecs import KlSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.result import GateResult, Metric, Verdict
-from campaign.gates.tokens import Prepared, prepared_on_control, read_prepared, score_texts, select
-from campaign.lanes.adapter import adapter_for
-from campaign.lanes.scoring import Position
+from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
+from campaign.gates.records import select
+from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.engines.scoring import Position
 from campaign.lanes.session import LaneRun
 
 __all__ = ["KlGate", "TAIL_TREATMENT", "kl_topk", "percentile"]

@@ -22,11 +22,11 @@ import statistics
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.schema import RulerGate as RulerSpec
+from campaign.contracts.gatespecs import RulerSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.inputs import load_prompts
+from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.session import LaneRun
 

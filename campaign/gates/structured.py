@@ -16,12 +16,12 @@ from typing import Any
 import jsonschema
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.schema import StructuredGate as StructuredSpec
-from campaign.contracts.schema import parse_fraction
+from campaign.contracts.gatespecs import StructuredSpec
+from campaign.contracts.model import parse_fraction
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.inputs import load_rows
+from campaign.gates.common.inputs import load_rows
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.session import LaneRun
 

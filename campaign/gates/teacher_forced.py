@@ -19,16 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from campaign.contracts.gatechecks import instrument_tolerance
+from campaign.contracts.engines import instrument_tolerance
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.schema import TeacherForcedGate as TeacherForcedSpec
+from campaign.contracts.gatespecs import TeacherForcedSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.result import GateResult, Metric, Verdict
-from campaign.gates.tokens import Prepared, prepared_on_control, read_prepared, score_texts, select
-from campaign.lanes.adapter import adapter_for
-from campaign.lanes.scoring import Generation, Position, TokenSeq
+from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
+from campaign.gates.records import VisitKey, select
+from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 from campaign.lanes.session import LaneRun
 
 __all__ = ["TeacherForcedGate", "check_instrument", "first_divergence"]
@@ -172,7 +173,7 @@ class TeacherForcedGate(Gate):
         return out
 
     def _lane(self, visit_key: str) -> EffectiveLane:
-        return self.ctx.contract.lanes[visit_key.split(".rerun")[0]]
+        return self.ctx.contract.lanes[VisitKey.parse(visit_key).lane]
 
     # ---- offline
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
@@ -180,7 +181,7 @@ class TeacherForcedGate(Gate):
         result = GateResult(gate=self.gate_id, kind="teacher_forced", candidate=candidate.name,
                             control=control.name, verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
         records = {key: self.ctx.raw_records(self.gate_id, key)
-                   for key in (control.name, candidate.name, f"{control.name}.rerun1")}
+                   for key in (control.name, candidate.name, str(VisitKey(control.name, 1)))}
         prompts = read_prepared(records[control.name], "prompt")
         problems: list[str] = [f"prompt {k}: {p.error}" for k, p in prompts.items() if p.prompt is None]
         if not prompts or problems:
@@ -345,7 +346,7 @@ class TeacherForcedGate(Gate):
                records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
                candidate: EffectiveLane, tolerance: dict[str, float]) -> tuple[list[dict[str, Any]], list[str]]:
         sites, problems = [], []
-        servers = {"control": (control, records[f"{control.name}.rerun1"]),
+        servers = {"control": (control, records[str(VisitKey(control.name, 1))]),
                    "candidate": (candidate, records[candidate.name])}
         for item, prepared in prompts.items():
             ctrl, cand = gens[control.name].get(item), gens[candidate.name].get(item)
@@ -465,7 +466,7 @@ class TeacherForcedGate(Gate):
 
     def _reboot_drift(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
                       prompts: dict[str, Prepared], first: dict[str, Generation]) -> tuple[int, int] | None:
-        recs = records[f"{control.name}.rerun1"]
+        recs = records[str(VisitKey(control.name, 1))]
         if not select(recs, purpose="rerun_generate"):
             return None
         adapter = adapter_for(control.engine)

@@ -11,14 +11,14 @@ from collections import Counter
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.schema import ToolsGate as ToolsSpec
-from campaign.contracts.schema import parse_fraction
+from campaign.contracts.gatespecs import ToolsSpec
+from campaign.contracts.model import parse_fraction
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.inputs import load_rows
+from campaign.gates.common.inputs import load_rows
 from campaign.gates.result import GateResult, Metric, Verdict
-from campaign.gates.tokens import select
+from campaign.gates.records import select
 from campaign.lanes.session import LaneRun
 
 __all__ = ["OUTCOMES", "ToolsGate", "check_call", "judge_episode"]

@@ -25,6 +25,8 @@ from typing import IO, Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import REF, TOKEN_PATTERNS, credential_like, is_secret_name, referenced_names
+from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.runtimes.base import scratch_path
 
 __all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "launch_secrets", "lane_secrets", "redactor_for"]
 
@@ -170,9 +172,6 @@ class Redactor:
 def redactor_for(lane: EffectiveLane) -> Redactor:
     """What the contract declares stays readable, and so does what the engine adapter itself sets (cache
     and temp folders under the lane's scratch path): both are configuration, not secrets."""
-    from campaign.lanes.adapter import adapter_for
-    from campaign.lanes.session import scratch_path
-
     try:
         engine_env = adapter_for(lane.engine).launch_env(lane, str(scratch_path(lane)))
     except Exception:  # an engine without an adapter has no engine-set variables to keep

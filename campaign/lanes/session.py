@@ -21,12 +21,13 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import substitute
 from campaign.errors import LaunchError, PreflightError
 from campaign.fsutil import JsonlAppender
-from campaign.lanes.adapter import EngineAdapter, adapter_for
+from campaign.lanes.engines.base import EngineAdapter
+from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describe_exit, log_tail
-from campaign.lanes.client import LaneClient
-from campaign.lanes.process import ProcessRuntime
+from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.runtimes.process import ProcessRuntime
 from campaign.lanes.redact import redactor_for
-from campaign.lanes.runtime import LaunchSpec, RunningLane, Runtime
+from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime, scratch_path
 
 __all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "port_is_free",
            "resolve_executable", "resolve_refs", "runtime_for"]
@@ -51,11 +52,6 @@ class LaneRun:
         return code
 
 
-def scratch_path(lane: EffectiveLane) -> Path:
-    """Where a lane's scratch folder is, without touching it (the redactor needs the name, not the folder)."""
-    return Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}" / f"lane-{lane.host}-{lane.port}"
-
-
 def lane_scratch(lane: EffectiveLane) -> Path:
     """A fresh folder for what the engine writes during one boot (temp files, caches).
 
@@ -73,7 +69,7 @@ def runtime_for(lane: EffectiveLane) -> Runtime:
     if lane.runtime == "process":
         return ProcessRuntime(redactor_for(lane))
     if lane.runtime == "docker":
-        from campaign.lanes.docker import DockerRuntime
+        from campaign.lanes.runtimes.docker import DockerRuntime
 
         return DockerRuntime(lane)
     raise PreflightError(f"lane {lane.name}: runtime {lane.runtime!r} is not available yet")
@@ -94,7 +90,7 @@ def is_local(lane: EffectiveLane) -> bool:
     """Whether the lane runs on this box (so its port, files and binary are this box's)."""
     if lane.runtime != "docker":
         return True
-    from campaign.lanes.dockerhost import is_local as engine_is_local
+    from campaign.lanes.runtimes.dockerhost import is_local as engine_is_local
 
     return engine_is_local(lane.docker_host)
 
@@ -104,7 +100,7 @@ def check_lane(lane: EffectiveLane, model_path: str) -> None:
     engine, the pinned image, the mounts and the model's path inside the container."""
     resolve_refs(lane)
     if lane.runtime == "docker":
-        from campaign.lanes.docker import check_lane as check_docker_lane
+        from campaign.lanes.runtimes.docker import check_lane as check_docker_lane
 
         check_docker_lane(lane, model_path)
 
@@ -116,7 +112,7 @@ def launch_command(lane: EffectiveLane, adapter: EngineAdapter, model_path: str)
     if lane.runtime != "docker":
         executable = resolve_executable(lane)
         return [executable, *adapter.server_args(lane, model_path)], Path(executable)
-    from campaign.lanes.docker import container_path, host_path
+    from campaign.lanes.runtimes.docker import container_path, host_path
 
     inside = container_path(lane, model_path)
     if inside is None:

@@ -13,9 +13,9 @@ import httpx
 from campaign.contracts.load import LoadedContract
 from campaign.errors import InputError, RunError
 from campaign.fsutil import atomic_write_bytes
-from campaign.lanes.adapter import adapter_for
+from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.bootlog import HINTS, classify_failure, describe_exit
-from campaign.lanes.process import BASE_ENV_KEYS
+from campaign.lanes.runtimes.process import BASE_ENV_KEYS
 from campaign.lanes.session import resolve_executable, resolve_refs
 from campaign.window.incumbent import _cmdline, _read_pid
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from campaign.contracts.engines import ENGINES
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.load import LoadedContract
 from campaign.errors import CampaignError
@@ -165,7 +166,7 @@ def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
                 resolve_executable(lane)
             check_lane(lane, model)
         except PreflightError as exc:
-            fix = "make engine" if lane.engine == "llamacpp" and lane.runtime == "process" else ""
+            fix = ENGINES[lane.engine].build_hint if lane.runtime == "process" else ""
             checks.append(Check(name, False, str(exc), fix))
             continue
         if not smoke or not is_local(lane):

@@ -28,8 +28,9 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import REF
 from campaign.errors import InputError, RunError, VerifyError
 from campaign.fsutil import load_json_strict, read_jsonl
-from campaign.lanes.adapter import adapter_for
-from campaign.lanes.process import BASE_ENV_KEYS
+from campaign.gates.records import greedy_replays
+from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.runtimes.process import BASE_ENV_KEYS
 from campaign.lanes.session import resolve_refs
 from campaign.receipts.bundle import ENVELOPE, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
@@ -160,16 +161,12 @@ def _smoke(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]
     proof = incumbent.prove(launch)
     replayed, mismatches = 0, []
     for raw in sorted((copy / "raw").glob(f"*/{candidate}.jsonl")):
-        records = [r for r in read_jsonl(raw) if r.get("tags", {}).get("repeat") == 0
-                   and r.get("request", {}).get("temperature") == 0 and not r.get("request", {}).get("stream")]
-        for record in records[:4]:
+        for replay in greedy_replays(read_jsonl(raw), limit=4):
             with httpx.Client(base_url=launch["endpoint"], timeout=120.0) as client:
-                response = client.post(record["path"], json=record["request"]).json()
-            got = response["choices"][0]["message"]["content"]
-            want = record["response"]["choices"][0]["message"]["content"]
+                response = client.post(replay.path, json=replay.request).json()
             replayed += 1
-            if got != want:
-                mismatches.append(record["tags"].get("prompt"))
+            if response["choices"][0]["message"]["content"] != replay.reply:
+                mismatches.append(replay.prompt)
     return {"proof": proof, "greedy_replayed": replayed, "greedy_mismatches": mismatches,
             "ok": not mismatches}
 

@@ -25,8 +25,8 @@ __all__ = ["restore", "stop_window_lanes"]
 def _remove_container(state: WindowState, lane: Any) -> bool:
     """Only a container that still carries this window's label is removed (fenced by label, not name)."""
     from campaign.contracts.schema import DockerHost
-    from campaign.lanes.docker import LABEL_WINDOW, remove_container
-    from campaign.lanes.dockerhost import client_for
+    from campaign.lanes.runtimes.docker import LABEL_WINDOW, remove_container
+    from campaign.lanes.runtimes.dockerhost import client_for
 
     client = client_for(DockerHost.model_validate(lane.docker_host) if lane.docker_host else None)
     try:
@@ -65,7 +65,7 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
             pass
         stopped.append(lane.visit)
     # a process lane started in the instant before the runner could record it (killed in between)
-    from campaign.lanes.process import marked_processes
+    from campaign.lanes.runtimes.process import marked_processes
 
     for pid in marked_processes(state.window):
         try:

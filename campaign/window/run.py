@@ -27,7 +27,8 @@ from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.errors import InputError, LaunchError, PreflightError, RunError
 from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json, read_jsonl
-from campaign.gates.base import Gate, GateContext, Visit, gate_for
+from campaign.gates.base import Gate, GateContext, Visit
+from campaign.gates.registry import gate_for
 from campaign.gates.result import GateResult, Verdict, worst
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.session import boot_lane, check_lane, is_local, port_is_free, resolve_executable
@@ -167,7 +168,7 @@ def _say(window: _Window, line: str) -> None:
 def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
     """Everything checkable before a lane starts: engines, executables, model identity, ports.
     A port held by the incumbent is fine: it is stopped before the first lane boots."""
-    from campaign.lanes.adapter import adapter_for
+    from campaign.lanes.engines.registry import adapter_for
 
     incumbent_port = daily_port_of(loaded)
 
@@ -241,8 +242,8 @@ async def _execute(w: _Window) -> WindowOutcome:
             lane = visit.lane
             if visit.index == 0:
                 atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
-            visit_gates = [g for g in gates_for_visit(gates, visit) if (g.gate_id, visit.key) not in w.finished_gates]
-            outcome = lanes.setdefault(visit.key, LaneOutcome())
+            visit_gates = [g for g in gates_for_visit(gates, visit) if (g.gate_id, str(visit.key)) not in w.finished_gates]
+            outcome = lanes.setdefault(str(visit.key), LaneOutcome())
             if not visit_gates and w.resumed:
                 outcome.status = "ran"  # every gate of this visit finished before the interruption
                 continue
@@ -401,10 +402,10 @@ def gates_for_visit(gates: list[Gate], visit: Visit) -> list[Gate]:
 async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, outcome: LaneOutcome,
                     labels: dict[str, str]) -> None:
     lane, bundle = visit.lane, w.bundle
-    lane_dir = bundle / "lanes" / visit.key
+    lane_dir = bundle / "lanes" / str(visit.key)
     if w.resumed and (lane_dir / "boot.log").exists():
         _set_aside(lane_dir / "boot.log")
-    journal.intent("boot", lane=visit.key)
+    journal.intent("boot", lane=str(visit.key))
 
     def started(running: Any) -> None:
         _track_lane(w, visit, running)
@@ -416,25 +417,25 @@ async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, o
         except LaunchError as exc:
             outcome.status, outcome.cause, outcome.message = "launch_failed", exc.cause, str(exc)
             atomic_write_bytes(lane_dir / "launch_failure.txt", f"{exc.cause}: {exc}\n\n{exc.log_tail}\n".encode())
-            journal.failed("boot", lane=visit.key, cause=exc.cause, message=str(exc))
+            journal.failed("boot", lane=str(visit.key), cause=exc.cause, message=str(exc))
             return
     outcome.boot_seconds, outcome.engine_version = run.boot_seconds, run.engine_version
-    journal.done("boot", lane=visit.key, boot_seconds=run.boot_seconds)
+    journal.done("boot", lane=str(visit.key), boot_seconds=run.boot_seconds)
     try:
         atomic_write_json(lane_dir / "inspect.json", _redacted(run.inspect, lane))
         for gate in gates:
-            raw = gate.ctx.raw_path(gate.gate_id, visit.key)
+            raw = gate.ctx.raw_path(gate.gate_id, str(visit.key))
             if raw.exists():
                 _set_aside(raw)  # a gate cut short by a crash: its records are kept, and redone whole
-            journal.intent("gate", gate=gate.gate_id, lane=visit.key)
+            journal.intent("gate", gate=gate.gate_id, lane=str(visit.key))
             with JsonlAppender(raw) as sink:
                 await gate.collect(run, sink, visit)
-            journal.done("gate", gate=gate.gate_id, lane=visit.key)
+            journal.done("gate", gate=gate.gate_id, lane=str(visit.key))
         outcome.status = "ran"
     finally:
-        journal.intent("stop", lane=visit.key)
+        journal.intent("stop", lane=str(visit.key))
         code = await run.stop(timeout=1.0 if w.escalated else 20.0)
-        journal.done("stop", lane=visit.key, exit_code=code)
+        journal.done("stop", lane=str(visit.key), exit_code=code)
 
 
 def _set_aside(path: Path) -> None:
@@ -452,7 +453,7 @@ def _track_lane(w: _Window, visit: Visit, running: Any) -> None:
     host = visit.lane.docker_host.model_dump(mode="json") if visit.lane.docker_host else None
     with w.state.locked():
         state = w.state.reload()
-        state.lanes.append(LaneProcess(visit=visit.key, pid=pid, start_time=process_start_time(pid) if pid else None,
+        state.lanes.append(LaneProcess(visit=str(visit.key), pid=pid, start_time=process_start_time(pid) if pid else None,
                                        container=container, docker_host=host))
         state.save()
         w.state = state

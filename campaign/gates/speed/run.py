@@ -1,0 +1,225 @@
+"""The live part of the speed gate: warm, measure rows in reps, void and re-run.
+
+Per lane: one warmup wave at every concurrency level x prompt class first (the first hit of each
+batch shape pays for autotune, JIT and cache set-up, so it is discarded: its records go to a separate
+warmup file). Then each row: scrape the engine's metrics, run R reps (a rep: every prompt of the
+class once, in the same order on every lane, with C users in flight, each taking the next prompt when
+its last one ends), scrape again, judge the row
+with the same function the offline judge uses; a VOID row is re-warmed and re-run up to the frozen
+count. Every record is kept, void attempts included.
+
+Records are written by one background thread, so a disk flush never stalls the event loop while
+other streams' chunks are being timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from campaign.contracts.gatespecs import SpeedSpec
+from campaign.errors import EngineError
+from campaign.fsutil import JsonlAppender
+from campaign.gates.common.inputs import Prompt
+from campaign.gates.speed.rows import RowAttempt, RowResult, evaluate_row
+from campaign.gates.common.streams import StreamFacts, streamed_text
+from campaign.lanes.engines.base import EngineAdapter
+from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.runtimes.hostcpu import host_busy_seconds
+from campaign.lanes.engines.prometheus import parse_prometheus
+
+__all__ = ["RecordWriter", "SpeedMeasurement", "by_class", "rep_order"]
+
+CHAT_PATH = "/v1/chat/completions"
+_SETTLE_POLLS, _SETTLE_SLEEP = 40, 0.05  # up to 2 s for the engine's counters to settle after a row
+
+
+def rep_order(prompts: list[Prompt], level: int) -> list[Prompt]:
+    """A rep's requests: every prompt of the class once, in file order (the same on every lane), cycled
+    until there are at least as many requests as users, so the level is actually reached."""
+    return [prompts[i % len(prompts)] for i in range(max(len(prompts), level))]
+
+
+def by_class(prompts: list[Prompt]) -> dict[str, list[Prompt]]:
+    """Prompt classes in the order they first appear; prompts without a class form 'all'."""
+    classes: dict[str, list[Prompt]] = {}
+    for prompt in prompts:
+        classes.setdefault(prompt.cls or "all", []).append(prompt)
+    return classes
+
+
+class RecordWriter:
+    """Appends records in order on one worker thread; ``drain`` waits for all of them."""
+
+    def __init__(self, sink: JsonlAppender) -> None:
+        self._sink = sink
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speed-sink")
+        self._pending: list[asyncio.Future[None]] = []
+
+    def put(self, record: dict[str, Any]) -> None:
+        self._pending.append(asyncio.get_running_loop().run_in_executor(self._pool, self._sink.append, record))
+
+    async def drain(self) -> None:
+        pending, self._pending = self._pending, []
+        await asyncio.gather(*pending)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class SpeedMeasurement:
+    """Measures one lane. Needs only a client, an adapter and a model name, so tests can drive it
+    against an engine started outside a window."""
+
+    def __init__(self, spec: SpeedSpec, prompts: list[Prompt], *, client: LaneClient, adapter: EngineAdapter,
+                 model: str, sink: JsonlAppender, warm_sink: JsonlAppender,
+                 request_defaults: dict[str, Any] | None = None,
+                 lane_cpu: Callable[[], float | None] | None = None) -> None:
+        self.spec, self.client, self.adapter, self.model = spec, client, adapter, model
+        self.lane_cpu = lane_cpu  # the lane's CPU seconds so far, when the runtime can read them
+        self.classes = by_class(prompts)
+        self.request_defaults = dict(request_defaults or {})
+        self.facts = StreamFacts(token_counter=adapter.stream_token_counter,
+                                 tokens_per_chunk=adapter.stream_tokens_per_chunk,
+                                 count_by_tokenizer=adapter.stream_count_by_tokenizer)
+        self.new_connection = adapter.stream_new_connection
+        self._sink, self._warm = RecordWriter(sink), RecordWriter(warm_sink)
+        self.results: dict[tuple[int, str], list[RowResult]] = {}
+
+    async def run(self) -> dict[tuple[int, str], list[RowResult]]:
+        try:
+            self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "httpx",
+                            "new_connection_per_stream": self.new_connection,
+                            "token_counter": self.facts.token_counter,
+                            "count_by_tokenizer": self.facts.count_by_tokenizer,
+                            "tokens_per_chunk": self.facts.tokens_per_chunk,
+                            "request_fields": self.adapter.stream_request_fields()})
+            for level in self.spec.concurrency:
+                for cls in self.classes:
+                    await self._warm_wave(level, cls, "initial", 0)
+            for level in self.spec.concurrency:
+                for cls in self.classes:
+                    await self._row(level, cls)
+        finally:
+            await self._sink.drain()
+            await self._warm.drain()
+            self._sink.close()
+            self._warm.close()
+        return self.results
+
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        return {**self.request_defaults, "model": self.model, "messages": prompt.messages, "temperature": 0,
+                "max_tokens": self.spec.max_tokens, **self.adapter.stream_request_fields()}
+
+    async def _warm_wave(self, level: int, cls: str, wave: str, attempt: int) -> None:
+        prompts = self.classes[cls]
+
+        async def one(user: int) -> None:
+            prompt = prompts[user % len(prompts)]
+            tags = {"phase": "warmup", "wave": wave, "level": level, "class": cls, "attempt": attempt,
+                    "user": user, "prompt": prompt.id}
+            record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags,
+                                              new_connection=self.new_connection)
+            self._warm.put(record)
+
+        await asyncio.gather(*(one(user) for user in range(level)))
+        await self._warm.drain()
+
+    async def _row(self, level: int, cls: str) -> None:
+        results = self.results.setdefault((level, cls), [])
+        for attempt in range(self.spec.rule.max_reruns + 1):
+            if attempt:
+                await self._warm_wave(level, cls, "rewarm", attempt)
+            row = RowAttempt(level=level, cls=cls, attempt=attempt)
+            row.metrics["before"] = await self._scrape(level, cls, attempt, "before")
+            for rep in range(self.spec.reps):
+                await self._rep(row, rep)
+            await self._sink.drain()
+            row.metrics["after"] = await self._scrape(level, cls, attempt, "after")
+            result = evaluate_row(row, per_rep=len(rep_order(self.classes[cls], level)), reps=self.spec.reps,
+                                  max_tokens=self.spec.max_tokens, facts=self.facts, rule=self.spec.rule,
+                                  summarize=self.adapter.metric_summary)
+            self._sink.put({"kind": "row", "level": level, "class": cls, "attempt": attempt,
+                            "status": result.status, "reasons": result.reasons, "spread": result.spread,
+                            "median_aggregate_tok_s": result.median_aggregate})
+            await self._sink.drain()
+            results.append(result)
+            if result.valid:
+                return
+
+    async def _rep(self, row: RowAttempt, rep: int) -> None:
+        queue = rep_order(self.classes[row.cls], row.level)
+        taken = iter(range(len(queue)))
+
+        async def user(index: int) -> None:
+            for position in taken:  # each user takes the next prompt as soon as its last one ends
+                prompt = queue[position]
+                tags = {"phase": "measure", "level": row.level, "class": row.cls, "attempt": row.attempt,
+                        "rep": rep, "user": index, "position": position, "prompt": prompt.id}
+                record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags,
+                                                  new_connection=self.new_connection)
+                row.requests.append(record)
+                if self.facts.count_by_tokenizer:
+                    held.append(record)  # written once counted, after the clock stops (seconds later)
+                else:
+                    self._sink.put(record)
+
+        held: list[dict[str, Any]] = []
+
+        # host, lane and client CPU are read over one window around the rep (the reads included). The
+        # client is this event-loop thread: the runner's other threads (each process lane's boot-log copier
+        # redacting every engine log line, the heartbeat) are counted apart, as runner_other_cpu_s, so the
+        # client's figure compares with benchmarks/client_capacity.py's
+        window, cpu, wall = time.perf_counter(), time.thread_time(), time.time()
+        process_cpu = time.process_time()
+        host, lane = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
+        start = time.perf_counter()
+        try:
+            await asyncio.gather(*(user(index) for index in range(row.level)))
+        except BaseException:
+            for request in held:  # cut short: what arrived is still written, uncounted
+                self._sink.put(request)
+            raise
+        duration = time.perf_counter() - start
+        host_after, lane_after = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
+        record = {"kind": "rep", "level": row.level, "class": row.cls, "attempt": row.attempt, "rep": rep,
+                  "wall_start": wall, "duration_s": duration, "client_cpu_s": time.thread_time() - cpu,
+                  "runner_other_cpu_s": max(0.0, time.process_time() - process_cpu - (time.thread_time() - cpu)),
+                  "host_cpus": os.cpu_count(), "host_window_s": time.perf_counter() - window}
+        if None not in (host, lane, host_after, lane_after):
+            record["host_busy_s"], record["lane_cpu_s"] = host_after - host, lane_after - lane
+        for request in held:
+            await self._count_tokens(request)
+            self._sink.put(request)
+        row.reps.append(record)
+        self._sink.put(record)
+
+    async def _count_tokens(self, record: dict[str, Any]) -> None:
+        """The streamed text counted by the engine's own tokenizer, for an engine that reports no count;
+        asked after the rep, so the counting requests never share the clock with the measured ones."""
+        if record.get("error") or record.get("status") != 200:
+            return
+        try:
+            record["engine_token_count"] = await self.adapter.count_tokens(self.client, streamed_text(record))
+        except EngineError as exc:
+            record["engine_token_count_error"] = str(exc)
+
+    async def _scrape(self, level: int, cls: str, attempt: int, when: str) -> dict[str, Any]:
+        record: dict[str, Any] = {"kind": "metrics", "level": level, "class": cls, "attempt": attempt,
+                                  "when": when, "wall": time.time()}
+        try:
+            text = await self.adapter.scrape_metrics(self.client)
+            for _ in range(_SETTLE_POLLS):
+                if text is None or not self.adapter.metrics_busy(parse_prometheus(text)):
+                    break
+                await asyncio.sleep(_SETTLE_SLEEP)
+                text = await self.adapter.scrape_metrics(self.client)
+            record["text"] = text
+            record["busy"] = text is not None and self.adapter.metrics_busy(parse_prometheus(text))
+        except EngineError as exc:
+            record["error"] = str(exc)
+        self._sink.put(record)
+        return record

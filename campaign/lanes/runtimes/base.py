@@ -1,0 +1,50 @@
+"""What every runtime (local process, docker container) offers a lane session."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from campaign.contracts.resolve import EffectiveLane
+
+__all__ = ["LaunchSpec", "Runtime", "RunningLane", "scratch_path"]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """A fully resolved launch: what the runtime executes, nothing left to interpret."""
+
+    lane: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    labels: dict[str, str] = field(default_factory=dict)
+    # the folder the engine's temp files and caches go to (its env points there); a container gets an
+    # empty private tmpfs at the same path, since the host folder may not exist where docker runs
+    scratch: str | None = None
+
+
+class RunningLane(Protocol):
+    def alive(self) -> bool: ...
+
+    def exit_code(self) -> int | None: ...
+
+    def inspect(self) -> dict[str, Any]: ...
+
+    def failure_facts(self) -> dict[str, Any]:
+        """What the runtime itself knows about a death (e.g. ``oom_killed``, an engine ``error``)."""
+        ...
+
+    def stop(self, timeout: float = 20.0) -> int | None: ...
+
+
+class Runtime(Protocol):
+    def start(self, spec: LaunchSpec) -> RunningLane: ...
+
+
+def scratch_path(lane: EffectiveLane) -> Path:
+    """Where a lane's scratch folder is, without touching it (the redactor needs the name, not the folder)."""
+    return Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}" / f"lane-{lane.host}-{lane.port}"

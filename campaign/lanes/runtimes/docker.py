@@ -1,0 +1,412 @@
+"""The docker runtime: a lane is one container, created from the lane exactly and read back from the engine.
+
+The container runs the image pinned by digest (started by its id, so a tag moved after pre-flight cannot
+change what runs), with the lane's command, env, bind mounts (read-only unless declared otherwise),
+/dev/shm size, GPU device requests, host network (or a published port) and no restart policy: a lane
+that dies stays dead and is classified, never silently restarted. Its labels carry the window and the
+contract hash, so leftovers of a crashed runner can be found (``find_leftovers``). Its output is
+streamed into the bundle's boot.log through the redactor as it is produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.errors import LaunchError, PreflightError, RunError
+from campaign.lanes.runtimes.dockerhost import client_for, describe, is_local
+from campaign.lanes.redact import RedactingLog, redactor_for
+from campaign.lanes.runtimes.base import LaunchSpec
+
+__all__ = ["LABEL_CONTRACT", "LABEL_LANE", "LABEL_PREFIX", "LABEL_WINDOW", "DockerLane", "DockerRuntime",
+           "check_lane", "container_path", "create_kwargs", "device_requests", "find_leftovers", "host_path",
+           "remove_container", "resolve_image"]
+
+LABEL_PREFIX = "campaign."
+LABEL_WINDOW = LABEL_PREFIX + "window"
+LABEL_CONTRACT = LABEL_PREFIX + "contract"
+LABEL_LANE = LABEL_PREFIX + "lane"
+
+
+def _docker() -> Any:
+    import docker  # imported late: process-only windows never need the SDK
+
+    return docker
+
+
+def _failures() -> tuple[type[BaseException], ...]:
+    """What talking to an engine can raise: the SDK's errors, and requests' when the engine is unreachable."""
+    import requests
+
+    return (_docker().errors.DockerException, requests.exceptions.RequestException)
+
+
+# --- images -------------------------------------------------------------------------------------------
+
+def _normal_repo(name: str) -> str:
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "library/"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def resolve_image(client: Any, ref: str, *, where: str = "") -> dict[str, Any]:
+    """The local image ``ref`` pins, as ``docker image inspect`` returns it; PreflightError otherwise.
+
+    ``sha256:<id>`` must be a local image's id. ``name@sha256:<digest>`` must be one of a local image's
+    repo digests (what a registry pull records), or, for images that never went through a registry
+    (``docker load``, ``docker import``), the id of a local image tagged ``name``. No pull is attempted:
+    a window never fetches what it will measure.
+    """
+    docker = _docker()
+    name, _, digest = ref.rpartition("@") if "@" in ref else ("", "", ref)
+    try:
+        if not name:
+            attrs = client.api.inspect_image(digest)
+            if attrs["Id"] != digest:
+                raise PreflightError(f"{where}image {ref}: the engine resolved it to {attrs['Id']}")
+            return attrs
+        try:
+            attrs = client.api.inspect_image(ref)
+            if any(_normal_repo(r) == _normal_repo(ref) for r in attrs.get("RepoDigests") or []):
+                return attrs
+        except docker.errors.ImageNotFound:
+            pass
+        local = client.api.images(name=name)
+        for image in local:
+            if image["Id"] == digest:
+                return client.api.inspect_image(digest)
+        seen = ", ".join(f"{(i.get('RepoTags') or ['<untagged>'])[0]} = {i['Id']}" for i in local) or "none"
+        raise PreflightError(f"{where}image {ref} is not on engine {_engine(client)}: local images named "
+                             f"{name}: {seen}; no registry pull is attempted (load the pinned image first)")
+    except docker.errors.ImageNotFound as exc:
+        raise PreflightError(f"{where}image {ref} is not on engine {_engine(client)}; no registry pull is "
+                             "attempted (load or pull the pinned image first)") from exc
+    except _failures() as exc:
+        raise PreflightError(f"{where}docker engine {_engine(client)} unreachable: {exc}") from exc
+
+
+def _engine(client: Any) -> str:
+    return str(getattr(client.api, "base_url", "?"))
+
+
+# --- paths: host <-> container ---------------------------------------------------------------------------
+
+def _mount_source(lane: EffectiveLane, host: str) -> str:
+    # a local engine gets the resolved path: a bind-mounted symlink would dangle inside the container
+    return os.path.realpath(host) if is_local(lane.docker_host) else os.path.normpath(host)
+
+
+def container_path(lane: EffectiveLane, host_file: str) -> str | None:
+    """Where a host file appears inside the lane's container, through its bind mounts (None: not mounted)."""
+    target = _mount_source(lane, host_file)
+    for mount in sorted(lane.mounts, key=lambda m: -len(m.host)):
+        source = _mount_source(lane, mount.host)
+        if target == source:
+            return mount.container
+        if target.startswith(source.rstrip("/") + "/"):
+            return str(PurePosixPath(mount.container) / os.path.relpath(target, source))
+    return None
+
+
+def host_path(lane: EffectiveLane, container_file: str) -> Path | None:
+    """The host file behind a container path (a bind-mounted binary, say), when the engine is local."""
+    if not is_local(lane.docker_host):
+        return None
+    for mount in sorted(lane.mounts, key=lambda m: -len(m.container)):
+        inside = PurePosixPath(container_file)
+        try:
+            rel = inside.relative_to(mount.container)
+        except ValueError:
+            continue
+        candidate = Path(_mount_source(lane, mount.host)) / rel
+        return candidate if candidate.is_file() else None
+    return None
+
+
+# --- pre-flight -----------------------------------------------------------------------------------------
+
+def check_lane(lane: EffectiveLane, model_host_path: str) -> dict[str, Any]:
+    """Everything about a docker lane checkable before anything starts: the engine answers, the pinned
+    image is there, bind-mount sources exist (local engines), the model is mounted, and the command is
+    defined. Returns ``{"image_id", "model_path"}`` (the model's path inside the container)."""
+    where = f"lane {lane.name}: "
+    if not lane.image:
+        raise PreflightError(f"{where}a docker lane needs `image`")
+    client = client_for(lane.docker_host)
+    attrs = resolve_image(client, lane.image, where=where)
+    if not lane.executable and not (attrs.get("Config") or {}).get("Entrypoint"):
+        raise PreflightError(f"{where}image {lane.image} has no ENTRYPOINT: set the lane's `executable` "
+                             "(the server's path inside the container)")
+    if lane.executable and not lane.executable.startswith("/"):
+        raise PreflightError(f"{where}executable {lane.executable!r} must be an absolute path inside the container")
+    if is_local(lane.docker_host):
+        for mount in lane.mounts:
+            if not os.path.exists(mount.host):
+                raise PreflightError(f"{where}mount source {mount.host} does not exist")
+    inside = container_path(lane, model_host_path)
+    if inside is None:
+        raise PreflightError(f"{where}model {model_host_path} is not under any of the lane's mounts "
+                             f"({', '.join(m.host for m in lane.mounts) or 'none'}): the container could not read it")
+    return {"image_id": attrs["Id"], "model_path": inside}
+
+
+# --- the container --------------------------------------------------------------------------------------
+
+def device_requests(gpus: str | int | None) -> list[Any]:
+    """``gpus`` as Docker device requests: ``all``, a count, or device ids (``"0,1"`` or ``device=0,1``)."""
+    if gpus is None:
+        return []
+    types = _docker().types
+    text = str(gpus).strip()
+    if text == "all":
+        return [types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if text.isdigit():
+        return [types.DeviceRequest(count=int(text), capabilities=[["gpu"]])] if int(text) else []
+    ids = [part.strip() for part in text.removeprefix("device=").split(",") if part.strip()]
+    return [types.DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+
+
+def _ports(lane: EffectiveLane) -> dict[str, Any]:
+    return {} if lane.network == "host" else {f"{lane.port}/tcp": (lane.host, lane.port)}
+
+
+def create_kwargs(lane: EffectiveLane, spec: LaunchSpec, image_id: str, name: str) -> dict[str, Any]:
+    """What ``containers.create`` gets for a lane: nothing else decides how the container runs."""
+    types = _docker().types
+    kwargs: dict[str, Any] = {
+        "image": image_id,
+        "name": name,
+        "environment": dict(spec.env),
+        "labels": {**spec.labels, LABEL_LANE: spec.lane},
+        "mounts": [types.Mount(target=m.container, source=_mount_source(lane, m.host), type="bind",
+                               read_only=m.read_only) for m in lane.mounts],
+        "device_requests": device_requests(lane.gpus),
+        "restart_policy": {"Name": "no"},
+        "detach": True,
+        "stdin_open": False,
+        "tty": False,
+    }
+    if lane.executable:
+        kwargs["entrypoint"], kwargs["command"] = [spec.argv[0]], list(spec.argv[1:])
+    else:
+        kwargs["command"] = list(spec.argv)  # after the image's ENTRYPOINT
+    if spec.scratch:
+        kwargs["tmpfs"] = {spec.scratch: "rw,mode=0700"}
+    if lane.shm_size is not None:
+        kwargs["shm_size"] = int(lane.shm_size)
+    if lane.network == "host":
+        kwargs["network_mode"] = "host"
+    else:
+        kwargs["ports"] = _ports(lane)
+    return kwargs
+
+
+def _container_name(spec: LaunchSpec) -> str:
+    token = hashlib.sha256(spec.labels.get(LABEL_WINDOW, "").encode()).hexdigest()[:8]
+    return f"campaign-{spec.lane}-{token}"
+
+
+class DockerLane:
+    def __init__(self, client: Any, container: Any, lane: EffectiveLane, spec: LaunchSpec,
+                 launched: dict[str, Any], log: RedactingLog) -> None:
+        self._client, self.container, self.lane, self.spec = client, container, lane, spec
+        self._launched, self._log = launched, log
+        self._attrs: dict[str, Any] = {}
+        self._follower = threading.Thread(target=self._follow_logs, name=f"logs-{spec.lane}", daemon=True)
+        self._follower.start()
+
+    def _follow_logs(self) -> None:
+        try:
+            for chunk in self._client.api.logs(self.container.id, stream=True, follow=True):
+                self._log.write(chunk)
+        except Exception as exc:  # the stream ends with the container; a broken stream is noted, not fatal
+            self._log.write(f"\n[campaign] log stream ended: {type(exc).__name__}: {exc}\n".encode())
+
+    def _state(self) -> dict[str, Any]:
+        docker = _docker()
+        try:
+            self._attrs = self._client.api.inspect_container(self.container.id)
+        except docker.errors.NotFound:
+            return {"Status": "removed"}
+        except _failures():
+            pass  # keep the last known state; the engine may be briefly busy
+        return self._attrs.get("State") or {}
+
+    def _drain(self) -> None:
+        self._follower.join(timeout=10)
+
+    def alive(self) -> bool:
+        if self._state().get("Status") in ("created", "running", "restarting"):
+            return True
+        self._drain()  # the last lines explain why it died: have them on disk before anyone reads the log
+        return False
+
+    def exit_code(self) -> int | None:
+        state = self._state()
+        return None if state.get("Status") in ("created", "running", "restarting", "removed") \
+            else state.get("ExitCode")
+
+    def failure_facts(self) -> dict[str, Any]:
+        state = self._state()
+        return {"oom_killed": bool(state.get("OOMKilled")), "error": state.get("Error") or ""}
+
+    def inspect(self) -> dict[str, Any]:
+        """What the engine says runs: image id, command, env, mounts, /dev/shm, devices, network."""
+        self._state()
+        attrs = self._attrs
+        config, host_config = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
+        state = attrs.get("State") or {}
+        return {
+            "runtime": "docker",
+            "docker_host": describe(self.lane.docker_host),
+            "container_id": attrs.get("Id", self.container.id),
+            "name": (attrs.get("Name") or "").lstrip("/"),
+            "image_ref": self.lane.image,
+            "image_id": attrs.get("Image"),
+            "argv": [attrs.get("Path", ""), *(attrs.get("Args") or [])],
+            "env": dict(e.split("=", 1) for e in (config.get("Env") or []) if "=" in e),
+            "launched_argv": list(self._launched["argv"]),
+            "launched_env": dict(self.spec.env),
+            "entrypoint": config.get("Entrypoint"),
+            "cmd": config.get("Cmd"),
+            "mounts": sorted(({"source": m.get("Source"), "destination": m.get("Destination"),
+                               "read_only": not m.get("RW", True), "type": m.get("Type")}
+                              for m in attrs.get("Mounts") or []), key=lambda m: m["destination"] or ""),
+            "shm_size": host_config.get("ShmSize"),
+            "tmpfs": host_config.get("Tmpfs") or {},
+            "device_requests": host_config.get("DeviceRequests") or [],
+            "network_mode": host_config.get("NetworkMode"),
+            "port_bindings": host_config.get("PortBindings") or {},
+            "restart_policy": host_config.get("RestartPolicy"),
+            "labels": config.get("Labels") or {},
+            "state": {"status": state.get("Status"), "exit_code": state.get("ExitCode"),
+                      "oom_killed": state.get("OOMKilled"), "started_at": state.get("StartedAt")},
+            "launched": {k: v for k, v in self._launched.items() if k != "argv"},
+        }
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, SIGKILL after ``timeout``; then the container is kept or removed, per the lane."""
+        docker = _docker()
+        code: int | None = None
+        try:
+            try:
+                self.container.stop(timeout=int(max(timeout, 1)))
+                code = self.container.wait(timeout=timeout + 30).get("StatusCode")
+            except docker.errors.NotFound:
+                return None
+            except Exception as exc:  # a wedged engine: record it, the failsafe owns the rest
+                self._log.write(f"\n[campaign] stop failed: {type(exc).__name__}: {exc}\n".encode())
+            self._drain()
+            if self.lane.stop == "remove":
+                try:
+                    self.container.remove(v=True, force=True)
+                except docker.errors.NotFound:
+                    pass
+                except _failures() as exc:
+                    self._log.write(f"\n[campaign] remove failed: {exc}\n".encode())
+        finally:
+            self._log.close()
+        return code
+
+
+class DockerRuntime:
+    def __init__(self, lane: EffectiveLane) -> None:
+        self.lane = lane
+
+    def start(self, spec: LaunchSpec) -> DockerLane:
+        docker = _docker()
+        lane = self.lane
+        client = client_for(lane.docker_host)
+        try:
+            image = resolve_image(client, lane.image or "", where=f"lane {lane.name}: ")
+        except PreflightError as exc:
+            raise LaunchError(str(exc), cause="missing_image") from exc
+        log = RedactingLog(spec.log_path, redactor_for(lane))
+        entry = [] if lane.executable else list((image.get("Config") or {}).get("Entrypoint") or [])
+        kwargs = create_kwargs(lane, spec, image["Id"], _container_name(spec))
+        launched = {"argv": [*entry, *spec.argv], "image_id": image["Id"],
+                    "mounts": sorted(({"source": m["Source"], "destination": m["Target"],
+                                       "read_only": bool(m.get("ReadOnly")), "type": "bind"}
+                                      for m in kwargs["mounts"]), key=lambda m: m["destination"]),
+                    "shm_size": kwargs.get("shm_size"), "device_requests": [dict(d) for d in kwargs["device_requests"]],
+                    "network_mode": kwargs.get("network_mode", "default"),
+                    "port_bindings": {k: [{"HostIp": h, "HostPort": str(p)}] for k, (h, p) in kwargs.get("ports", {}).items()}}
+        try:
+            container = self._create(client, kwargs)
+        except docker.errors.ImageNotFound as exc:
+            log.close()
+            raise LaunchError(f"lane {lane.name}: image {lane.image} vanished: {exc.explanation}",
+                              cause="missing_image") from exc
+        except _failures() as exc:
+            log.write(f"[campaign] create failed: {exc}\n".encode())
+            log.close()
+            raise LaunchError(f"lane {lane.name}: docker could not create the container: {exc}",
+                              cause="create_failed") from exc
+        try:
+            container.start()
+        except _failures() as exc:
+            # e.g. the executable is not in the image: the engine says so here, not in the log
+            log.write(f"[campaign] start failed: {exc}\n".encode())
+            log.close()
+            if lane.stop == "remove":
+                try:
+                    container.remove(force=True)
+                except _failures():
+                    pass
+            from campaign.lanes.bootlog import classify_failure
+
+            raise LaunchError(f"lane {lane.name}: docker could not start the container: {exc}",
+                              cause=classify_failure(str(exc), None, started=False)) from exc
+        return DockerLane(client, container, lane, spec, launched, log)
+
+    @staticmethod
+    def _create(client: Any, kwargs: dict[str, Any]) -> Any:
+        docker = _docker()
+        base = kwargs["name"]
+        for attempt in range(1, 20):
+            try:
+                return client.containers.create(**kwargs)
+            except docker.errors.APIError as exc:
+                # a control visited twice in one window, or a kept container of this window: next name
+                if exc.status_code == 409 and "already in use" in str(exc):
+                    kwargs["name"] = f"{base}-{attempt + 1}"
+                    continue
+                raise
+        raise LaunchError(f"no free container name after {base}-19", cause="create_failed")
+
+
+def remove_container(client: Any, container_id: str) -> None:
+    docker = _docker()
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except _failures() as exc:
+        raise RunError(f"docker engine {_engine(client)}: cannot remove {container_id[:12]}: {exc}") from exc
+
+
+def find_leftovers(client: Any, *, window: str | None = None, contract: str | None = None,
+                   all_states: bool = True) -> list[dict[str, Any]]:
+    """Containers this tool made (by label), optionally of one window or contract: what `campaign cleanup`
+    lists and removes after a crashed runner. Each: id, name, lane, window, contract, status."""
+    filters = [f"{LABEL_LANE}"]
+    if window:
+        filters.append(f"{LABEL_WINDOW}={window}")
+    if contract:
+        filters.append(f"{LABEL_CONTRACT}={contract}")
+    try:
+        items = client.api.containers(all=all_states, filters={"label": filters})
+    except _failures() as exc:
+        raise RunError(f"docker engine {_engine(client)}: cannot list containers: {exc}") from exc
+    found = []
+    for item in items:
+        labels = item.get("Labels") or {}
+        found.append({"id": item["Id"], "name": (item.get("Names") or ["?"])[0].lstrip("/"),
+                      "lane": labels.get(LABEL_LANE), "window": labels.get(LABEL_WINDOW),
+                      "contract": labels.get(LABEL_CONTRACT), "status": item.get("State")})
+    return found

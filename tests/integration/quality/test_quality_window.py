@@ -1,0 +1,244 @@
+"""The quality gates in one real window: llama-server lanes serving SmolLM2, each candidate one axis.
+
+- kvq8 (--cache-type-k q8_0): changes some greedy outputs (a real divergence) and is lossy (KL > 0);
+- fa-off (--flash-attn off): its prefill and decode numerics differ, so teacher-forcing its own greedy
+  text does not give its generation-time logprobs back: the instrument check must say INCONCLUSIVE;
+- draft8 (--spec-draft-n-max 8 without --spec-type): accepted by the engine and ignored, so the ruler
+  must call the axis inert, loudly;
+- rope (RoPE base 20000 instead of the model's own): a change that surely alters the greedy path on any
+  CPU (the model computes another function, not another rounding: 3 of the 4 prompts diverge within 6
+  tokens), while staying close enough that each lane's token is in the other's top-10 to be weighed.
+Threads are 1 per lane: on a shared 2-core host two spinning threads per server cost more than they give.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from campaign.fsutil import load_json_strict, read_jsonl
+from tests.support.cli import campaign
+from tests.support.contracts import DEFAULT_PYTHON, EXAMPLES, MODEL, MODEL_SHA256, free_port
+
+pytestmark = pytest.mark.integration
+
+
+
+
+def contract(port: int) -> str:
+    return f"""\
+contract: t-quality
+version: 1
+lane_defaults:
+  runtime: process
+  engine: llamacpp
+  executable: llama-server
+  port: {port}
+  model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
+  args: [--ctx-size, "2048", --threads, "1", --parallel, "1", --seed, "0", --no-webui, --metrics]
+  readiness: {{budget: 120s}}
+lanes:
+  - name: base
+    role: control
+  - name: kvq8
+    role: candidate
+    axis: [args.cache-type-k]
+    set: {{args: {{--cache-type-k: q8_0}}}}
+  - name: fa-off
+    role: candidate
+    axis: [args.flash-attn]
+    set: {{args: {{--flash-attn: "off"}}}}
+  - name: draft8
+    role: candidate
+    axis: [args.spec-draft-n-max]
+    set: {{args: {{--spec-draft-n-max: "8"}}}}
+  - name: rope
+    role: candidate
+    axis: [args.override-kv]
+    set: {{args: {{--override-kv: "llama.rope.freq_base=float:20000"}}}}
+  - name: ngram
+    role: candidate
+    axis: [args.spec-type]
+    set: {{args: {{--spec-type: ngram-simple}}}}
+  - name: defrag
+    role: candidate
+    axis: [args.defrag-thold]
+    set: {{args: {{--defrag-thold: "0.1"}}}}
+inputs:
+  tf: {{file: {EXAMPLES}/prompts/tf4.jsonl}}
+  refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
+  structured: {{file: {EXAMPLES}/structured/structured4.jsonl}}
+  tools: {{file: {EXAMPLES}/tools/tools2.jsonl}}
+gates:
+  - kind: teacher_forced
+    input: tf
+    references: refs
+    max_tokens: 16
+    top_k: 10
+    rule: {{instrument_tolerance: 0.01, max_site_delta: 1.0, noninferiority_max: 2.0}}
+  - kind: kl
+    input: refs
+    top_k: 10
+    rule: {{max_mean: 0.5}}
+  - kind: structured
+    input: structured
+    max_tokens: 32
+    rule: {{correct: "1/4"}}
+  - id: structured-free
+    kind: structured
+    input: structured
+    constrained: false
+    max_tokens: 40
+    rule: {{correct: "1/4"}}
+  - kind: tools
+    input: tools
+    max_tokens: 32
+    rule: {{passed: "2/2"}}
+  - kind: ruler
+    input: tf
+    probes: 2
+    max_tokens: 8
+  - id: ruler-plain
+    kind: ruler
+    input: tf
+    probes: 2
+    max_tokens: 8
+    exercise: []
+  - id: tf-bare
+    kind: teacher_forced
+    input: tf
+    max_tokens: 8
+    top_k: 10
+    rule: {{instrument_tolerance: 0.01, max_site_delta: 1.0}}
+promotion:
+  requires: [ruler]
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    if not shutil.which("llama-server"):
+        pytest.fail("llama-server is not on PATH: run the tests with `make test`")
+    root = tmp_path_factory.mktemp("quality")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
+        path = root / "c.yaml"
+        path.write_text(contract(free_port()))
+        assert campaign("keys", "init").returncode == 0
+        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
+        assert frozen.returncode == 0, frozen.stderr
+        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "AXIS MAY BE INERT" in ran.stdout
+        return next((root / "runs").iterdir())
+
+
+def result(bundle: Path, gate: str, lane: str) -> dict:
+    return load_json_strict(bundle / "gates" / gate / f"{lane}.json")
+
+
+def test_instrument_gives_own_greedy_tokens_back(bundle: Path) -> None:
+    r = result(bundle, "teacher_forced", "kvq8")
+    for who in ("control", "candidate"):
+        check = r["metrics"][f"instrument_{who}"]
+        assert check["value"] == check["denominator"] > 0
+        assert r["metrics"][f"instrument_max_drift_{who}"]["value"] <= 0.01
+
+
+def test_margins_at_a_real_divergence(bundle: Path) -> None:
+    r = result(bundle, "teacher_forced", "rope")
+    assert r["verdict"] in ("PASS", "FAIL")
+    sites = [s for s in r["details"]["sites"] if s["scored"]]
+    # another RoPE base is another model function: prompts diverge by construction, not by rounding
+    assert r["metrics"]["sites"]["value"] == len(sites) >= 2
+    for site in sites:
+        # the control's own token is rank 1 on its own server; each lane scored both tokens
+        assert site["rank1_control_server"] == "control"
+        assert site["control_token"]["id"] != site["candidate_token"]["id"]
+        for server in ("control_server", "candidate_server"):
+            assert site[server]["logprob_control_token"] <= 0 and site[server]["logprob_candidate_token"] <= 0
+    raw = read_jsonl(bundle / "raw" / "teacher_forced" / "base@rerun1.jsonl")
+    assert any(rec.get("tags", {}).get("purpose") == "site" for rec in raw)  # scored on the control, rebooted
+    assert r["metrics"]["control_reboot_identical"]["denominator"] == 4
+    assert r["metrics"]["noninferiority_max"]["unit"] == "nats"
+
+
+def test_engine_whose_scoring_disagrees_with_its_generation_is_inconclusive(bundle: Path) -> None:
+    r = result(bundle, "teacher_forced", "fa-off")
+    assert r["verdict"] == "INCONCLUSIVE"
+    assert r["reasons"][0].startswith("instrument:")
+    assert r["metrics"]["instrument_max_drift_candidate"]["value"] > 0.01
+    assert "sites" not in r["metrics"]  # no margin from a broken instrument
+
+
+def test_kl_of_a_lossy_axis_states_its_tail(bundle: Path) -> None:
+    r = result(bundle, "kl", "kvq8")
+    assert r["metrics"]["kl_mean"]["value"] > 0
+    assert r["metrics"]["kl_max"]["value"] >= r["metrics"]["kl_p99"]["value"] >= 0
+    assert "lower bound" in r["details"]["tail_treatment"]
+    lossless = result(bundle, "kl", "draft8")
+    assert lossless["metrics"]["kl_max"]["value"] == 0.0
+
+
+def test_structured_classifies_real_outputs(bundle: Path) -> None:
+    constrained = result(bundle, "structured", "kvq8")
+    free = result(bundle, "structured-free", "kvq8")
+    outcomes = {row["candidate"]["outcome"] for g in (constrained, free) for row in g["details"]["rows"]}
+    assert "correct" in outcomes
+    assert outcomes - {"correct", "wrong_value", "schema_invalid"}, "unconstrained chat produced no malformed class"
+    assert constrained["metrics"]["valid_json"]["value"] == 4  # the engine's grammar keeps JSON well-formed
+    assert constrained["metrics"]["correct"]["denominator"] == 4
+
+
+def test_tools_on_an_engine_that_parses_no_calls_fails(bundle: Path) -> None:
+    r = result(bundle, "tools", "kvq8")
+    assert r["verdict"] == "FAIL"
+    assert r["metrics"]["outcome_no_call"]["value"] == 2
+
+
+def test_ruler_flags_an_ignored_flag_and_passes_a_real_one(bundle: Path) -> None:
+    inert = result(bundle, "ruler", "draft8")
+    assert inert["verdict"] == "FAIL" and inert["warnings"][0].startswith("AXIS MAY BE INERT")
+    real = result(bundle, "ruler", "kvq8")
+    assert real["verdict"] == "PASS" and "logprobs" in real["details"]["differs"]
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert any("draft8" in w for w in summary["warnings"])
+    assert summary["candidates"]["draft8"]["gates"]["ruler"]["warnings"]
+    key = bundle.parents[1] / "xdg" / "campaign" / "signing.pub"
+    assert campaign("verify", str(bundle), "--trust", str(key)).returncode == 0
+
+
+def test_a_deprecated_no_op_flag_is_never_promotable(bundle: Path) -> None:
+    r = result(bundle, "ruler", "defrag")
+    assert r["verdict"] != "PASS", r["reasons"]
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert summary["candidates"]["defrag"]["overall"] != "PASS"
+    # each gate's verdict and its warnings agree: a gate that warns about the axis never passes it
+    for name, entry in summary["candidates"].items():
+        for gate, judged in entry["gates"].items():
+            if any("AXIS" in w for w in judged.get("warnings", [])):
+                assert judged["verdict"] != "PASS", (name, gate)
+
+
+def test_n_gram_speculation_passes_only_on_counters_that_moved_in_its_probes(bundle: Path) -> None:
+    exercised = result(bundle, "ruler", "ngram")
+    assert exercised["verdict"] == "PASS", exercised["reasons"]
+    moved = exercised["details"]["candidate_counters"]
+    assert "metrics" in exercised["details"]["differs"]
+    assert any("spec" in k and v > 0 for k, v in moved.items()), moved  # drafts fired on the copy probe
+    plain = result(bundle, "ruler-plain", "ngram")
+    assert plain["verdict"] == "INCONCLUSIVE", plain["reasons"]
+    assert "not exercised" in " ".join(plain["reasons"])
+
+
+def test_no_rule_passes_over_zero_sites(bundle: Path) -> None:
+    bare = result(bundle, "tf-bare", "draft8")  # an ignored flag: greedy tokens agree everywhere
+    assert bare["verdict"] == "INCONCLUSIVE"
+    assert any("nothing to weigh" in r for r in bare["reasons"])
+    assert not any("over 0 sites" in r for r in bare["reasons"])
+    assert result(bundle, "tf-bare", "rope")["verdict"] in ("PASS", "FAIL")

@@ -1,0 +1,102 @@
+"""The ruler's thinking switch against real llama-server lanes and the real model.
+
+SmolLM2's own chat template has no thinking branch: ``chat_template_kwargs.enable_thinking`` is accepted
+by the server and ignored by the template, a real ignored switch. The candidate serves a template that
+does honour it (the generation prompt opens a ``<think>`` block when it is on), so the same probes come
+back different. One window shows both: the switch proven on one lane, flagged inert on the other.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from campaign.fsutil import load_json_strict, read_jsonl
+from tests.support.contracts import MODEL, MODEL_SHA256, free_port, write_contract
+
+pytestmark = pytest.mark.integration
+
+# ChatML as SmolLM2 uses it, plus the branch a reasoning model's template has.
+THINKING_TEMPLATE = """\
+{%- for message in messages -%}
+<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking %}<think>
+Let me think step by step.
+{% endif -%}
+{%- endif -%}
+"""
+
+
+@pytest.fixture(scope="module")
+def window(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from campaign.contracts.freeze import freeze
+    from campaign.contracts.load import load_contract
+    from campaign.signing import init_keys, load_signing_key, load_trusted
+    from campaign.window.run import run_window
+
+    if not shutil.which("llama-server"):
+        pytest.fail("llama-server is not on PATH: run the tests with `make test`")
+    root = tmp_path_factory.mktemp("thinking")
+    template = root / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    body = f"""\
+        contract: t-thinking
+        version: 1
+        lane_defaults:
+          runtime: process
+          engine: llamacpp
+          executable: llama-server
+          port: {free_port()}
+          model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
+          args: [--ctx-size, "2048", --threads, "1", --jinja, --metrics, --seed, "0", --no-webui]
+          readiness: {{budget: 120s}}
+        lanes:
+          - {{name: plain, role: control}}
+          - name: thinks
+            role: candidate
+            axis: [args.chat-template-file]
+            set: {{args: {{--chat-template-file: {template}}}}}
+        inputs:
+          p: {{file: prompts/p.jsonl}}
+        gates:
+          - kind: ruler
+            input: p
+            probes: 2
+            max_tokens: 8
+            thinking: {{max_tokens: 24}}
+        promotion:
+          requires: [ruler]
+        """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
+        contract = write_contract(root, body)
+        init_keys()
+        freeze(load_contract(contract), load_signing_key())
+        outcome = run_window(contract, key=load_signing_key(), trusted=load_trusted(), out_dir=root / "runs")
+    return outcome.bundle
+
+
+def test_an_ignored_thinking_switch_is_flagged_and_a_real_one_is_proven(window: Path) -> None:
+    result = load_json_strict(window / "gates" / "ruler" / "thinks.json")
+    assert result["verdict"] == "FAIL", result["reasons"]
+    thinking = result["details"]["thinking"]
+    # SmolLM2's own template: every probe identical with the switch on and off
+    assert thinking["control"]["changed"] == [] and thinking["control"]["probes"] == 2
+    assert any(r.startswith("thinking switch inert on plain (2/2 probes identical on and off):")
+               for r in result["reasons"]), result["reasons"]
+    # the template with a thinking branch: every probe changed, and the lane is not named inert
+    assert len(thinking["candidate"]["changed"]) == 2
+    assert not any("inert on thinks" in r for r in result["reasons"])
+    # the evidence is the engine's own replies, kept raw in the bundle
+    raw = [r for r in read_jsonl(window / "raw" / "ruler" / "thinks.jsonl") if r["tags"].get("purpose") == "thinking"]
+    assert sorted(r["tags"]["switch"] for r in raw) == ["off", "off", "on", "on"]
+    assert all(r["request"]["chat_template_kwargs"]["enable_thinking"] == (r["tags"]["switch"] == "on") for r in raw)
+    on = {r["tags"]["item"]: r["response"]["choices"][0]["message"] for r in raw if r["tags"]["switch"] == "on"}
+    off = {r["tags"]["item"]: r["response"]["choices"][0]["message"] for r in raw if r["tags"]["switch"] == "off"}
+    assert all(on[item] != off[item] for item in on)

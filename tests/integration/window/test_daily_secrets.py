@@ -1,0 +1,139 @@
+"""Secrets of a real daily never reach a bundle or a published archive, and `${env:NAME}` references are
+resolved on every launch path. The daily is a real llama-server started by hand with a literal
+`--api-key` (the normal way a daily exists), with a token in its environment; the lanes take their key
+from `${env:LANE_KEY}`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.contracts import MODEL, demo_like, free_port, write_contract
+from tests.support.cli import campaign
+
+pytestmark = pytest.mark.integration
+
+DAILY_KEY = "sk-daily-" + "Q7c2Lx9PaaVt3Kd8"
+LANE_KEY = "lane-key-" + "Zr84vNq2"
+HF_SECRET = "hf_" + "TokenOfTheDailyNeverShown42"
+
+
+def answers(port: int, key: str | None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    try:
+        return httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=headers, timeout=30.0,
+                          json={"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def wait_serving(port: int, key: str) -> None:
+    deadline = time.monotonic() + 60
+    while answers(port, key) != 200:
+        assert time.monotonic() < deadline, "the daily never served"
+        time.sleep(0.3)
+
+
+def keyed_contract(tmp_path: Path, port: int, *, daily_port: int, api_key_env: str, lane: str | None = None) -> Path:
+    """Lanes keyed by ${env:LANE_KEY}, a token in their env, and a daily behind a failsafe."""
+    body = textwrap.dedent(demo_like(port, max_tokens=8, rule='"2/2"')).replace(
+        '--seed, "0", --no-webui]', '--seed, "0", --no-webui, --api-key, "${env:LANE_KEY}"]').replace(
+        "lane_defaults:\n", "lane_defaults:\n  env: {HF_TOKEN: \"${env:HF_TOKEN}\"}\n", 1)
+    body += (f"incumbent:\n  runtime: process\n  endpoint: http://127.0.0.1:{daily_port}\n  pidfile: daily.pid\n"
+             + (f"  lane: {lane}\n" if lane else "") + f"  api_key_env: {api_key_env}\n"
+             + "failsafe: {deadline: 10m}\n")
+    return write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
+                                                   ("sea", "Describe the sea.")])
+
+
+def test_daily_start_resolves_secret_references(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                llama_server: str) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("LANE_KEY", LANE_KEY)
+    monkeypatch.setenv("HF_TOKEN", HF_SECRET)
+    port = free_port()
+    contract = keyed_contract(tmp_path, port, daily_port=port, api_key_env="LANE_KEY", lane="base")
+    started = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily.log"))
+    pid = int((tmp_path / "daily.pid").read_text()) if (tmp_path / "daily.pid").exists() else None
+    try:
+        assert started.returncode == 0, started.stderr
+        assert answers(port, LANE_KEY) == 200
+        assert answers(port, "${env:LANE_KEY}") == 401
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert f"HF_TOKEN={HF_SECRET}".encode() in environ and b"${env:" not in environ
+        shown = campaign("daily", "show", str(contract))  # the running daily, its command, its log
+        assert shown.returncode == 0, shown.stderr
+        assert f"running, pid {pid}" in shown.stdout and str(tmp_path / "daily.log") in shown.stdout
+        assert "--api-key '<redacted hmac:" in shown.stdout and LANE_KEY not in shown.stdout
+    finally:
+        if pid:
+            os.killpg(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{pid}/cmdline").exists() and Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)
+    # a missing variable is refused, not passed on as text
+    monkeypatch.delenv("LANE_KEY")
+    refused = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily2.log"))
+    assert refused.returncode != 0 and "LANE_KEY" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                llama_server: str) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("LANE_KEY", LANE_KEY)
+    monkeypatch.setenv("HF_TOKEN", HF_SECRET)
+    monkeypatch.setenv("DAILY_KEY", DAILY_KEY)
+    daily_port, lane_port = free_port(), free_port()
+    # by hand, as a user does: the key on the command line, a token in the environment
+    daily = subprocess.Popen([llama_server, "-m", str(MODEL), "--port", str(daily_port), "--ctx-size", "1024",
+                              "--threads", "1", "--api-key", DAILY_KEY], env={**os.environ, "HF_TOKEN": HF_SECRET},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    (tmp_path / "daily.pid").write_text(f"{daily.pid}\n")
+    try:
+        wait_serving(daily_port, DAILY_KEY)
+        contract = keyed_contract(tmp_path, lane_port, daily_port=daily_port, api_key_env="DAILY_KEY")
+        assert campaign("keys", "init").returncode == 0
+        assert campaign("freeze", str(contract)).returncode == 0
+        ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        bundle = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+        summary = json.loads((bundle / "SUMMARY.json").read_text())
+        assert summary["restore"]["proved"] is True
+        assert summary["lanes"]["spec"]["status"] == "ran"  # the lanes served with their resolved key
+        snapshot = json.loads((bundle / "incumbent" / "snapshot.json").read_text())
+        argv = snapshot["argv"]
+        assert argv[argv.index("--api-key") + 1].startswith("<redacted hmac:")
+        assert snapshot["env"]["HF_TOKEN"].startswith("<redacted hmac:")
+        published = campaign("publish", str(bundle))
+        assert published.returncode == 0, published.stderr
+        archive = next(bundle.parent.glob(f"{bundle.name}.published/*.tar.gz"))
+        secrets = [s.encode() for s in (DAILY_KEY, LANE_KEY, HF_SECRET)]
+        for path in [*bundle.rglob("*"), *archive.parent.rglob("*")]:
+            if path.is_file():
+                data = path.read_bytes()
+                assert not any(s in data for s in secrets), path
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if member.isreg():
+                    data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                    assert not any(s in data for s in secrets), member.name
+        new_pid = int((tmp_path / "daily.pid").read_text())
+        assert answers(daily_port, DAILY_KEY) == 200 and answers(daily_port, None) == 401
+    finally:
+        for pid in {daily.pid, int((tmp_path / "daily.pid").read_text())}:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        daily.wait()
+    assert new_pid != daily.pid

@@ -1,0 +1,241 @@
+"""Unattended windows against real llama-server processes: a real daily is stopped behind the watchdog
+failsafe and restored with proof, whatever happens to the runner (kill -9 at every journal step,
+a kill mid-gate then `campaign resume`, a failsafe that cannot be armed, a detached run)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from campaign.fsutil import read_jsonl
+from campaign.window.state import WindowState, process_start_time
+from tests.support.cli import campaign
+from tests.support.daily import daily_pid, serves
+
+pytestmark = pytest.mark.integration
+
+
+def _window_state(root: Path) -> WindowState:
+    (state_dir,) = list((root / "state" / "campaign" / "windows").iterdir())
+    return WindowState.load(state_dir.name)
+
+
+def test_window_stops_and_restores_the_daily_with_proof(daily: dict) -> None:
+    before = daily_pid(daily["root"])
+    ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundle = next((daily["root"] / "runs").iterdir())
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["restore"]["proved"] is True and summary["restore"]["action"] == "started"
+    assert daily_pid(daily["root"]) != before and serves(daily["port"])
+    steps = [(r["step"], r["event"]) for r in read_jsonl(bundle / "journal.jsonl")]
+    order = [s for s, e in steps if e == "done"]
+    assert order.index("failsafe.arm") < order.index("incumbent.stop") < order.index("boot")
+    assert order.index("incumbent.restore") < order.index("failsafe.disarm") < order.index("judge")
+    state = _window_state(daily["root"])
+    assert not state.armed and state.restored
+    snapshot = json.loads((bundle / "incumbent" / "snapshot.json").read_text())
+    from campaign.lanes.redact import ENV_ALLOW
+
+    # the daily's env never enters the bundle: each value a keyed digest, except harmless ones (PATH...)
+    assert all(v.startswith("<redacted hmac:") for k, v in snapshot["env"].items() if k not in ENV_ALLOW)
+    assert campaign("verify", str(bundle)).returncode == 0
+
+
+def _records_of_a_full_window(daily: dict) -> int:
+    ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "probe"))
+    assert ran.returncode == 0, ran.stderr
+    bundle = next((daily["root"] / "probe").iterdir())
+    # records the runner itself writes through the journal (restore records come from restore())
+    return sum(1 for r in read_jsonl(bundle / "journal.jsonl") if r["step"] != "incumbent.restore")
+
+
+def test_kill_at_every_journal_step_leaves_the_daily_serving(daily: dict) -> None:
+    total = _records_of_a_full_window(daily)
+    assert total >= 20
+    for k in range(1, total + 1):
+        out = daily["root"] / f"runs-{k}"
+        killed = campaign("run", str(daily["contract"]), "--out", str(out),
+                          env={"CAMPAIGN_FAULT_KILL_AFTER_RECORD": str(k)})
+        assert killed.returncode == -signal.SIGKILL, (k, killed.stderr)
+        bundle = next(out.iterdir())
+        window = bundle.name
+        state = WindowState.load(window)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (state.armed or (state.incumbent_stopped and not state.restored)):
+            time.sleep(0.2)
+            state = state.reload()
+        assert not state.armed, f"failsafe still armed after kill at record {k}"
+        assert serves(daily["port"]), f"daily not serving after kill at record {k}"
+        for lane in state.lanes:
+            assert lane.pid is None or process_start_time(lane.pid) != lane.start_time, (k, lane)
+        records = read_jsonl(bundle / "journal.jsonl")
+        stops = [i for i, r in enumerate(records) if r["step"] == "incumbent.stop"]
+        if stops:  # the daily was touched: a proven restore is recorded after that, by runner or failsafe
+            assert any(r["step"] == "incumbent.restore" and r["event"] == "done" and r.get("proof")
+                       for r in records[stops[-1]:]), k
+        assert not (bundle / "receipt.dsse.json").exists()  # an interrupted window never verifies
+
+
+def test_kill_mid_gate_then_resume_keeps_finished_gates(daily: dict) -> None:
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(daily["contract"]), "--out",
+                               str(daily["root"] / "runs")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    raw_spec = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = list((daily["root"] / "runs").glob("*/raw/greedy/spec.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            raw_spec = found[0]
+            break
+        time.sleep(0.05)
+    assert raw_spec is not None, "the candidate's gate never started"
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    bundle = raw_spec.parent.parent.parent
+    base_raw = bundle / "raw" / "greedy" / "base.jsonl"
+    base_digest = hashlib.sha256(base_raw.read_bytes()).hexdigest()
+    partial = raw_spec.read_bytes()
+    assert len(read_jsonl(raw_spec)) < 4  # cut short: 2 prompts x 2 repeats were asked for
+    resumed = campaign("resume", bundle.name)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert hashlib.sha256(base_raw.read_bytes()).hexdigest() == base_digest  # not re-run
+    assert (bundle / "raw" / "greedy" / "spec.interrupted-1.jsonl").read_bytes() == partial  # kept
+    assert len(read_jsonl(raw_spec)) == 4
+    records = read_jsonl(bundle / "journal.jsonl")
+    gate_runs = [(r["lane"]) for r in records if r["step"] == "gate" and r["event"] == "intent"]
+    assert gate_runs.count("base") == 1 and gate_runs.count("spec") == 2
+    assert campaign("verify", str(bundle)).returncode == 0
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["resumed"] is True and summary["restore"]["proved"] is True
+    assert serves(daily["port"])
+
+
+def test_failsafe_that_cannot_be_armed_leaves_the_daily_untouched(daily: dict) -> None:
+    contract = daily["contract"]
+    contract.write_text(contract.read_text().replace("heartbeat_grace: 30s", "heartbeat_grace: 30s\n  backend: systemd"))
+    (daily["root"] / "c.freeze.json").unlink()
+    assert campaign("freeze", str(contract)).returncode == 0
+    before = daily_pid(daily["root"])
+    ran = campaign("run", str(contract), "--out", str(daily["root"] / "runs"))
+    assert ran.returncode == 1
+    assert "failsafe dry run failed, so the incumbent was not touched" in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1
+    assert daily_pid(daily["root"]) == before and serves(daily["port"])
+
+
+def test_detached_window_finishes_and_status_follows_it(daily: dict) -> None:
+    started = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"), "--detach")
+    assert started.returncode == 0, started.stderr
+    window = started.stdout.split()[1]
+    seen = set()
+    deadline = time.monotonic() + 300
+    row = {}
+    while time.monotonic() < deadline:
+        status = campaign("status", window, "--json")
+        if status.returncode == 0:
+            (row,) = json.loads(status.stdout)
+            seen.add(row["phase"])
+            if row["signed"] and not row["runner_alive"]:
+                break
+        time.sleep(0.5)
+    assert row.get("signed"), row
+    assert row["gates_done"] == row["gates_planned"] == 2
+    assert len(seen) >= 2  # status showed the window moving
+    bundle = Path(row["bundle"])
+    assert "judge done" in (bundle / "runner.log").read_text()
+    assert campaign("verify", str(bundle)).returncode == 0
+    assert serves(daily["port"])
+
+
+def test_restore_twice_is_a_no_op_and_fenced(daily: dict) -> None:
+    from campaign.window.restore import restore
+
+    ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"))
+    assert ran.returncode == 0
+    state = _window_state(daily["root"])
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        with state.locked():
+            fresh = state.reload()
+            # a pid recorded with another start time is not ours any more: it must not be touched
+            fresh.lanes.append(type(fresh.lanes[0])(visit="ghost", pid=bystander.pid, start_time=1))
+            fresh.save()
+        pid = daily_pid(daily["root"])
+        record = restore(state.window, reason="test", by="test")
+        assert record["action"] == "already serving" and record["proof"]["pid"] == pid
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+
+
+def _runner_past_the_daily_stop(daily: dict) -> tuple[subprocess.Popen, WindowState]:
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(daily["contract"]), "--out",
+                               str(daily["root"] / "runs")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        journals = list((daily["root"] / "runs").glob("*/journal.jsonl"))
+        if journals and any(r["step"] == "incumbent.stop" and r["event"] == "done" for r in read_jsonl(journals[0])):
+            return runner, _window_state(daily["root"])
+        time.sleep(0.05)
+    runner.kill()
+    raise AssertionError("the window never stopped the daily")
+
+
+def _watchdog_pids(state: WindowState) -> dict[str, int]:
+    gen = state.failsafe_generation
+    return {role: int((state.directory / f"watchdog-{gen}-{role}.pid").read_text().split()[0]) for role in "ab"}
+
+
+def _wait_serving(port: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if serves(port):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -> None:
+    runner, state = _runner_past_the_daily_stop(daily)
+    pids = _watchdog_pids(state)
+    os.kill(runner.pid, signal.SIGKILL)
+    os.kill(pids["a"], signal.SIGKILL)  # the same moment: nobody left but the partner
+    runner.wait()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and (state.reload().armed or not state.reload().restored):
+        time.sleep(0.2)
+    assert state.reload().restored, "nobody restored the daily"
+    assert _wait_serving(daily["port"], 30)
+    records = read_jsonl(Path(state.bundle) / "journal.jsonl")
+    restores = [r for r in records if r["step"] == "incumbent.restore" and r["event"] == "done"]
+    assert restores and restores[-1]["by"].startswith("watchdog") and restores[-1].get("proof")
+    assert not state.reload().armed
+    from campaign.lanes.runtimes.process import marked_processes
+
+    assert marked_processes(state.window) == []  # no lane left serving, tracked or not
+
+
+def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict) -> None:
+    runner, state = _runner_past_the_daily_stop(daily)
+    pids = _watchdog_pids(state)
+    for pid in (pids["a"], pids["b"]):
+        os.kill(pid, signal.SIGSTOP)  # frozen first, so neither can start the other again in between
+    for pid in (runner.pid, pids["a"], pids["b"]):
+        os.kill(pid, signal.SIGKILL)
+    runner.wait()
+    time.sleep(0.5)
+    status = campaign("status")  # any command: it finds the orphaned window first
+    assert "the runner and both watchdogs are gone; the daily was restored" in status.stderr, \
+        (status.stderr, state.reload().model_dump())
+    assert serves(daily["port"]) and not state.reload().armed
+    from campaign.lanes.runtimes.process import marked_processes
+
+    assert marked_processes(state.window) == []

@@ -1,0 +1,79 @@
+"""Contracts and constants the tests share: the model, free ports, a contract file written with its
+prompts, and the demo-like two-lane contract most windows start from."""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+from pathlib import Path
+
+__all__ = ["DEFAULT_PYTHON", "EXAMPLES", "MODEL", "MODEL_SHA256", "PROMPTS", "REPO", "demo_like", "free_port", "write_contract"]
+
+REPO = Path(__file__).resolve().parent.parent.parent
+MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+EXAMPLES = REPO / "examples"
+# `make test` passes the build it proved (LLAMA_CPP_PYTHON); else the newest cached portable build
+DEFAULT_PYTHON = max(Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache/campaign")).glob(
+    "engines/llama-cpp-python-0.3.36-*/venv/bin/python"), default=Path("/nonexistent/python"),
+    key=lambda p: p.stat().st_mtime)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+PROMPTS = [
+    ("capital", "What is the capital of France? Answer in one sentence."),
+    ("haiku", "Write a haiku about the sea."),
+    ("fib", "Write a Python function that returns the n-th Fibonacci number."),
+]
+
+
+def write_contract(directory: Path, body: str, *, prompts: list[tuple[str, str]] | None = None,
+                   name: str = "c.yaml") -> Path:
+    """A contract file plus its prompt file, in ``directory``."""
+    (directory / "prompts").mkdir(exist_ok=True)
+    rows = prompts if prompts is not None else PROMPTS
+    (directory / "prompts" / "p.jsonl").write_text(
+        "".join(f'{{"id": "{pid}", "prompt": "{text}"}}\n' for pid, text in rows))
+    path = directory / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def demo_like(port: int, *, model: Path = MODEL, extra_candidate: str = "", repeats: int = 2,
+              max_tokens: int = 24, budget: str = "120s", rule: str = '"3/3"') -> str:
+    return f"""\
+        contract: t-demo
+        version: 1
+        lane_defaults:
+          runtime: process
+          engine: llamacpp
+          executable: llama-server
+          port: {port}
+          model: {{path: {model}, sha256: {MODEL_SHA256}}}
+          args: [--ctx-size, "2048", --threads, "2", --parallel, "1", --seed, "0", --no-webui]
+          readiness: {{budget: {budget}}}
+        lanes:
+          - name: base
+            role: control
+          - name: spec
+            role: candidate
+            axis: [args.spec-type, args.spec-draft-n-max]
+            set:
+              args: {{--spec-type: ngram-simple, --spec-draft-n-max: "4"{extra_candidate}}}
+        inputs:
+          p: {{file: prompts/p.jsonl}}
+        gates:
+          - kind: greedy
+            input: p
+            repeats: {repeats}
+            max_tokens: {max_tokens}
+            rule: {{self_identical: {rule}}}
+        promotion:
+          requires: [greedy]
+        """

@@ -1,0 +1,71 @@
+"""Docker for tests: the engine `scripts/docker-up.sh` starts and the image `scripts/docker-test-image.sh`
+builds. Without them a docker test is skipped, unless CAMPAIGN_REQUIRE_DOCKER=1 (set by .ci/run): then it
+fails, so CI can never pass by skipping what it was meant to prove."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.contracts import MODEL, REPO
+
+TEST_IMAGE = os.environ.get("CAMPAIGN_TEST_IMAGE", "campaign-test-base:2")
+CACHE = Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache" / "campaign"))
+# the build `make test` put on PATH, and the cached model behind the repo's models/ link
+LLAMA_SERVER = Path(os.path.realpath(shutil.which("llama-server") or next(
+    iter(sorted(CACHE.glob("engines/llama-server-0.3.36-*/bin/llama-server"))), CACHE / "engines" / "missing")))
+ENGINE_DIR = LLAMA_SERVER.parent.parent
+MODELS_DIR = Path(os.path.realpath(MODEL)).parent
+EXAMPLE_ENGINE_DIR = "/root/.cache/campaign/engines/llama-server-0.3.36"
+ZERO_DIGEST = "sha256:" + "0" * 64
+
+
+def need_docker() -> str:
+    """The test image's id; skips (or fails, under CAMPAIGN_REQUIRE_DOCKER=1) without an engine or image."""
+    problem = None
+    try:
+        import docker
+
+        client = docker.from_env(version="1.41", timeout=20)
+        client.ping()
+        try:
+            return client.images.get(TEST_IMAGE).id
+        except docker.errors.ImageNotFound:
+            problem = f"test image {TEST_IMAGE} missing: run scripts/docker-test-image.sh"
+    except Exception as exc:  # no SDK, no engine, no permission: all mean "no docker here"
+        problem = f"no Docker engine reachable ({type(exc).__name__}: {exc}): run scripts/docker-up.sh"
+    if os.environ.get("CAMPAIGN_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"CAMPAIGN_REQUIRE_DOCKER=1 but {problem}")
+    pytest.skip(problem)
+
+
+def need_engine_files() -> None:
+    if not LLAMA_SERVER.is_file() or not (MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file():
+        pytest.fail(f"{LLAMA_SERVER} or the model under {MODELS_DIR} missing: run `make engine model`")
+
+
+def pinned_demo_docker(directory: Path, image_id: str, port: int | None = None) -> Path:
+    """examples/demo-docker.yaml with this machine's image id and cache put in, as `make demo-docker` does
+    (and a free port, so a test never meets another server on the demo's)."""
+    text = (REPO / "examples" / "demo-docker.yaml").read_text()
+    if port is not None:
+        text = text.replace("port: 18441", f"port: {port}")
+    text = re.sub(ZERO_DIGEST, image_id, text).replace(EXAMPLE_ENGINE_DIR, str(ENGINE_DIR))
+    text = text.replace("/root/.cache/campaign/models", str(MODELS_DIR))
+    # inputs live in the contract's own folder tree (a contract may not read outside it): copied beside it
+    text = text.replace("../models/", f"{REPO}/models/").replace("../examples/", "")
+    shutil.copytree(REPO / "examples" / "prompts", directory / "prompts", dirs_exist_ok=True)
+    path = directory / "demo-docker.yaml"
+    path.write_text(text)
+    return path
+
+
+def leftovers(window: str | None = None) -> list[dict]:
+    from campaign.lanes.runtimes.docker import find_leftovers
+    from campaign.lanes.runtimes.dockerhost import client_for
+
+    return find_leftovers(client_for(None), window=window)
