@@ -11,6 +11,9 @@ import pytest
 
 from tests.support.contracts import MODEL
 
+# fixtures more than one test module uses
+pytest_plugins = ["tests.support.bundles"]
+
 
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ArgPairs", "axis_key", "merge_args", "parse_args", "render_args"]
+__all__ = ["ArgPairs", "arg_axis_keys", "axis_key", "last_values", "merge_args", "parse_args", "render_args"]
 
 ArgPairs = list[tuple[str, str | None]]
 _NUMBER = re.compile(r"^-\d")
@@ -79,3 +79,17 @@ def merge_args(base: ArgPairs, changes: dict[str, str | bool | None]) -> ArgPair
 def axis_key(option: str) -> str:
     """``--spec-draft-n-max`` and ``spec-draft-n-max`` both name the axis ``args.spec-draft-n-max``."""
     return "args." + option.lstrip("-")
+
+
+def last_values(tokens: list[str]) -> dict[str, str | None]:
+    """Each option's value as the engine reads it: the last one given wins."""
+    return dict(parse_args(tokens))
+
+
+def arg_axis_keys(tokens: list[str]) -> dict[str, list[str | None]]:
+    """Arguments as axis keys with every value each was given, in order, for the static (contract) and
+    the runtime (launched argv) one-axis checks alike."""
+    keys: dict[str, list[str | None]] = {}
+    for name, value in parse_args(tokens):
+        keys.setdefault(axis_key(name) if not name.startswith("#") else f"args.{name}", []).append(value)
+    return keys

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from campaign.contracts.args import parse_args
-
 __all__ = ["ENGINES", "INSTRUMENT_TOLERANCE", "EngineFacts", "EngineKind", "instrument_tolerance", "lane_context",
            "lane_dtype"]
 
@@ -42,8 +40,10 @@ EngineKind = Literal[tuple(ENGINES)]  # type: ignore[valid-type]
 class LaneLike(Protocol):
     name: str
     engine: str
-    args: list[str]
     context: int | None
+
+    @property
+    def options(self) -> dict[str, str | None]: ...
 
 
 _DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "half": "float16",
@@ -61,7 +61,7 @@ INSTRUMENT_TOLERANCE: dict[str, float] = {"bfloat16": 0.5, "float32": 0.001}
 
 def lane_dtype(lane: LaneLike) -> str | None:
     """The compute dtype the lane's args declare (``auto`` and unknown names: None)."""
-    values = {name: value for name, value in parse_args(lane.args)}
+    values = lane.options
     for option in ENGINES[lane.engine].dtype_options:
         if values.get(option) is not None:
             return _DTYPE_NAMES.get(str(values[option]).lower())
@@ -81,7 +81,7 @@ def instrument_tolerance(frozen: float | None, lane: LaneLike) -> tuple[float, s
 
 def lane_context(lane: LaneLike) -> tuple[int | None, str]:
     """Tokens one request may use, and where that number came from (for error messages)."""
-    values = {name: value for name, value in parse_args(lane.args)}
+    values = lane.options
     from_args: int | None = None
     source = ""
     for option in ENGINES[lane.engine].context_options:

@@ -6,7 +6,6 @@ differs from its freeze record, and says what changed.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from campaign.contracts.args import axis_key, merge_args, parse_args, render_args
+from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.model import StrictModel
 from campaign.contracts.schema import BootLogRules, Contract, DockerHost, Lane, ModelSpec, Mount, ReadinessSpec, Role
@@ -50,6 +50,11 @@ class EffectiveLane(StrictModel):
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def options(self) -> dict[str, str | None]:
+        """The lane's args as the engine reads them (an option given twice: its last value)."""
+        return last_values(self.args)
 
 
 def effective_lane(contract: Contract, lane: Lane) -> dict[str, Any]:
@@ -119,10 +124,7 @@ def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
     data = lane.model_dump(exclude={"name", "role", "control", "axis", "args", "env", "mounts", "model",
                                     *_NOT_AXES})
     flat.update({k: v for k, v in data.items()})
-    for name, value in parse_args(lane.args):
-        key = axis_key(name) if not name.startswith("#") else f"args.{name}"
-        flat.setdefault(key, [])
-        flat[key].append(value)
+    flat.update(arg_axis_keys(lane.args))
     for name, value in lane.env.items():
         flat[f"env.{name}"] = value
     for mount in lane.mounts:

@@ -7,10 +7,8 @@ the lane is stopped before the error leaves: a launch failure is INCONCLUSIVE, n
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from campaign.contracts.args import axis_key, parse_args
+from campaign.contracts.args import arg_axis_keys
 from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import load_json_strict
 
@@ -26,9 +26,7 @@ _DIRECT = ("env.", "image", "mounts.", "shm_size", "gpus", "network", "docker_ho
 
 def launch_keys(argv: list[str], env: dict[str, str], exe: str | None = None) -> dict[str, Any]:
     flat: dict[str, Any] = {"executable": exe or (argv[0] if argv else None)}
-    for name, value in parse_args(argv[1:]):
-        key = axis_key(name) if not name.startswith("#") else f"args.{name}"
-        flat.setdefault(key, []).append(value)
+    flat.update(arg_axis_keys(argv[1:]))
     flat.update({f"env.{k}": v for k, v in env.items()})
     return flat
 

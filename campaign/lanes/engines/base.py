@@ -57,10 +57,7 @@ class EngineAdapter(ABC):
 
     def api_key(self, lane: EffectiveLane) -> str | None:
         """The key the lane's server demands (its ``--api-key``), so our own client can call it."""
-        from campaign.contracts.args import parse_args
-
-        keys = [value for name, value in parse_args(lane.args) if name == "--api-key" and value]
-        return keys[-1] if keys else None
+        return lane.options.get("--api-key") or None
 
     def launch_env(self, lane: EffectiveLane, scratch: str) -> dict[str, str]:
         """Variables that keep what the engine writes (temp files, caches) under ``scratch``, a folder

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -4,8 +4,6 @@ counted by the engine within 1% of each rung. Kept tiny (one rung, four tasks, o
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

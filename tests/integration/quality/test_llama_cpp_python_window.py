@@ -10,8 +10,6 @@ generated token). Its chatml-function-calling chat format parses real tool calls
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

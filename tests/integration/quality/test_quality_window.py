@@ -13,15 +13,13 @@ Threads are 1 per lane: on a shared 2-core host two spinning threads per server 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign
-from tests.support.contracts import DEFAULT_PYTHON, EXAMPLES, MODEL, MODEL_SHA256, free_port
+from tests.support.contracts import EXAMPLES, MODEL, MODEL_SHA256, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from campaign.receipts.publish import publish
-from tests.support.bundles import bundle  # noqa: F401  (the hand-made bundle fixture)
 
 pytestmark = pytest.mark.integration
 

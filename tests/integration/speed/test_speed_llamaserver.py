@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from campaign.contracts.load import load_contract
-from campaign.fsutil import JsonlAppender, load_json_strict, read_jsonl
-from campaign.gates.base import GateContext
-from campaign.gates.registry import gate_for
-from campaign.gates.common.inputs import load_prompts
+from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.result import Verdict
-from campaign.gates.speed.run import SpeedMeasurement
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.llamacpp import LlamaCppAdapter
 from tests.support.contracts import free_port, write_contract
 from tests.support.cli import campaign
-from tests.support.speed import SPEED_PROMPTS, llama_server_argv, process, speed_contract, write_prompts
+from tests.support.speed import SPEED_PROMPTS, gate_on, llama_server_argv, measure, process, speed_contract, write_prompts
 
 pytestmark = pytest.mark.integration
 

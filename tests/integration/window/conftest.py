@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from campaign.window.state import process_start_time
+from tests.support.cli import campaign
 from tests.support.contracts import demo_like, free_port, write_contract
+from tests.support.daily import serves
 
 
 @pytest.fixture

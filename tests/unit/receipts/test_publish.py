@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from campaign.errors import InputError
-from campaign.receipts.bundle import sign_bundle, verify_bundle
-from campaign.receipts.publish import archive_bundle, load_report_data, publish, render_html, unpacked_archive
-from campaign.signing import init_keys, load_signing_key, load_trusted
-from tests.support.bundles import bundle  # noqa: F401  (the hand-made bundle fixture)
+from campaign.receipts.bundle import verify_bundle
+from campaign.receipts.publish import load_report_data, publish, render_html, unpacked_archive
+from campaign.signing import load_trusted
 
 
 def test_report_shows_bundle_values_and_rerenders_changes(bundle: Path) -> None:
