@@ -49,6 +49,10 @@ def raw_path(bundle: Path, gate_id: str, visit: VisitKey | str) -> Path:
 def read_records(bundle: Path, gate_id: str, visit: VisitKey | str) -> list[dict[str, Any]]:
     """Records of one visit of one gate, in the order they were written ([] when the visit wrote none)."""
     path = raw_path(bundle, gate_id, visit)
+    if not path.exists():
+        key = visit if isinstance(visit, VisitKey) else VisitKey.parse(visit)
+        # bundles written before visit keys were values named a control's re-run <lane>.rerun<N>
+        path = bundle / "raw" / gate_id / f"{key.lane}.rerun{key.boot}.jsonl" if key.boot else path
     return read_jsonl(path) if path.exists() else []
 
 
