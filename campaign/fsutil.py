@@ -73,12 +73,49 @@ def atomic_write_json(path: Path, value: Any) -> None:
     atomic_write_bytes(path, (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
 
 
+def _set_aside_torn_tail(path: Path) -> None:
+    """A crash mid-write leaves a last line without its newline. Appending after it would glue the next
+    record to the fragment and make a torn middle line, which readers refuse; the fragment (never a
+    whole record) moves to ``<file>.torn`` instead."""
+    try:
+        handle = open(path, "rb+")
+    except FileNotFoundError:
+        return
+    with handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        end = size
+        while end > 0:
+            start = max(0, end - 65536)
+            handle.seek(start)
+            block = handle.read(end - start)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                break
+            end = start
+        else:
+            keep = 0
+        handle.seek(keep)
+        fragment = handle.read()
+        with open(path.with_name(path.name + ".torn"), "ab") as torn:
+            torn.write(fragment + b"\n")
+        handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 class JsonlAppender:
     """One JSON object per line, flushed and fsynced per record: a crash loses at most the line being written."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        _set_aside_torn_tail(path)
         self._handle = open(path, "a", encoding="utf-8")
 
     def append(self, record: dict[str, Any]) -> None:

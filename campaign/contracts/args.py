@@ -12,7 +12,7 @@ import re
 __all__ = ["ArgPairs", "arg_axis_keys", "axis_key", "last_values", "merge_args", "parse_args", "render_args"]
 
 ArgPairs = list[tuple[str, str | None]]
-_NUMBER = re.compile(r"^-\d")
+_NUMBER = re.compile(r"^-\.?\d")
 
 
 def _is_option(token: str) -> bool:
@@ -48,6 +48,8 @@ def render_args(pairs: ArgPairs) -> list[str]:
     for name, value in pairs:
         if name.startswith("#"):
             out.append(value or "")
+        elif value is not None and _is_option(value) and name.startswith("--"):
+            out.append(f"{name}={value}")  # a dash-led value as its own word would read as a flag
         else:
             out.append(name)
             if value is not None:

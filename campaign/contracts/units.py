@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
@@ -26,8 +27,8 @@ def parse_duration(value: object) -> float:
         if not match:
             raise ValueError(f"{value!r} is not a duration (use e.g. 90s, 40m, 8h)")
         seconds = float(match.group(1)) * _DURATION_SECONDS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError("a duration must be positive")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("a duration must be a positive, finite number of seconds")
     return seconds
 
 

@@ -120,6 +120,14 @@ def _where_it_broke(exc: yaml.MarkedYAMLError, text: str) -> str:
     return message
 
 
+def _key_identity(key: yaml.ScalarNode) -> Any:
+    try:
+        value = yaml.constructor.SafeConstructor().construct_object(key)
+    except yaml.YAMLError:
+        return ("text", key.value)
+    return (type(value).__name__, value) if not isinstance(value, bool) else ("bool", value)
+
+
 def _check_nodes(node: yaml.Node, name: str) -> None:
     stack = [node]
     while stack:
@@ -128,13 +136,15 @@ def _check_nodes(node: yaml.Node, name: str) -> None:
             raise ContractError(f"YAML tag {current.tag!r} is not allowed in a contract", file=name,
                                 line=current.start_mark.line + 1)
         if isinstance(current, yaml.MappingNode):
-            seen: set[str] = set()
+            seen: set[Any] = set()
             for key, value in current.value:
                 if isinstance(key, yaml.ScalarNode):
-                    if key.value in seen:
+                    # by the value the key becomes, not its text: `1` and `01`, `true` and `yes` are one key
+                    identity = _key_identity(key)
+                    if identity in seen:
                         raise ContractError(f"duplicate key {key.value!r}", file=name,
                                             line=key.start_mark.line + 1)
-                    seen.add(key.value)
+                    seen.add(identity)
                 stack.extend((key, value))
         elif isinstance(current, yaml.SequenceNode):
             stack.extend(current.value)

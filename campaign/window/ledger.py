@@ -82,7 +82,8 @@ class Ledger:
     def rollback_launch(self, seq: int) -> dict[str, Any]:
         private = self.path.parent / "rollback" / f"{seq}.json"
         entry = next((e for e in self.entries() if e["seq"] == seq), None)
-        if entry is None or not private.exists():
+        # a file without its ledger line is a crashed append's leftover, not this entry's launch
+        if entry is None or "rollback" not in entry or not private.exists():
             raise InputError(f"ledger entry {seq} keeps no rollback launch")
         data = private.read_bytes()
         if hashlib.sha256(data).hexdigest() != entry["rollback"]["launch_sha256"]:
