@@ -12,7 +12,7 @@ from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
 from campaign.gates.records import VisitKey, raw_path, read_records
-from campaign.gates.result import GateResult
+from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.session import LaneRun
 
 __all__ = ["Gate", "GateContext", "Visit"]
@@ -72,6 +72,11 @@ class Gate(ABC):
 
     def rule_dump(self) -> dict[str, Any]:
         return self.spec.rule.model_dump(mode="json", exclude_none=True)
+
+    def new_result(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+        """A judge's opening result: INCONCLUSIVE until a rule has weighed something, with the frozen rule."""
+        return GateResult(gate=self.gate_id, kind=self.spec.kind, candidate=candidate.name, control=control.name,
+                          verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
 
     def bundle_tables(self) -> dict[str, list[dict[str, Any]]]:
         """Tables derived from raw records, written into the bundle as CSV: file name -> rows.

@@ -9,7 +9,6 @@ answers nothing (or the same thing to everything) can never pass.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import GreedySpec
@@ -18,7 +17,7 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.common.replies import chat_reply
-from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.session import LaneRun
 
 __all__ = ["GreedyGate"]
@@ -56,31 +55,41 @@ class GreedyGate(Gate):
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         ids = [p.id for p in self.prompts()]
-        n, repeats = len(ids), self.spec.repeats
-        result = GateResult(gate=self.gate_id, kind="greedy", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
-        tables, problems = {}, []
-        for lane in (control.name, candidate.name):
-            tables[lane], lane_problems = self.outputs(lane)
-            problems += lane_problems
-            for pid in ids:
-                missing = [r for r in range(repeats) if r not in tables[lane].get(pid, {})]
-                if missing:
-                    problems.append(f"{lane} prompt {pid}: no valid reply for repeats {missing}")
+        result = self.new_result(candidate, control)
+        tables, problems = self._tables((control.name, candidate.name), ids)
         if problems:
             result.reasons = ["instrument: not every request got a valid reply, so identity cannot be judged",
                               *problems[:20]]
             return result
         for lane in (control.name, candidate.name):
             first_replies = {tables[lane][pid][0] for pid in ids}
-            if n >= 2 and len(first_replies) == 1:
-                result.reasons = [f"instrument: lane {lane} gave the same reply to all {n} prompts; "
+            if len(ids) >= 2 and len(first_replies) == 1:
+                result.reasons = [f"instrument: lane {lane} gave the same reply to all {len(ids)} prompts; "
                                   "it is not answering the prompts"]
                 return result
+        counts = self._compare(result, ids, tables[control.name], tables[candidate.name])
+        result.verdict = worst(self._rules(result, len(ids), *counts))
+        return result
 
+    def _tables(self, lanes: tuple[str, str], ids: list[str]) -> tuple[dict[str, dict[str, dict[int, str]]], list[str]]:
+        """Each lane's replies; a prompt without every repeat is a problem, not a shorter comparison."""
+        tables, problems = {}, []
+        for lane in lanes:
+            tables[lane], lane_problems = self.outputs(lane)
+            problems += lane_problems
+            for pid in ids:
+                missing = [r for r in range(self.spec.repeats) if r not in tables[lane].get(pid, {})]
+                if missing:
+                    problems.append(f"{lane} prompt {pid}: no valid reply for repeats {missing}")
+        return tables, problems
+
+    def _compare(self, result: GateResult, ids: list[str], ctrl_table: dict[str, dict[int, str]],
+                 cand_table: dict[str, dict[int, str]]) -> tuple[int, int, int]:
+        """Metrics and per-prompt rows; (candidate self-identical, control self-identical, cross-identical)."""
+        n, repeats = len(ids), self.spec.repeats
         rows, self_ok, control_self_ok, cross_ok = [], 0, 0, 0
         for pid in ids:
-            cand, ctrl = tables[candidate.name][pid], tables[control.name][pid]
+            cand, ctrl = cand_table[pid], ctrl_table[pid]
             cand_self = len(set(cand.values())) == 1
             ctrl_self = len(set(ctrl.values())) == 1
             cross = cand[0] == ctrl[0]
@@ -100,6 +109,9 @@ class GreedyGate(Gate):
             "repeats": Metric(value=repeats, unit="repeats per prompt per lane"),
         }
         result.details = {"prompts": rows}
+        return self_ok, control_self_ok, cross_ok
+
+    def _rules(self, result: GateResult, n: int, self_ok: int, control_self_ok: int, cross_ok: int) -> list[Verdict]:
         verdicts = []
         need, of = parse_fraction(self.spec.rule.self_identical)
         verdicts.append(self._count_rule("self_identical", self_ok, n, need, of, result))
@@ -111,11 +123,7 @@ class GreedyGate(Gate):
         if cross_ok < n:
             result.caveats.append("byte identity is a kernel-shape diagnostic: divergent prompts need "
                                   "teacher-forced margins before they say anything about quality")
-        if Verdict.INCONCLUSIVE in verdicts:
-            result.verdict = Verdict.INCONCLUSIVE
-        else:
-            result.verdict = Verdict.FAIL if Verdict.FAIL in verdicts else Verdict.PASS
-        return result
+        return verdicts
 
     @staticmethod
     def _count_rule(name: str, got: int, n: int, need: int, of: int, result: GateResult) -> Verdict:

@@ -18,7 +18,7 @@ from campaign.contracts.gatespecs import KlSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import select
 from campaign.lanes.engines.registry import adapter_for
@@ -86,8 +86,7 @@ class KlGate(Gate):
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         oracle = self._oracle(candidate)
-        result = GateResult(gate=self.gate_id, kind="kl", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result = self.new_result(candidate, control)
         result.details["tail_treatment"] = TAIL_TREATMENT
         result.details["oracle"] = oracle.name
         if oracle.name == candidate.name:
@@ -98,8 +97,29 @@ class KlGate(Gate):
         if not refs or problems:
             result.reasons = ["instrument: reference texts could not be prepared as tokens", *problems[:10]]
             return result
+        scores = self._scores(refs, (oracle, candidate), problems)
+        if problems:
+            result.reasons = ["instrument: not every reference text was scored with top-k logprobs on both lanes",
+                              *problems[:10]]
+            return result
+        distinct = {tuple((a.token, a.text, round(a.logprob, 6)) for a in pos.top)
+                    for item in refs for pos in scores[oracle.name][item]}
+        if len(distinct) < 2:
+            result.reasons = [f"instrument: the oracle {oracle.name} returned the same distribution at every "
+                              "position; it is not scoring the texts"]
+            return result
+        values, rows, missing_total = _divergences(refs, scores[oracle.name], scores[candidate.name])
+        if not values:
+            result.reasons = ["instrument: no positions to compare"]
+            return result
+        self._weigh(result, values, rows, missing_total, oracle, candidate)
+        return result
+
+    def _scores(self, refs: dict[str, Prepared], lanes: tuple[EffectiveLane, EffectiveLane],
+                problems: list[str]) -> dict[str, dict[str, list[Position]]]:
+        """Each lane's positions along every reference text (the last, past the text, dropped)."""
         scores: dict[str, dict[str, list[Position]]] = {}
-        for lane in (oracle, candidate):
+        for lane in lanes:
             adapter, records = adapter_for(lane.engine), self.ctx.raw_records(self.gate_id, lane.name)
             scores[lane.name] = {}
             for item, prepared in refs.items():
@@ -111,29 +131,10 @@ class KlGate(Gate):
                     continue
                 if any(not pos.top for pos in scores[lane.name][item]):
                     problems.append(f"{lane.name} reference {item}: a position came back without top-k logprobs")
-        if problems:
-            result.reasons = ["instrument: not every reference text was scored with top-k logprobs on both lanes",
-                              *problems[:10]]
-            return result
-        distinct = {tuple((a.token, a.text, round(a.logprob, 6)) for a in pos.top)
-                    for item in refs for pos in scores[oracle.name][item]}
-        if len(distinct) < 2:
-            result.reasons = [f"instrument: the oracle {oracle.name} returned the same distribution at every "
-                              "position; it is not scoring the texts"]
-            return result
-        values, rows, missing_total = [], [], 0
-        for item in refs:
-            kls = []
-            for po, pl in zip(scores[oracle.name][item], scores[candidate.name][item]):
-                kl, missing = kl_topk(po, pl)
-                kls.append(kl)
-                missing_total += missing
-            values += kls
-            rows.append({"reference": item, "tokens": len(kls), "mean": sum(kls) / len(kls) if kls else None,
-                         "p99": percentile(kls, 99) if kls else None, "max": max(kls, default=None)})
-        if not values:
-            result.reasons = ["instrument: no positions to compare"]
-            return result
+        return scores
+
+    def _weigh(self, result: GateResult, values: list[float], rows: list[dict[str, Any]], missing_total: int,
+               oracle: EffectiveLane, candidate: EffectiveLane) -> None:
         mean, p99, top = sum(values) / len(values), percentile(values, 99), max(values)
         result.metrics = {
             "kl_mean": Metric(value=round(mean, 9), unit="nats", denominator=len(values),
@@ -151,8 +152,24 @@ class KlGate(Gate):
             if bound is None:
                 continue
             ok = value <= bound
-            verdicts.append(ok)
+            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
             result.reasons.append(f"KL {name} {value:.6f} {'<=' if ok else '>'} {bound} nats over {len(values)} tokens")
-        result.verdict = Verdict.PASS if all(verdicts) else Verdict.FAIL
+        result.verdict = worst(verdicts)  # the rule's validation guarantees at least one bound
         result.caveats.append("tail: " + TAIL_TREATMENT)
-        return result
+
+
+def _divergences(refs: dict[str, Prepared], oracle: dict[str, list[Position]],
+                 lane: dict[str, list[Position]]) -> tuple[list[float], list[dict[str, Any]], int]:
+    """Per-token KL over every reference text, a summary row per text, and the oracle tokens the lane
+    did not return."""
+    values, rows, missing_total = [], [], 0
+    for item in refs:
+        kls = []
+        for po, pl in zip(oracle[item], lane[item]):
+            kl, missing = kl_topk(po, pl)
+            kls.append(kl)
+            missing_total += missing
+        values += kls
+        rows.append({"reference": item, "tokens": len(kls), "mean": sum(kls) / len(kls) if kls else None,
+                     "p99": percentile(kls, 99) if kls else None, "max": max(kls, default=None)})
+    return values, rows, missing_total

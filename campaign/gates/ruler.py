@@ -28,6 +28,8 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.lanes.engines import prometheus
+from campaign.lanes.engines.prometheus import Samples, metric_name, parse_prometheus
 from campaign.lanes.session import LaneRun
 
 __all__ = ["ACTING", "EXERCISES", "PARSED", "RulerGate", "counter_deltas", "moved_differently",
@@ -49,29 +51,14 @@ EXERCISES = {
 }
 EXERCISE_TOKENS = 32
 
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _VOLATILE = re.compile(r"(time|ms\b|per second|t/s|tok/s|listening|port|pid|task|slot|uptime|/tmp/|seed)", re.I)
 _STAMP = re.compile(r"^\s*[\d.:]+\s+[A-Z]\s+")
 
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line.strip())
-        if match:
-            try:
-                out[match.group(1) + (match.group(2) or "")] = float(match.group(3))
-            except ValueError:
-                continue
-    return out
-
-
-def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def counter_deltas(before: Samples, after: Samples) -> Samples:
     """What the probes did to each counter; time-valued counters are left out (they always differ)."""
-    return {name: after[name] - before.get(name, 0.0) for name in after
-            if name.split("{")[0].endswith("_total") and "seconds" not in name}
+    return {name: delta for name, delta in prometheus.counter_deltas(before, after).items()
+            if metric_name(name).endswith("_total") and "seconds" not in name}
 
 
 def moved_differently(control: dict[str, float], candidate: dict[str, float]) -> list[str]:
@@ -220,10 +207,33 @@ class RulerGate(Gate):
         return obs
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
-        rule = self.spec.rule
-        result = GateResult(gate=self.gate_id, kind="ruler", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result = self.new_result(candidate, control)
         ctrl, cand = self._observe(control.name), self._observe(candidate.name)
+        thinking: dict[str, Any] = {}
+        problems, thinking_failures = self._instrument_problems(control, candidate, ctrl, cand, thinking)
+        if problems:
+            result.reasons = ["instrument: the probes did not get real replies on both lanes", *problems[:10]]
+            return result
+        evidence: dict[str, str] = {}
+        unavailable: list[str] = []
+        for observable in self.spec.rule.observe:
+            verdict = self._compare(observable, ctrl, cand)
+            if verdict is None:
+                unavailable.append(observable)
+            elif verdict:
+                evidence[observable] = verdict
+        self._report(result, candidate, ctrl, cand, evidence, unavailable, thinking)
+        failures = [*thinking_failures, *self._requirements_unmet(candidate, cand)]
+        if failures:
+            result.reasons = failures
+            result.verdict = Verdict.FAIL
+            return result
+        self._conclude(result, candidate, control, ctrl, cand, evidence, unavailable)
+        return result
+
+    def _instrument_problems(self, control: EffectiveLane, candidate: EffectiveLane, ctrl: dict[str, Any],
+                             cand: dict[str, Any], thinking: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """(problems that leave nothing judged, the thinking switch's failures); ``thinking`` gets its details."""
         problems = ctrl["problems"] + cand["problems"]
         n = min(self.spec.probes, len(load_prompts(self.ctx.input_paths[self.spec.input])))
         n += len(self.spec.exercise)
@@ -232,91 +242,88 @@ class RulerGate(Gate):
                 problems.append(f"{name}: {len(obs['outputs'])}/{n} probes answered")
             elif n >= 2 and len(set(obs["outputs"].values())) == 1:
                 problems.append(f"{name} gave the same reply to all {n} probes; it is not answering them")
-        thinking: dict[str, Any] = {}
         thinking_failures: list[str] = []
         if self.spec.thinking is not None:
             thinking_failures, trouble = self._judge_thinking({"control": control.name,
                                                                "candidate": candidate.name}, thinking)
             problems += trouble
-        if problems:
-            result.reasons = ["instrument: the probes did not get real replies on both lanes", *problems[:10]]
-            return result
-        evidence: dict[str, str] = {}
-        unavailable: list[str] = []
-        for observable in rule.observe:
-            verdict = self._compare(observable, ctrl, cand)
-            if verdict is None:
-                unavailable.append(observable)
-            elif verdict:
-                evidence[observable] = verdict
+        return problems, thinking_failures
+
+    def _report(self, result: GateResult, candidate: EffectiveLane, ctrl: dict[str, Any], cand: dict[str, Any],
+                evidence: dict[str, str], unavailable: list[str], thinking: dict[str, Any]) -> None:
         result.details = {"differs": evidence, "unavailable": unavailable, "axis": candidate.axis,
                           "control_outputs": ctrl["outputs"], "candidate_outputs": cand["outputs"],
                           "control_counters": ctrl["counters"], "candidate_counters": cand["counters"]}
         if self.spec.thinking is not None:
             result.details["thinking"] = thinking
-        result.metrics["observables_differing"] = Metric(value=len(evidence), denominator=len(rule.observe) - len(unavailable),
-                                                         unit="observables")
+        result.metrics["observables_differing"] = Metric(
+            value=len(evidence), denominator=len(self.spec.rule.observe) - len(unavailable), unit="observables")
         for name, obs in (("control", ctrl), ("candidate", cand)):
             if obs["speeds"]:
                 result.metrics[f"{name}_probe_speed_median"] = Metric(
                     value=round(statistics.median(obs["speeds"]), 3), unit="tok/s", denominator=len(obs["speeds"]),
                     note="completion tokens / request wall time, per probe")
-        failures = list(thinking_failures)
+
+    def _requirements_unmet(self, candidate: EffectiveLane, cand: dict[str, Any]) -> list[str]:
+        """The counters and boot-log lines the rule requires of the candidate, where they are missing."""
+        failures = []
         after = cand.get("metrics_after")
-        for counter in rule.require_counters:
+        for counter in self.spec.rule.require_counters:
             values = {k: v for k, v in (after or {}).items() if k == counter or k.startswith(counter + "{")}
             if not values or not any(v > 0 for v in values.values()):
                 failures.append(f"required counter {counter} is {'absent' if not values else 'zero'} on "
                                 f"{candidate.name} after warmup and probes: the flag did not act")
         boot = self.ctx.bundle / "lanes" / candidate.name / "boot.log"
         boot_text = boot.read_text(errors="replace") if boot.exists() else ""
-        for pattern in rule.require_boot_log:
+        for pattern in self.spec.rule.require_boot_log:
             if not re.search(pattern, boot_text):
                 failures.append(f"boot log of {candidate.name} does not show {pattern!r}")
-        if failures:
-            result.reasons = failures
-            result.verdict = Verdict.FAIL
-            return result
+        return failures
+
+    def _conclude(self, result: GateResult, candidate: EffectiveLane, control: EffectiveLane, ctrl: dict[str, Any],
+                  cand: dict[str, Any], evidence: dict[str, str], unavailable: list[str]) -> None:
         acting = {k: v for k, v in evidence.items() if k in ACTING}
         parsed = {k: v for k, v in evidence.items() if k in PARSED}
-        watched = [o for o in rule.observe if o in ACTING and o not in unavailable]
         # machinery only the candidate has (its counters exist, the control's do not) that never moved:
         # the axis is there and these probes did not exercise it
         dormant = sorted(k for k, v in (cand["counters"] or {}).items()
                          if v == 0 and ctrl["counters"] is not None and k not in ctrl["counters"])
         result.details["dormant_counters"] = dormant
-        if not acting and dormant:
-            warning = (f"AXIS NOT EXERCISED: {candidate.name} ({', '.join(candidate.axis)}) has counters the "
-                       f"control lacks ({', '.join(dormant[:4])}) that never moved during the probes")
-            result.warnings.append(warning)
-            result.reasons = [warning, "not exercised by these probes: add probes that exercise the axis "
-                                       "(ruler `exercise: [repetition]` for n-gram speculation)"]
-            result.verdict = Verdict.INCONCLUSIVE
-            return result
-        if not acting and parsed:
-            # parsed, not shown acting: a real axis these probes never exercised, or a flag that only logs
-            warning = (f"AXIS NOT SHOWN ACTING: {candidate.name} ({', '.join(candidate.axis)}) was parsed "
-                       f"({'; '.join(f'{k}: {v}' for k, v in parsed.items())}) but changed nothing on "
-                       f"{', '.join(watched) or 'no acting observable'}")
-            result.warnings.append(warning)
-            result.reasons = [warning, "not exercised by these probes, or inert: a boot-log line or an engine "
-                                       "property shows a flag was parsed, never that it acts; add probes that "
-                                       "exercise the axis (ruler `exercise`, or an input that does)"]
-            result.verdict = Verdict.INCONCLUSIVE
-            return result
         if not acting:
-            warning = (f"AXIS MAY BE INERT: candidate {candidate.name} ({', '.join(candidate.axis)}) is "
-                       f"indistinguishable from {control.name} on {', '.join(o for o in rule.observe if o not in unavailable)}")
-            result.warnings.append(warning)
-            result.reasons = [warning]
-            result.verdict = Verdict(rule.inert_verdict)
-            return result
+            self._not_shown_acting(result, candidate, control, parsed, dormant, unavailable)
+            return
         result.reasons = [f"the axis shows acting on {', '.join(acting)}: "
                           + "; ".join(f"{k}: {v}" for k, v in acting.items())]
         if parsed:
             result.reasons.append("also parsed: " + "; ".join(f"{k}: {v}" for k, v in parsed.items()))
         result.verdict = Verdict.PASS
-        return result
+
+    def _not_shown_acting(self, result: GateResult, candidate: EffectiveLane, control: EffectiveLane,
+                          parsed: dict[str, str], dormant: list[str], unavailable: list[str]) -> None:
+        rule = self.spec.rule
+        if dormant:
+            warning = (f"AXIS NOT EXERCISED: {candidate.name} ({', '.join(candidate.axis)}) has counters the "
+                       f"control lacks ({', '.join(dormant[:4])}) that never moved during the probes")
+            result.reasons = [warning, "not exercised by these probes: add probes that exercise the axis "
+                                       "(ruler `exercise: [repetition]` for n-gram speculation)"]
+            result.verdict = Verdict.INCONCLUSIVE
+        elif parsed:
+            # parsed, not shown acting: a real axis these probes never exercised, or a flag that only logs
+            watched = [o for o in rule.observe if o in ACTING and o not in unavailable]
+            warning = (f"AXIS NOT SHOWN ACTING: {candidate.name} ({', '.join(candidate.axis)}) was parsed "
+                       f"({'; '.join(f'{k}: {v}' for k, v in parsed.items())}) but changed nothing on "
+                       f"{', '.join(watched) or 'no acting observable'}")
+            result.reasons = [warning, "not exercised by these probes, or inert: a boot-log line or an engine "
+                                       "property shows a flag was parsed, never that it acts; add probes that "
+                                       "exercise the axis (ruler `exercise`, or an input that does)"]
+            result.verdict = Verdict.INCONCLUSIVE
+        else:
+            warning = (f"AXIS MAY BE INERT: candidate {candidate.name} ({', '.join(candidate.axis)}) is "
+                       f"indistinguishable from {control.name} on "
+                       f"{', '.join(o for o in rule.observe if o not in unavailable)}")
+            result.reasons = [warning]
+            result.verdict = Verdict(rule.inert_verdict)
+        result.warnings.append(warning)
 
     def _compare(self, observable: str, ctrl: dict[str, Any], cand: dict[str, Any]) -> str | None | bool:
         """A sentence when the lanes differ, False when they do not, None when it cannot be observed."""

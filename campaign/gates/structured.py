@@ -22,7 +22,7 @@ from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.common.inputs import load_rows
-from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.session import LaneRun
 
 __all__ = ["OUTCOMES", "StructuredGate", "classify"]
@@ -159,8 +159,7 @@ class StructuredGate(Gate):
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         rows = self.rows()
         n = len(rows)
-        result = GateResult(gate=self.gate_id, kind="structured", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result = self.new_result(candidate, control)
         outcomes, problems = {}, []
         for lane in (control, candidate):
             outcomes[lane.name], lane_problems = self.outcomes(lane.name, rows)
@@ -201,6 +200,5 @@ class StructuredGate(Gate):
             ok = got >= need
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
             result.reasons.append(f"{name} {got}/{n} {'>=' if ok else '<'} required {need}/{of}")
-        result.verdict = (Verdict.INCONCLUSIVE if Verdict.INCONCLUSIVE in verdicts else
-                          Verdict.FAIL if Verdict.FAIL in verdicts else Verdict.PASS)
+        result.verdict = worst(verdicts)  # never empty: the rule always has `correct`
         return result

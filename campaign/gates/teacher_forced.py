@@ -25,7 +25,7 @@ from campaign.contracts.gatespecs import TeacherForcedSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
-from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import VisitKey, select
 from campaign.lanes.engines.registry import adapter_for
@@ -177,9 +177,7 @@ class TeacherForcedGate(Gate):
 
     # ---- offline
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
-        spec, rule = self.spec, self.spec.rule
-        result = GateResult(gate=self.gate_id, kind="teacher_forced", candidate=candidate.name,
-                            control=control.name, verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result = self.new_result(candidate, control)
         records = {key: self.ctx.raw_records(self.gate_id, key)
                    for key in (control.name, candidate.name, str(VisitKey(control.name, 1)))}
         prompts = read_prepared(records[control.name], "prompt")
@@ -188,40 +186,82 @@ class TeacherForcedGate(Gate):
             result.reasons = ["instrument: prompts could not be prepared as tokens on the control",
                               *problems[:_MAX_EVIDENCE]]
             return result
-
+        tolerance = self._tolerances(result, control, candidate)
+        if tolerance is None:
+            return result
         gens: dict[str, dict[str, Generation]] = {}
         check: dict[str, InstrumentCheck] = {}
+        for lane in (control, candidate):
+            gens[lane.name], check[lane.name] = self._check_lane(lane, prompts, records[lane.name],
+                                                                 tolerance[lane.name][0], problems)
+        self._instrument_metrics(result, check, tolerance, control)
+        if not self._instrument_holds(result, check, tolerance, problems):
+            return result
+        sites, site_problems = self._sites(prompts, gens, records, control, candidate,
+                                           {name: value for name, (value, _) in tolerance.items()})
+        details: dict[str, Any] = {"sites": sites}
+        if site_problems:
+            result.reasons = ["instrument: divergence sites could not be scored on both servers",
+                              *site_problems[:_MAX_EVIDENCE], *result.reasons]
+            result.details = details | {"problems": site_problems}
+            return result
+        verdicts = self._site_rules(result, sites, len(prompts))
+        verdicts += self._self_fidelity(result, check[control.name], check[candidate.name])
+        verdicts += self._noninferiority(records, control, candidate, result, details)
+        self._reboot_caveat(result, records, control, prompts, gens[control.name])
+        result.details = details
+        if not verdicts:
+            # nothing was weighed: never a PASS over an empty set, unless the contract says so in words
+            result.reasons.append(f"nothing to weigh: no rule judged any site or token "
+                                  f"(rule.nothing_to_weigh: {self.spec.rule.nothing_to_weigh})")
+            result.verdict = Verdict(self.spec.rule.nothing_to_weigh)
+            return result
+        result.verdict = worst(verdicts)
+        return result
+
+    def _tolerances(self, result: GateResult, control: EffectiveLane,
+                    candidate: EffectiveLane) -> dict[str, tuple[float, str]] | None:
+        """Each lane's instrument tolerance and where it came from, written into the result's rule; None
+        (with the reason in ``result``) when a lane has none."""
         tolerance: dict[str, tuple[float, str]] = {}
         for lane in (control, candidate):
             try:
-                tolerance[lane.name] = instrument_tolerance(rule.instrument_tolerance, lane)
+                tolerance[lane.name] = instrument_tolerance(self.spec.rule.instrument_tolerance, lane)
             except ValueError as exc:  # validation refuses such a contract; an older bundle may still hold one
                 result.reasons = [f"instrument: {exc}"]
-                return result
+                return None
         result.rule["instrument_tolerance_applied"] = {name: {"value": value, "source": source}
                                                        for name, (value, source) in tolerance.items()}
-        for lane in (control, candidate):
-            adapter = adapter_for(lane.engine)
-            gens[lane.name], check[lane.name] = {}, InstrumentCheck()
-            for item, prepared in prompts.items():
-                recs = records[lane.name]
-                try:
-                    gen = adapter.parse_generation(select(recs, purpose="generate", item=item))
-                    scored = adapter.parse_score(select(recs, purpose="instrument", item=item), prepared.prompt,
-                                                 gen.tokens)
-                except EngineError as exc:
-                    problems.append(f"{lane.name} prompt {item}: {exc}")
-                    continue
-                if not gen.tokens:
-                    problems.append(f"{lane.name} prompt {item}: generated no tokens")
-                    continue
-                gens[lane.name][item] = gen
-                check_instrument(gen, scored, tolerance[lane.name][0], f"{lane.name} prompt {item}",
-                                 check[lane.name])
-            texts = {g.tokens.ids for g in gens[lane.name].values()}
-            if len(gens[lane.name]) >= 2 and len(texts) == 1:
-                problems.append(f"{lane.name} gave the same continuation to all {len(gens[lane.name])} prompts; "
-                                "it is not answering the prompts")
+        return tolerance
+
+    def _check_lane(self, lane: EffectiveLane, prompts: dict[str, Prepared], recs: list[dict[str, Any]],
+                    tolerance: float, problems: list[str]) -> tuple[dict[str, Generation], InstrumentCheck]:
+        """A lane's greedy generations, and how its own tokens came back when teacher-forced."""
+        adapter = adapter_for(lane.engine)
+        gens: dict[str, Generation] = {}
+        check = InstrumentCheck()
+        for item, prepared in prompts.items():
+            try:
+                gen = adapter.parse_generation(select(recs, purpose="generate", item=item))
+                scored = adapter.parse_score(select(recs, purpose="instrument", item=item), prepared.prompt,
+                                             gen.tokens)
+            except EngineError as exc:
+                problems.append(f"{lane.name} prompt {item}: {exc}")
+                continue
+            if not gen.tokens:
+                problems.append(f"{lane.name} prompt {item}: generated no tokens")
+                continue
+            gens[item] = gen
+            check_instrument(gen, scored, tolerance, f"{lane.name} prompt {item}", check)
+        texts = {g.tokens.ids for g in gens.values()}
+        if len(gens) >= 2 and len(texts) == 1:
+            problems.append(f"{lane.name} gave the same continuation to all {len(gens)} prompts; "
+                            "it is not answering the prompts")
+        return gens, check
+
+    @staticmethod
+    def _instrument_metrics(result: GateResult, check: dict[str, InstrumentCheck],
+                            tolerance: dict[str, tuple[float, str]], control: EffectiveLane) -> None:
         for name, c in check.items():
             role = "control" if name == control.name else "candidate"
             value, source = tolerance[name]
@@ -236,111 +276,81 @@ class TeacherForcedGate(Gate):
             result.metrics[f"instrument_mean_drift_{role}"] = Metric(
                 value=round(c.sum_drift / c.tokens, 9) if c.tokens else None, unit="nats", denominator=c.tokens,
                 note=f"lane {name}: mean |generation-time - teacher-forced| logprob")
+
+    @staticmethod
+    def _instrument_holds(result: GateResult, check: dict[str, InstrumentCheck],
+                          tolerance: dict[str, tuple[float, str]], problems: list[str]) -> bool:
+        """Whether the lanes' own greedy tokens came back, so margins from this instrument may count;
+        if not, ``result`` says why. If so, the instrument's reasons open the result's."""
         failures = [f for c in check.values() for f in c.failures]
         if problems or failures:
             result.reasons = ["instrument: teacher-forced scores do not give the lanes' own greedy tokens back, "
                               "so no margin from this instrument counts", *(problems + failures)[:_MAX_EVIDENCE]]
             result.details = {"instrument_failures": failures[:200], "problems": problems}
-            return result
-
+            return False
         empty = [name for name, c in check.items() if c.tokens == 0]
         if empty:
             result.reasons = [f"instrument: no greedy token of {', '.join(empty)} could be checked: nothing to "
                               "weigh, so no margin from this instrument counts"]
-            return result
+            return False
         for name, c in check.items():
             value, source = tolerance[name]
             result.reasons.append(f"instrument: lane {name} gave back {c.within}/{c.tokens} greedy tokens at rank 1, "
                                   f"max drift {c.max_drift:.4f} nats, mean {c.sum_drift / max(c.tokens, 1):.4f} "
                                   f"(tolerance {value}: {source})")
-        verdicts: list[Verdict] = []
-        sites, site_problems = self._sites(prompts, gens, records, control, candidate,
-                                           {name: value for name, (value, _) in tolerance.items()})
-        details: dict[str, Any] = {"sites": sites}
-        if site_problems:
-            result.reasons = ["instrument: divergence sites could not be scored on both servers",
-                              *site_problems[:_MAX_EVIDENCE], *result.reasons]
-            result.details = details | {"problems": site_problems}
-            return result
-        n_prompts = len(prompts)
+        return True
+
+    def _site_rules(self, result: GateResult, sites: list[dict[str, Any]], n_prompts: int) -> list[Verdict]:
+        """Metrics over the divergence sites, and the site rules' verdicts."""
+        rule = self.spec.rule
         scored_sites = [s for s in sites if s.get("scored")]
-        result.metrics["sites"] = Metric(value=len(scored_sites), denominator=n_prompts, unit="prompts",
-                                         note="prompts where the greedy outputs diverge with two tokens to weigh")
-        length_only = sum(1 for s in sites if not s.get("scored"))
-        if length_only:
-            result.metrics["length_only_divergences"] = Metric(value=length_only, denominator=n_prompts,
-                                                               unit="prompts", note="one lane stopped earlier")
-        if scored_sites:
-            deltas = [s["delta_control_server"] for s in scored_sites]
-            cross = [max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites]
-            result.metrics["site_delta_max"] = Metric(value=round(max(deltas), 6), unit="nats",
-                                                      denominator=len(scored_sites),
-                                                      note="|logp(control tok) - logp(candidate tok)|, control server")
-            result.metrics["site_delta_mean"] = Metric(value=round(sum(deltas) / len(deltas), 6), unit="nats",
-                                                       denominator=len(scored_sites))
-            result.metrics["cross_server_delta_max"] = Metric(value=round(max(cross), 9), unit="nats",
-                                                              denominator=len(scored_sites),
-                                                              note="same token, same prefix, two servers")
-            for who in ("control", "candidate", "neither", "tie"):
-                count = sum(1 for s in scored_sites if s["rank1_control_server"] == who)
-                if who == "tie" and not count:
-                    continue
-                result.metrics[f"rank1_{who}"] = Metric(
-                    value=count, denominator=len(scored_sites), unit="sites",
-                    note="both lanes' tokens share the top logprob exactly" if who == "tie" else
-                    "whose token is rank 1 on the control server")
+        _site_metrics(result, sites, scored_sites, n_prompts)
         site_rules = [name for name in ("max_site_delta", "max_cross_server_delta") if getattr(rule, name) is not None]
         if site_rules and not scored_sites:
             # a rule over zero sites is not met, nor failed: it weighed nothing (no number over an empty set)
             result.reasons.append(f"no divergence site to weigh in {n_prompts} prompts "
                                   f"({'greedy tokens agree' if not sites else 'only length-only divergences'}): "
                                   f"{' and '.join(site_rules)} judged nothing")
+        verdicts: list[Verdict] = []
         if rule.max_site_delta is not None and scored_sites:
-            worst = max(s["delta_control_server"] for s in scored_sites)
-            ok = worst <= rule.max_site_delta
+            largest = max(s["delta_control_server"] for s in scored_sites)
+            ok = largest <= rule.max_site_delta
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"site |delta logprob| max {worst:.4f} {'<=' if ok else '>'} "
+            result.reasons.append(f"site |delta logprob| max {largest:.4f} {'<=' if ok else '>'} "
                                   f"{rule.max_site_delta} nats over {len(scored_sites)} sites")
         if rule.max_cross_server_delta is not None and scored_sites:
-            worst = max(max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites)
-            ok = worst <= rule.max_cross_server_delta
+            largest = max(max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites)
+            ok = largest <= rule.max_cross_server_delta
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"cross-server |delta| max {worst:.6f} {'<=' if ok else '>'} "
+            result.reasons.append(f"cross-server |delta| max {largest:.6f} {'<=' if ok else '>'} "
                                   f"{rule.max_cross_server_delta} nats over {len(scored_sites)} sites")
+        return verdicts
 
-        fidelity = check[candidate.name]
-        result.metrics["self_fidelity_candidate"] = Metric(value=fidelity.rank1_strict, denominator=fidelity.tokens,
+    def _self_fidelity(self, result: GateResult, control: InstrumentCheck,
+                       candidate: InstrumentCheck) -> list[Verdict]:
+        result.metrics["self_fidelity_candidate"] = Metric(value=candidate.rank1_strict, denominator=candidate.tokens,
                                                            unit="tokens", note="strictly rank 1 when teacher-forced")
-        result.metrics["self_fidelity_control"] = Metric(value=check[control.name].rank1_strict,
-                                                         denominator=check[control.name].tokens, unit="tokens")
-        if rule.min_self_fidelity is not None:
-            share = fidelity.rank1_strict / fidelity.tokens if fidelity.tokens else 0.0
-            ok = share >= rule.min_self_fidelity
-            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"self-fidelity {fidelity.rank1_strict}/{fidelity.tokens} "
-                                  f"{'>=' if ok else '<'} {rule.min_self_fidelity}")
+        result.metrics["self_fidelity_control"] = Metric(value=control.rank1_strict, denominator=control.tokens,
+                                                         unit="tokens")
+        bound = self.spec.rule.min_self_fidelity
+        if bound is None:
+            return []
+        share = candidate.rank1_strict / candidate.tokens if candidate.tokens else 0.0
+        ok = share >= bound
+        result.reasons.append(f"self-fidelity {candidate.rank1_strict}/{candidate.tokens} {'>=' if ok else '<'} {bound}")
+        return [Verdict.PASS if ok else Verdict.FAIL]
 
-        verdicts += self._noninferiority(records, control, candidate, result, details)
-        drift = self._reboot_drift(records, control, prompts, gens[control.name])
-        if drift is not None:
-            same, n = drift
-            result.metrics["control_reboot_identical"] = Metric(
-                value=same, denominator=n, unit="prompts", note="control's greedy tokens after a reboot in the window")
-            if same < n:
-                result.caveats.append(f"the control itself changed across reboots on {n - same}/{n} prompts: "
-                                      "divergences are not all the axis")
-        result.details = details
-        if not verdicts:
-            # nothing was weighed: never a PASS over an empty set, unless the contract says so in words
-            result.reasons.append(f"nothing to weigh: no rule judged any site or token "
-                                  f"(rule.nothing_to_weigh: {rule.nothing_to_weigh})")
-            result.verdict = Verdict(rule.nothing_to_weigh)
-            return result
-        if Verdict.INCONCLUSIVE in verdicts:
-            result.verdict = Verdict.INCONCLUSIVE
-        else:
-            result.verdict = Verdict.FAIL if Verdict.FAIL in verdicts else Verdict.PASS
-        return result
+    def _reboot_caveat(self, result: GateResult, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
+                       prompts: dict[str, Prepared], first: dict[str, Generation]) -> None:
+        drift = self._reboot_drift(records, control, prompts, first)
+        if drift is None:
+            return
+        same, n = drift
+        result.metrics["control_reboot_identical"] = Metric(
+            value=same, denominator=n, unit="prompts", note="control's greedy tokens after a reboot in the window")
+        if same < n:
+            result.caveats.append(f"the control itself changed across reboots on {n - same}/{n} prompts: "
+                                  "divergences are not all the axis")
 
     def _sites(self, prompts: dict[str, Prepared], gens: dict[str, dict[str, Generation]],
                records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
@@ -360,52 +370,62 @@ class TeacherForcedGate(Gate):
                               "note": f"one lane stopped at token {d}; control {len(ctrl.tokens)} tokens, "
                                       f"candidate {len(cand.tokens)}"})
                 continue
-            a, b = ctrl.positions[d], cand.positions[d]
-            row: dict[str, Any] = {"prompt": item, "site": d, "scored": True,
-                                   "shared_prefix_text": ctrl.tokens.head(d).text,
-                                   "control_token": {"id": a.token, "text": a.text},
-                                   "candidate_token": {"id": b.token, "text": b.text}}
-            prefix = prepared.prompt + ctrl.tokens.head(d)
-            for server, (lane, recs) in servers.items():
-                found = select(recs, purpose="site", item=item, candidate=candidate.name)
-                if not found:
-                    problems.append(f"prompt {item} site {d}: not scored on the {server} server ({lane.name})")
-                    break
-                try:
-                    pos = adapter_for(lane.engine).parse_score(found, prefix, _EMPTY)[0]
-                except EngineError as exc:
-                    problems.append(f"prompt {item} site {d} on the {server} server: {exc}")
-                    break
-                la, lb = pos.lookup(a.token, a.text), pos.lookup(b.token, b.text)
-                if la is None or lb is None:
-                    problems.append(f"prompt {item} site {d}: a lane's token is outside the {server} server's "
-                                    f"top-{self.spec.top_k} (raise top_k)")
-                    break
-                best = pos.best()
-                # bf16 logits tie exactly often: then neither token is rank 1 alone, whatever order the
-                # engine listed them in
-                rank1 = ("tie" if best and la == lb == best.logprob else
-                         "control" if best and best.same(a.token, a.text) else
-                         "candidate" if best and best.same(b.token, b.text) else "neither")
-                row[f"{server}_server"] = {"logprob_control_token": la, "logprob_candidate_token": lb,
-                                           "rank1": rank1}
-                row[f"delta_{server}_server"] = abs(la - lb)
-                row[f"rank1_{server}_server"] = rank1
-            else:
-                row["cross_server_control_token"] = abs(row["control_server"]["logprob_control_token"]
-                                                        - row["candidate_server"]["logprob_control_token"])
-                row["cross_server_candidate_token"] = abs(row["control_server"]["logprob_candidate_token"]
-                                                          - row["candidate_server"]["logprob_candidate_token"])
-                # the site's prefix is the generation's own context: the scores must match generation time
-                for server, gen_pos, key in (("control", a, "logprob_control_token"),
-                                             ("candidate", b, "logprob_candidate_token")):
-                    got = row[f"{server}_server"][key]
-                    allowed = tolerance[servers[server][0].name]
-                    if gen_pos.logprob is not None and abs(got - gen_pos.logprob) > allowed:
-                        problems.append(f"prompt {item} site {d}: the {server} server scores its own token at "
-                                        f"{got:.6f}, generation said {gen_pos.logprob:.6f}")
-                sites.append(row)
+            site = _Site(item, d, prepared.prompt + ctrl.tokens.head(d), ctrl.positions[d], cand.positions[d])
+            row = self._score_site(site, ctrl.tokens.head(d).text, servers, candidate.name, problems)
+            if row is None:
+                continue
+            # the site's prefix is the generation's own context: the scores must match generation time
+            problems += _generation_mismatches(site, row, {"control": tolerance[control.name],
+                                                           "candidate": tolerance[candidate.name]})
+            sites.append(row)
         return sites, problems
+
+    def _score_site(self, site: _Site, prefix_text: str, servers: dict[str, tuple[EffectiveLane, list[dict[str, Any]]]],
+                    candidate: str, problems: list[str]) -> dict[str, Any] | None:
+        """Both lanes' tokens at a site, as each server scores them; None (and a problem) where a server
+        did not score them."""
+        a, b = site.control, site.candidate
+        row: dict[str, Any] = {"prompt": site.item, "site": site.index, "scored": True,
+                               "shared_prefix_text": prefix_text,
+                               "control_token": {"id": a.token, "text": a.text},
+                               "candidate_token": {"id": b.token, "text": b.text}}
+        for server, (lane, recs) in servers.items():
+            problem = self._score_on(site, server, lane, select(recs, purpose="site", item=site.item,
+                                                                candidate=candidate), row)
+            if problem:
+                problems.append(problem)
+                return None
+        row["cross_server_control_token"] = abs(row["control_server"]["logprob_control_token"]
+                                                - row["candidate_server"]["logprob_control_token"])
+        row["cross_server_candidate_token"] = abs(row["control_server"]["logprob_candidate_token"]
+                                                  - row["candidate_server"]["logprob_candidate_token"])
+        return row
+
+    def _score_on(self, site: _Site, server: str, lane: EffectiveLane, found: list[dict[str, Any]],
+                  row: dict[str, Any]) -> str | None:
+        """One server's scores of both tokens into ``row``; the problem, if it has none."""
+        where = f"prompt {site.item} site {site.index}"
+        if not found:
+            return f"{where}: not scored on the {server} server ({lane.name})"
+        try:
+            pos = adapter_for(lane.engine).parse_score(found, site.prefix, _EMPTY)[0]
+        except EngineError as exc:
+            return f"{where} on the {server} server: {exc}"
+        a, b = site.control, site.candidate
+        la, lb = pos.lookup(a.token, a.text), pos.lookup(b.token, b.text)
+        if la is None or lb is None:
+            return (f"{where}: a lane's token is outside the {server} server's "
+                    f"top-{self.spec.top_k} (raise top_k)")
+        best = pos.best()
+        # bf16 logits tie exactly often: then neither token is rank 1 alone, whatever order the
+        # engine listed them in
+        rank1 = ("tie" if best and la == lb == best.logprob else
+                 "control" if best and best.same(a.token, a.text) else
+                 "candidate" if best and best.same(b.token, b.text) else "neither")
+        row[f"{server}_server"] = {"logprob_control_token": la, "logprob_candidate_token": lb, "rank1": rank1}
+        row[f"delta_{server}_server"] = abs(la - lb)
+        row[f"rank1_{server}_server"] = rank1
+        return None
 
     def _noninferiority(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
                         candidate: EffectiveLane, result: GateResult, details: dict[str, Any]) -> list[Verdict]:
@@ -479,5 +499,59 @@ class TeacherForcedGate(Gate):
             same += item in first and again.tokens.ids == first[item].tokens.ids
         return same, len(prompts)
 
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where two greedy outputs part: the prompt, the token index, the shared prefix (prompt included)
+    and each lane's token there as it was generated."""
+
+    item: str
+    index: int
+    prefix: TokenSeq
+    control: Position
+    candidate: Position
+
+
+def _site_metrics(result: GateResult, sites: list[dict[str, Any]], scored_sites: list[dict[str, Any]],
+                  n_prompts: int) -> None:
+    result.metrics["sites"] = Metric(value=len(scored_sites), denominator=n_prompts, unit="prompts",
+                                     note="prompts where the greedy outputs diverge with two tokens to weigh")
+    length_only = sum(1 for s in sites if not s.get("scored"))
+    if length_only:
+        result.metrics["length_only_divergences"] = Metric(value=length_only, denominator=n_prompts,
+                                                           unit="prompts", note="one lane stopped earlier")
+    if not scored_sites:
+        return
+    deltas = [s["delta_control_server"] for s in scored_sites]
+    cross = [max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites]
+    result.metrics["site_delta_max"] = Metric(value=round(max(deltas), 6), unit="nats",
+                                              denominator=len(scored_sites),
+                                              note="|logp(control tok) - logp(candidate tok)|, control server")
+    result.metrics["site_delta_mean"] = Metric(value=round(sum(deltas) / len(deltas), 6), unit="nats",
+                                               denominator=len(scored_sites))
+    result.metrics["cross_server_delta_max"] = Metric(value=round(max(cross), 9), unit="nats",
+                                                      denominator=len(scored_sites),
+                                                      note="same token, same prefix, two servers")
+    for who in ("control", "candidate", "neither", "tie"):
+        count = sum(1 for s in scored_sites if s["rank1_control_server"] == who)
+        if who == "tie" and not count:
+            continue
+        result.metrics[f"rank1_{who}"] = Metric(
+            value=count, denominator=len(scored_sites), unit="sites",
+            note="both lanes' tokens share the top logprob exactly" if who == "tie" else
+            "whose token is rank 1 on the control server")
+
+
+def _generation_mismatches(site: _Site, row: dict[str, Any], allowed: dict[str, float]) -> list[str]:
+    """Each server's score of its own lane's token against that token's generation-time logprob."""
+    problems = []
+    for server, gen_pos, key in (("control", site.control, "logprob_control_token"),
+                                 ("candidate", site.candidate, "logprob_candidate_token")):
+        got = row[f"{server}_server"][key]
+        if gen_pos.logprob is not None and abs(got - gen_pos.logprob) > allowed[server]:
+            problems.append(f"prompt {site.item} site {site.index}: the {server} server scores its own token at "
+                            f"{got:.6f}, generation said {gen_pos.logprob:.6f}")
+    return problems
 
 _EMPTY = TokenSeq((), "", ())

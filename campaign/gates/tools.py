@@ -120,8 +120,7 @@ class ToolsGate(Gate):
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         episodes = self.episodes()
         n = len(episodes)
-        result = GateResult(gate=self.gate_id, kind="tools", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result = self.new_result(candidate, control)
         judged: dict[str, dict[str, dict[str, Any]]] = {}
         problems = []
         for lane in (control, candidate):

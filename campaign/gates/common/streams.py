@@ -7,7 +7,7 @@ client's arrival times of SSE events, seconds after sending (see ``LaneClient.st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["StreamFacts", "StreamStats", "analyze_stream", "streamed_text"]
@@ -62,6 +62,21 @@ def _carries_output(delta: dict[str, Any]) -> bool:
     return any(bool(delta.get(key)) for key in ("content", "reasoning_content", "reasoning", "tool_calls"))
 
 
+@dataclass
+class _Events:
+    """What a stream's events said, read in arrival order."""
+
+    ids: set[str] = field(default_factory=set)
+    first_t: float | None = None
+    finish_t: float | None = None
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    text: list[str] = field(default_factory=list)
+    chunks: int = 0
+    counters: list[tuple[int, str]] = field(default_factory=list)
+    last_t: float = 0.0
+
+
 def analyze_stream(record: dict[str, Any], max_tokens: int,
                    facts: StreamFacts = StreamFacts()) -> tuple[StreamStats | None, str | None]:
     """(stats, None) for a whole stream, (None, reason) for an error record."""
@@ -69,89 +84,116 @@ def analyze_stream(record: dict[str, Any], max_tokens: int,
         return None, str(record["error"])
     if record.get("status") != 200:
         return None, f"HTTP {record.get('status')}"
-    events = record.get("events") or []
-    ids: set[str] = set()
-    first_t: float | None = None
-    finish_t: float | None = None
-    finish: str | None = None
-    usage: dict[str, Any] | None = None
-    text: list[str] = []
-    chunks = 0
-    counters: list[tuple[int, str]] = []
-    last_t = 0.0
+    seen, problem = _read_events(record.get("events") or [], facts)
+    problem = problem or _cut_short(record, seen)
+    if problem:
+        return None, problem
+    counted = _token_count(record, seen, facts, max_tokens)
+    if counted is None:
+        return None, "the engine reported no token count (no usage, no per-chunk counter)"
+    tokens, source = counted
+    problem = _count_problem(seen, tokens, source, max_tokens)
+    if problem:
+        return None, problem
+    first_t, finish_t = seen.first_t, seen.finish_t
+    elapsed = float(record.get("elapsed_s") or seen.last_t)
+    decode = (tokens - 1) / (finish_t - first_t) if tokens >= 2 and finish_t > first_t else None
+    prompt_tokens = seen.usage.get("prompt_tokens") if seen.usage else None
+    return StreamStats(tokens=tokens, token_source=source, ttft_s=first_t, decode_tok_s=decode,
+                       effective_tok_s=tokens / elapsed if elapsed > 0 else 0.0, elapsed_s=elapsed,
+                       finish_reason=seen.finish, text="".join(seen.text),
+                       prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None), None
+
+
+def _read_events(events: list[dict[str, Any]], facts: StreamFacts) -> tuple[_Events, str | None]:
+    """The events' facts, or the first reason the stream cannot be trusted."""
+    seen = _Events()
     for index, event in enumerate(events):
         t = event.get("t")
         data = event.get("data")
         if not isinstance(data, dict) or not isinstance(t, (int, float)):
-            return None, f"event {index} is not a JSON chunk: {str(event.get('raw'))[:80]!r}"
-        if t < last_t:
-            return None, f"event {index} arrived before event {index - 1}: the record's clock is broken"
-        last_t = t
+            return seen, f"event {index} is not a JSON chunk: {str(event.get('raw'))[:80]!r}"
+        if t < seen.last_t:
+            return seen, f"event {index} arrived before event {index - 1}: the record's clock is broken"
+        seen.last_t = t
         if data.get("error"):
-            return None, f"engine error mid-stream: {str(data['error'])[:200]}"
+            return seen, f"engine error mid-stream: {str(data['error'])[:200]}"
         if isinstance(data.get("id"), str):
-            ids.add(data["id"])
+            seen.ids.add(data["id"])
         if isinstance(data.get("usage"), dict):
-            usage = data["usage"]
+            seen.usage = data["usage"]
         for choice in data.get("choices") or []:
-            if finish is not None:
-                return None, f"event {index} arrived after the finish reason"
-            delta = choice.get("delta") or {}
-            if _carries_output(delta):
-                chunks += 1
-                first_t = t if first_t is None else first_t
-                piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
-                text.append(piece if isinstance(piece, str) else "")
-                if facts.token_counter:
-                    count = _dig(data, facts.token_counter)
-                    if not isinstance(count, int):
-                        return None, f"event {index} lacks the engine's token count {facts.token_counter}"
-                    counters.append((count, text[-1]))
-            if choice.get("finish_reason"):
-                finish, finish_t = str(choice["finish_reason"]), t
-    if len(ids) > 1:
-        return None, f"events from {len(ids)} different streams in one response"
+            problem = _read_choice(seen, index, t, data, choice, facts)
+            if problem:
+                return seen, problem
+    return seen, None
+
+
+def _read_choice(seen: _Events, index: int, t: float, data: dict[str, Any], choice: dict[str, Any],
+                 facts: StreamFacts) -> str | None:
+    if seen.finish is not None:
+        return f"event {index} arrived after the finish reason"
+    delta = choice.get("delta") or {}
+    if _carries_output(delta):
+        seen.chunks += 1
+        seen.first_t = t if seen.first_t is None else seen.first_t
+        piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+        seen.text.append(piece if isinstance(piece, str) else "")
+        if facts.token_counter:
+            count = _dig(data, facts.token_counter)
+            if not isinstance(count, int):
+                return f"event {index} lacks the engine's token count {facts.token_counter}"
+            seen.counters.append((count, seen.text[-1]))
+    if choice.get("finish_reason"):
+        seen.finish, seen.finish_t = str(choice["finish_reason"]), t
+    return None
+
+
+def _cut_short(record: dict[str, Any], seen: _Events) -> str | None:
+    if len(seen.ids) > 1:
+        return f"events from {len(seen.ids)} different streams in one response"
     if not record.get("done_marker"):
-        return None, "stream ended without [DONE]: cut short"
-    if finish is None:
-        return None, "stream ended without a finish reason: cut short"
-    if finish not in _FINISHED:
-        return None, f"finish reason {finish!r}"
-    if first_t is None or finish_t is None:
-        return None, "no content, reasoning or tool call in the stream"
+        return "stream ended without [DONE]: cut short"
+    if seen.finish is None:
+        return "stream ended without a finish reason: cut short"
+    if seen.finish not in _FINISHED:
+        return f"finish reason {seen.finish!r}"
+    if seen.first_t is None or seen.finish_t is None:
+        return "no content, reasoning or tool call in the stream"
+    return None
 
-    # tokens: the engine's own numbers only; a client-side chunk count is used only where the adapter
-    # declared that its engine streams a fixed number of tokens per chunk
+
+def _token_count(record: dict[str, Any], seen: _Events, facts: StreamFacts,
+                 max_tokens: int) -> tuple[int, str] | None:
+    """(tokens, source) by the engine's own numbers only; a client-side chunk count is used only where
+    the adapter declared that its engine streams a fixed number of tokens per chunk."""
+    usage, finish = seen.usage, seen.finish
     if usage is not None and isinstance(usage.get("completion_tokens"), int):
-        tokens, source = int(usage["completion_tokens"]), "usage"
-    elif counters:
-        tokens, source = counters[-1][0] + (1 if finish == "stop" else 0), "counter"
-    elif facts.tokens_per_chunk:
-        tokens, source = chunks * facts.tokens_per_chunk, "chunks"
-    elif facts.count_by_tokenizer and finish == "length":
-        tokens, source = max_tokens, "limit"  # the engine stops a stream at exactly max_tokens
-    elif facts.count_by_tokenizer and isinstance(record.get("engine_token_count"), int):
-        tokens, source = int(record["engine_token_count"]), "tokenizer"
-    else:
-        return None, "the engine reported no token count (no usage, no per-chunk counter)"
-    if counters:
-        problem = _counter_problem(counters, tokens, finish)
-        if problem:
-            return None, problem
-    elif source == "usage" and chunks > tokens:
-        return None, f"{chunks} content chunks for {tokens} tokens: repeated chunks"
-    if tokens > max_tokens:
-        return None, f"{tokens} tokens, more than the {max_tokens} asked"
-    if finish == "length" and tokens < max_tokens:
-        return None, f"finish 'length' after {tokens} of {max_tokens} tokens: ended early without a stop"
+        return int(usage["completion_tokens"]), "usage"
+    if seen.counters:
+        return seen.counters[-1][0] + (1 if finish == "stop" else 0), "counter"
+    if facts.tokens_per_chunk:
+        return seen.chunks * facts.tokens_per_chunk, "chunks"
+    if facts.count_by_tokenizer and finish == "length":
+        return max_tokens, "limit"  # the engine stops a stream at exactly max_tokens
+    if facts.count_by_tokenizer and isinstance(record.get("engine_token_count"), int):
+        return int(record["engine_token_count"]), "tokenizer"
+    return None
 
-    elapsed = float(record.get("elapsed_s") or last_t)
-    decode = (tokens - 1) / (finish_t - first_t) if tokens >= 2 and finish_t > first_t else None
-    prompt_tokens = usage.get("prompt_tokens") if usage else None
-    return StreamStats(tokens=tokens, token_source=source, ttft_s=first_t, decode_tok_s=decode,
-                       effective_tok_s=tokens / elapsed if elapsed > 0 else 0.0, elapsed_s=elapsed,
-                       finish_reason=finish, text="".join(text),
-                       prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None), None
+
+def _count_problem(seen: _Events, tokens: int, source: str, max_tokens: int) -> str | None:
+    finish = seen.finish
+    if seen.counters:
+        problem = _counter_problem(seen.counters, tokens, finish)
+        if problem:
+            return problem
+    elif source == "usage" and seen.chunks > tokens:
+        return f"{seen.chunks} content chunks for {tokens} tokens: repeated chunks"
+    if tokens > max_tokens:
+        return f"{tokens} tokens, more than the {max_tokens} asked"
+    if finish == "length" and tokens < max_tokens:
+        return f"finish 'length' after {tokens} of {max_tokens} tokens: ended early without a stop"
+    return None
 
 
 def _counter_problem(counters: list[tuple[int, str]], tokens: int, finish: str) -> str | None:

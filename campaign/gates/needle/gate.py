@@ -24,7 +24,7 @@ from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.needle.prompts import VARIANTS, NeedleCase, build_case, case_seed, check_reply
-from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.gates.common.streams import streamed_text
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.session import LaneRun
@@ -176,8 +176,7 @@ class NeedleGate(Gate):
         return row, None
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
-        result = GateResult(gate=self.gate_id, kind="needle", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result = self.new_result(candidate, control)
         rungs = self.spec.rungs
         ladders, problems = {}, []
         for lane in (control, candidate):
@@ -212,13 +211,13 @@ class NeedleGate(Gate):
         ok = cand_high >= reach
         reasons.append(f"candidate passed rungs up to {cand_high} tokens ({passed_count}/{n} rungs); "
                        f"required {reach}: {'met' if ok else 'not met'}")
-        verdicts.append(ok)
+        verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
         if self.spec.rule.not_below_control:
             ok = cand_high >= ctrl_high
             reasons.append(f"control reached {ctrl_high} tokens: candidate {'is not' if ok else 'is'} below it")
-            verdicts.append(ok)
+            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
         result.reasons = reasons
-        result.verdict = Verdict.PASS if all(verdicts) else Verdict.FAIL
+        result.verdict = worst(verdicts)
         return result
 
 

@@ -33,8 +33,8 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.records import VisitKey
 from campaign.gates.common.inputs import Prompt, load_prompts
-from campaign.gates.common.stats import boot_noise, paired_bootstrap_ci
-from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.common.stats import BootNoise, boot_noise, paired_bootstrap_ci
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.gates.speed.rows import RowResult, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
 from campaign.gates.common.streams import StreamStats
@@ -125,8 +125,7 @@ class SpeedGate(Gate):
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         rule, spec = self.spec.rule, self.spec
-        result = GateResult(gate=self.gate_id, kind="speed", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        result = self.new_result(candidate, control)
         prompts = self.prompts()
         classes = by_class(prompts)
         views = {"control": self.view(control.name), "candidate": self.view(candidate.name)}
@@ -158,10 +157,10 @@ class SpeedGate(Gate):
         if problems:
             result.reasons = ["instrument: the speed numbers cannot be judged", *problems[:20]]
             return result
-        verdicts = [levels[str(level)]["verdict"] for level in (rule.levels or spec.concurrency)]
+        verdicts = [Verdict(levels[str(level)]["verdict"]) for level in (rule.levels or spec.concurrency)]
         for level in rule.levels or spec.concurrency:
             result.reasons.append(levels[str(level)]["reason"])
-        result.verdict = Verdict.PASS if all(v == "PASS" for v in verdicts) else Verdict.FAIL
+        result.verdict = worst(verdicts)  # never empty: concurrency has at least one level
         return result
 
     def _instrument_problems(self, role: str, view: _LaneView,
@@ -194,85 +193,90 @@ class SpeedGate(Gate):
 
     def _levels(self, result: GateResult, views: dict[str, _LaneView | None], prompts: list[Prompt],
                 problems: list[str]) -> dict[str, Any]:
+        ci = {"confidence": self.spec.rule.confidence, "resamples": self.spec.resamples, "seed": self.spec.seed,
+              "higher_is_better": self.spec.rule.metric != "ttft_s"}
+        return {str(level): self._level(result, views, prompts, problems, level, ci) for level in self.spec.concurrency}
+
+    def _level(self, result: GateResult, views: dict[str, _LaneView | None], prompts: list[Prompt],
+               problems: list[str], level: int, ci: dict[str, Any]) -> dict[str, Any]:
+        """One concurrency level: per-prompt values paired against the control's baseline, then weighed
+        when there is a pair to weigh and the boot noise was measured."""
+        rule = self.spec.rule
+        tag = f"C{level}"
+        entry: dict[str, Any] = {"judged": level in (rule.levels or self.spec.concurrency)}
+        values = {role: self.per_prompt(view, level) if view else {} for role, view in views.items()}
+        boots = {role: values[role] for role, view in views.items()
+                 if role.startswith("control") and view is not None and values[role]}
+        cand = values["candidate"]
+        # prompts every measured control boot has, so each boot's mean covers the same prompts
+        common = [p.id for p in prompts if boots and all(p.id in b for b in boots.values())]
+        baseline = {p: statistics.fmean(b[p] for b in boots.values()) for p in common}
+        noise = self._boot_noise(result, entry, tag, views, boots, common, baseline, ci, problems)
+        pairs = [p for p in common if p in cand]
+        unpaired = [p.id for p in prompts if p.id not in pairs]
+        rows = _prompt_rows(prompts, views, values, baseline, pairs, higher=ci["higher_is_better"])
+        entry["prompts"] = rows
+        self._lane_level_metrics(result, views, level, values, _UNITS[rule.metric])
+        if unpaired and pairs and entry["judged"]:
+            result.caveats.append(f"{tag}: prompts without a {rule.metric} on both lanes and every control "
+                                  f"boot: {unpaired}")
+        if len(pairs) < 2 or noise is None:
+            if entry["judged"] and len(pairs) < 2:
+                problems.append(f"{tag}: {len(pairs)} prompt(s) measured on both lanes; a paired CI needs 2+")
+            return entry
+        self._weigh_level(result, entry, tag, [baseline[p] for p in pairs], [cand[p] for p in pairs], rows,
+                          noise, len(boots), ci)
+        return entry
+
+    def _weigh_level(self, result: GateResult, entry: dict[str, Any], tag: str, baseline: list[float],
+                     candidate: list[float], rows: list[dict[str, Any]], noise: BootNoise, boots: int,
+                     ci: dict[str, Any]) -> None:
+        """The level's paired CI, widened by the control's boot noise, against the frozen bar."""
+        rule = self.spec.rule
+        pairs = len(candidate)
+        mean, prompt_low, prompt_high = _paired_bootstrap_ci(baseline, candidate, **ci)
+        low = mean - math.hypot(mean - prompt_low, noise.half_width)
+        high = mean + math.hypot(prompt_high - mean, noise.half_width)
+        wins = sum(1 for r in rows if r.get("win"))
+        entry.update(mean_change=mean, ci=[low, high], prompt_ci=[prompt_low, prompt_high], wins=wins, pairs=pairs)
+        self._change_metrics(result, tag, mean, (low, high), (prompt_low, prompt_high), wins, pairs, boots)
+        checks = [mean >= rule.min_mean_change, low > rule.ci_lower_above]
+        text = (f"{tag} {rule.metric}: {mean:+.2%} [{rule.confidence:.0%} CI {low:+.2%}, {high:+.2%}; "
+                f"over prompts alone {prompt_low:+.2%}, {prompt_high:+.2%}; boot noise +/-"
+                f"{noise.half_width:.2%} from {noise.boots} control boots], wins {wins}/{pairs}; "
+                f"bar: mean >= {rule.min_mean_change:+.0%} and CI low > {rule.ci_lower_above:+.0%}")
+        if rule.min_wins:
+            need, of = parse_fraction(rule.min_wins)
+            checks.append(of == pairs and wins >= need)
+            text += f" and wins >= {need}/{of}" + ("" if of == pairs else f" (rule is over {of} prompts)")
+        entry["verdict"] = "PASS" if all(checks) else "FAIL"
+        entry["reason"] = f"{text}: {'met' if all(checks) else 'not met'}"
+        if entry["verdict"] == "FAIL" and mean >= rule.min_mean_change and prompt_low > rule.ci_lower_above:
+            entry["reason"] += (" (the change clears the bar over prompts but not the control's boot-to-boot "
+                                "noise: raise control_boots, or quiet the box, to resolve it)")
+
+    def _change_metrics(self, result: GateResult, tag: str, mean: float, ci: tuple[float, float],
+                        prompt_ci: tuple[float, float], wins: int, pairs: int, boots: int) -> None:
         rule, spec = self.spec.rule, self.spec
-        higher = rule.metric != "ttft_s"
-        unit = _UNITS[rule.metric]
-        ci = {"confidence": rule.confidence, "resamples": spec.resamples, "seed": spec.seed,
-              "higher_is_better": higher}
-        levels: dict[str, Any] = {}
-        for level in spec.concurrency:
-            tag = f"C{level}"
-            entry: dict[str, Any] = {"judged": level in (rule.levels or spec.concurrency)}
-            values = {role: self.per_prompt(view, level) if view else {} for role, view in views.items()}
-            boots = {role: values[role] for role, view in views.items()
-                     if role.startswith("control") and view is not None and values[role]}
-            ctrl, cand = values["control"], values["candidate"]
-            # prompts every measured control boot has, so each boot's mean covers the same prompts
-            common = [p.id for p in prompts if boots and all(p.id in b for b in boots.values())]
-            baseline = {p: statistics.fmean(b[p] for b in boots.values()) for p in common}
-            noise = self._boot_noise(result, entry, tag, views, boots, common, baseline, ci, problems)
-            pairs = [p for p in common if p in cand]
-            unpaired = [p.id for p in prompts if p.id not in pairs]
-            rows = [{"prompt": p.id, "class": p.cls or "all", "control": ctrl.get(p.id), "candidate": cand.get(p.id),
-                     **{role: values[role].get(p.id) for role in views if role.startswith("control_rerun")},
-                     "baseline": baseline.get(p.id)} for p in prompts]
-            for row in rows:
-                if row["prompt"] in pairs:
-                    base, new = baseline[row["prompt"]], cand[row["prompt"]]
-                    row["change"] = new / base - 1 if higher else base / new - 1
-                    row["win"] = row["change"] > 0
-            entry["prompts"] = rows
-            self._lane_level_metrics(result, views, level, values, unit)
-            if unpaired and pairs and entry["judged"]:
-                result.caveats.append(f"{tag}: prompts without a {rule.metric} on both lanes and every control "
-                                      f"boot: {unpaired}")
-            if len(pairs) < 2 or noise is None:
-                if entry["judged"] and len(pairs) < 2:
-                    problems.append(f"{tag}: {len(pairs)} prompt(s) measured on both lanes; a paired CI needs 2+")
-                levels[str(level)] = entry
-                continue
-            mean, prompt_low, prompt_high = _paired_bootstrap_ci([baseline[p] for p in pairs],
-                                                                 [cand[p] for p in pairs], **ci)
-            low = mean - math.hypot(mean - prompt_low, noise.half_width)
-            high = mean + math.hypot(prompt_high - mean, noise.half_width)
-            wins = sum(1 for r in rows if r.get("win"))
-            entry.update(mean_change=mean, ci=[low, high], prompt_ci=[prompt_low, prompt_high], wins=wins,
-                         pairs=len(pairs))
-            result.metrics[f"{tag}.mean_change"] = Metric(
-                value=round(mean, 5), unit=f"fraction ({rule.metric} candidate vs control, mean per prompt)",
-                denominator=len(pairs), note=f"positive = faster; control = mean of {len(boots)} boots")
-            result.metrics[f"{tag}.ci_low"] = Metric(
-                value=round(low, 5), unit="fraction", denominator=len(pairs),
-                note=f"{rule.confidence:.0%}: paired bootstrap over prompts ({spec.resamples} resamples) "
-                     f"and the control's boot-to-boot noise ({len(boots)} boots), in quadrature")
-            result.metrics[f"{tag}.ci_high"] = Metric(value=round(high, 5), unit="fraction", denominator=len(pairs))
-            result.metrics[f"{tag}.prompt_ci_low"] = Metric(
-                value=round(prompt_low, 5), unit="fraction", denominator=len(pairs),
-                note="over prompts only: blind to what one boot's prompts share")
-            result.metrics[f"{tag}.prompt_ci_high"] = Metric(value=round(prompt_high, 5), unit="fraction",
-                                                             denominator=len(pairs))
-            result.metrics[f"{tag}.wins"] = Metric(value=wins, unit="prompts", denominator=len(pairs),
-                                                   note="prompts where the candidate is faster")
-            checks = [mean >= rule.min_mean_change, low > rule.ci_lower_above]
-            text = (f"{tag} {rule.metric}: {mean:+.2%} [{rule.confidence:.0%} CI {low:+.2%}, {high:+.2%}; "
-                    f"over prompts alone {prompt_low:+.2%}, {prompt_high:+.2%}; boot noise +/-"
-                    f"{noise.half_width:.2%} from {noise.boots} control boots], wins {wins}/{len(pairs)}; "
-                    f"bar: mean >= {rule.min_mean_change:+.0%} and CI low > {rule.ci_lower_above:+.0%}")
-            if rule.min_wins:
-                need, of = parse_fraction(rule.min_wins)
-                checks.append(of == len(pairs) and wins >= need)
-                text += f" and wins >= {need}/{of}" + ("" if of == len(pairs) else f" (rule is over {of} prompts)")
-            entry["verdict"] = "PASS" if all(checks) else "FAIL"
-            entry["reason"] = f"{text}: {'met' if all(checks) else 'not met'}"
-            if entry["verdict"] == "FAIL" and mean >= rule.min_mean_change and prompt_low > rule.ci_lower_above:
-                entry["reason"] += (" (the change clears the bar over prompts but not the control's boot-to-boot "
-                                    "noise: raise control_boots, or quiet the box, to resolve it)")
-            levels[str(level)] = entry
-        return levels
+        result.metrics[f"{tag}.mean_change"] = Metric(
+            value=round(mean, 5), unit=f"fraction ({rule.metric} candidate vs control, mean per prompt)",
+            denominator=pairs, note=f"positive = faster; control = mean of {boots} boots")
+        result.metrics[f"{tag}.ci_low"] = Metric(
+            value=round(ci[0], 5), unit="fraction", denominator=pairs,
+            note=f"{rule.confidence:.0%}: paired bootstrap over prompts ({spec.resamples} resamples) "
+                 f"and the control's boot-to-boot noise ({boots} boots), in quadrature")
+        result.metrics[f"{tag}.ci_high"] = Metric(value=round(ci[1], 5), unit="fraction", denominator=pairs)
+        result.metrics[f"{tag}.prompt_ci_low"] = Metric(
+            value=round(prompt_ci[0], 5), unit="fraction", denominator=pairs,
+            note="over prompts only: blind to what one boot's prompts share")
+        result.metrics[f"{tag}.prompt_ci_high"] = Metric(value=round(prompt_ci[1], 5), unit="fraction",
+                                                         denominator=pairs)
+        result.metrics[f"{tag}.wins"] = Metric(value=wins, unit="prompts", denominator=pairs,
+                                               note="prompts where the candidate is faster")
 
     def _boot_noise(self, result: GateResult, entry: dict[str, Any], tag: str, views: dict[str, _LaneView | None],
                     boots: dict[str, dict[str, float]], common: list[str], baseline: dict[str, float],
-                    ci: dict[str, Any], problems: list[str]):  # noqa: ANN202 - BootNoise or None
+                    ci: dict[str, Any], problems: list[str]) -> BootNoise | None:
         """Each control boot's drift from the first, and the spread of the boots: the noise a second
         boot of an identical server would show. None (and a problem on a judged level) if unmeasured."""
         rule = self.spec.rule
@@ -285,13 +289,13 @@ class SpeedGate(Gate):
             drift, low, high = _paired_bootstrap_ci([first[p] for p in common], [values[p] for p in common], **ci)
             drifts[views[role].key] = {"mean_change": drift, "ci": [low, high], "prompts": len(common)}
         if drifts:
-            worst = max(drifts.values(), key=lambda d: abs(d["mean_change"]))["mean_change"]
+            largest = max(drifts.values(), key=lambda d: abs(d["mean_change"]))["mean_change"]
             entry["control_drift"] = drifts
             result.metrics[f"{tag}.control_drift"] = Metric(
-                value=round(worst, 5), unit="fraction (a control re-run vs its first run, mean per prompt)",
+                value=round(largest, 5), unit="fraction (a control re-run vs its first run, mean per prompt)",
                 denominator=len(common), note=f"the largest of {len(drifts)} re-run(s)")
-            if rule.max_control_drift is not None and abs(worst) > rule.max_control_drift and entry["judged"]:
-                problems.append(f"{tag}: the control drifted {worst:+.1%} between its boots in this window "
+            if rule.max_control_drift is not None and abs(largest) > rule.max_control_drift and entry["judged"]:
+                problems.append(f"{tag}: the control drifted {largest:+.1%} between its boots in this window "
                                 f"(limit {rule.max_control_drift:.0%}): the environment moved")
         if len(boots) < 2 or len(common) < 2:
             if entry["judged"]:
@@ -434,6 +438,21 @@ class SpeedGate(Gate):
                                       _round(row.median_aggregate), **{k: _round(v) for k, v in rep.items()},
                                       "source": path.relative_to(self.ctx.bundle).as_posix()})
         return {"throughput.csv": table}
+
+
+def _prompt_rows(prompts: list[Prompt], views: dict[str, _LaneView | None], values: dict[str, dict[str, float]],
+                 baseline: dict[str, float], pairs: list[str], *, higher: bool) -> list[dict[str, Any]]:
+    """One row per prompt: each lane's value, the control's baseline and, where paired, the change."""
+    ctrl, cand = values["control"], values["candidate"]
+    rows = [{"prompt": p.id, "class": p.cls or "all", "control": ctrl.get(p.id), "candidate": cand.get(p.id),
+             **{role: values[role].get(p.id) for role in views if role.startswith("control_rerun")},
+             "baseline": baseline.get(p.id)} for p in prompts]
+    for row in rows:
+        if row["prompt"] in pairs:
+            base, new = baseline[row["prompt"]], cand[row["prompt"]]
+            row["change"] = new / base - 1 if higher else base / new - 1
+            row["win"] = row["change"] > 0
+    return rows
 
 
 def _round(value: Any) -> Any:

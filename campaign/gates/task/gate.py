@@ -115,9 +115,8 @@ class TaskGate(Gate):
         return scores, problems
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
-        n, repeats = len(self.tasks), self.spec.repeats
-        result = GateResult(gate=self.gate_id, kind="task", candidate=candidate.name, control=control.name,
-                            verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
+        n = len(self.tasks)
+        result = self.new_result(candidate, control)
         tables, problems = {}, []
         for lane in (control.name, candidate.name):
             tables[lane], lane_problems = self.scores(lane)
@@ -127,56 +126,20 @@ class TaskGate(Gate):
                               *problems[:20]]
             return result
         cand, ctrl = tables[candidate.name], tables[control.name]
-        rows, losses, wins, ties = [], 0, 0, 0
-        control_solved = 0
-        per_kind: dict[str, dict[str, int]] = {}
-        for task in self.tasks:
-            c_ok = sum(ctrl[(task.id, r)].correct for r in range(repeats))
-            k_ok = sum(cand[(task.id, r)].correct for r in range(repeats))
-            outcome = "loss" if k_ok < c_ok else "win" if k_ok > c_ok else "tie"
-            losses += outcome == "loss"
-            wins += outcome == "win"
-            ties += outcome == "tie"
-            control_solved += c_ok > 0
-            kind = per_kind.setdefault(task.kind, {"tasks": 0, "loss": 0, "win": 0, "tie": 0,
-                                                   "control_correct": 0, "candidate_correct": 0})
-            kind["tasks"] += 1
-            kind[outcome] += 1
-            kind["control_correct"] += c_ok
-            kind["candidate_correct"] += k_ok
-            rows.append({"task": task.id, "kind": task.kind, "outcome": outcome,
-                         "control_correct": c_ok, "candidate_correct": k_ok, "repeats": repeats,
-                         "control": [_score_row(ctrl[(task.id, r)]) for r in range(repeats)],
-                         "candidate": [_score_row(cand[(task.id, r)]) for r in range(repeats)]})
+        rows, per_kind, counts = self._pair(ctrl, cand)
+        losses, wins, ties, control_solved = (counts[k] for k in ("loss", "win", "tie", "control_solved"))
         upper = clopper_pearson_upper(losses, n, self.spec.rule.confidence)
-        conf = self.spec.rule.confidence
-        result.metrics = {
-            "losses": Metric(value=losses, denominator=n, unit="tasks",
-                             note="candidate got fewer repeats right than control"),
-            "wins": Metric(value=wins, denominator=n, unit="tasks"),
-            "ties": Metric(value=ties, denominator=n, unit="tasks"),
-            "loss_upper_bound": Metric(value=upper, denominator=n, unit="proportion of tasks",
-                                       note=f"one-sided {conf:g} Clopper-Pearson upper bound on losses/{n}; "
-                                            "n is unique tasks, not tasks x repeats"),
-            "candidate_correct": Metric(value=sum(s.correct for s in cand.values()), denominator=n * repeats,
-                                        unit="task repeats"),
-            "control_correct": Metric(value=sum(s.correct for s in ctrl.values()), denominator=n * repeats,
-                                      unit="task repeats"),
-            "control_tasks_solved": Metric(value=control_solved, denominator=n, unit="tasks",
-                                           note="tasks with at least one correct control repeat: "
-                                                "the only tasks where a loss is possible"),
-            "repeats": Metric(value=repeats, unit="repeats per task per lane"),
-        }
+        result.metrics = self._metrics(counts, upper, ctrl, cand)
         containment = sorted({str(s.sandbox.get("containment")) for s in [*cand.values(), *ctrl.values()]
                               if s.sandbox.get("containment")})
         result.details = {"tasks": rows, "by_kind": per_kind, "sandbox_containment": containment,
                           "request": {"temperature": self.spec.temperature, "seed": self.spec.seed,
-                                      "seeds": [self.spec.seed + r for r in range(repeats)]}}
+                                      "seeds": [self.spec.seed + r for r in range(self.spec.repeats)]}}
         if control_solved == 0:
             result.reasons = [f"instrument: control solved none of the {n} tasks, so no loss was possible and "
                               "the bound says nothing about the candidate"]
             return result
-        margin = self.spec.rule.max_loss_upper
+        conf, margin = self.spec.rule.confidence, self.spec.rule.max_loss_upper
         ok = upper < margin
         result.verdict = Verdict.PASS if ok else Verdict.FAIL
         result.reasons = [f"losses {losses}/{n} tasks (wins {wins}, ties {ties}); one-sided {conf:g} upper bound "
@@ -187,6 +150,53 @@ class TaskGate(Gate):
         if weak:
             result.caveats.append(f"sandbox ran with a missing fence on this machine: {weak[0]}")
         return result
+
+    def _pair(self, ctrl: dict[tuple[str, int], Score], cand: dict[tuple[str, int], Score]
+              ) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]], dict[str, int]]:
+        """Per task, the paired outcome by correct repeats: rows, totals per task kind, and the counts
+        of losses, wins, ties and tasks the control solved at least once."""
+        repeats = self.spec.repeats
+        rows: list[dict[str, Any]] = []
+        counts = {"loss": 0, "win": 0, "tie": 0, "control_solved": 0}
+        per_kind: dict[str, dict[str, int]] = {}
+        for task in self.tasks:
+            c_ok = sum(ctrl[(task.id, r)].correct for r in range(repeats))
+            k_ok = sum(cand[(task.id, r)].correct for r in range(repeats))
+            outcome = "loss" if k_ok < c_ok else "win" if k_ok > c_ok else "tie"
+            counts[outcome] += 1
+            counts["control_solved"] += c_ok > 0
+            kind = per_kind.setdefault(task.kind, {"tasks": 0, "loss": 0, "win": 0, "tie": 0,
+                                                   "control_correct": 0, "candidate_correct": 0})
+            kind["tasks"] += 1
+            kind[outcome] += 1
+            kind["control_correct"] += c_ok
+            kind["candidate_correct"] += k_ok
+            rows.append({"task": task.id, "kind": task.kind, "outcome": outcome,
+                         "control_correct": c_ok, "candidate_correct": k_ok, "repeats": repeats,
+                         "control": [_score_row(ctrl[(task.id, r)]) for r in range(repeats)],
+                         "candidate": [_score_row(cand[(task.id, r)]) for r in range(repeats)]})
+        return rows, per_kind, counts
+
+    def _metrics(self, counts: dict[str, int], upper: float, ctrl: dict[tuple[str, int], Score],
+                 cand: dict[tuple[str, int], Score]) -> dict[str, Metric]:
+        n, repeats, conf = len(self.tasks), self.spec.repeats, self.spec.rule.confidence
+        return {
+            "losses": Metric(value=counts["loss"], denominator=n, unit="tasks",
+                             note="candidate got fewer repeats right than control"),
+            "wins": Metric(value=counts["win"], denominator=n, unit="tasks"),
+            "ties": Metric(value=counts["tie"], denominator=n, unit="tasks"),
+            "loss_upper_bound": Metric(value=upper, denominator=n, unit="proportion of tasks",
+                                       note=f"one-sided {conf:g} Clopper-Pearson upper bound on losses/{n}; "
+                                            "n is unique tasks, not tasks x repeats"),
+            "candidate_correct": Metric(value=sum(s.correct for s in cand.values()), denominator=n * repeats,
+                                        unit="task repeats"),
+            "control_correct": Metric(value=sum(s.correct for s in ctrl.values()), denominator=n * repeats,
+                                      unit="task repeats"),
+            "control_tasks_solved": Metric(value=counts["control_solved"], denominator=n, unit="tasks",
+                                           note="tasks with at least one correct control repeat: "
+                                                "the only tasks where a loss is possible"),
+            "repeats": Metric(value=repeats, unit="repeats per task per lane"),
+        }
 
 
 def _score_row(score: Score) -> dict[str, Any]:

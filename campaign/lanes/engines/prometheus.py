@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
-__all__ = ["Samples", "counter_deltas", "parse_prometheus", "sample_key", "series", "series_sum"]
+__all__ = ["Samples", "counter_deltas", "metric_name", "parse_prometheus", "sample_key", "series", "series_sum",
+           "totals"]
 
 Samples = dict[str, float]  # "name" or 'name{label="v",...}' (labels sorted) -> value
 
@@ -21,6 +23,11 @@ def sample_key(name: str, labels: dict[str, str] | None = None) -> str:
         return name
     inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     return f"{name}{{{inner}}}"
+
+
+def metric_name(key: str) -> str:
+    """The metric a sample key belongs to (a histogram's ``_sum`` and ``_count`` are metrics of their own)."""
+    return key.partition("{")[0]
 
 
 def parse_prometheus(text: str) -> Samples:
@@ -70,3 +77,15 @@ def series_sum(samples: Samples, name: str, **labels: str) -> float | None:
     such series (absent is not zero)."""
     found = [value for have, value in series(samples, name) if all(have.get(k) == v for k, v in labels.items())]
     return sum(found) if found else None
+
+
+def totals(samples: Samples, names: Iterable[str] | None = None) -> Samples:
+    """Each metric's value summed over its label sets, in the order the metrics first appear; only the
+    metrics in ``names`` when given (one absent from the scrape stays absent, not zero)."""
+    wanted = None if names is None else set(names)
+    out: Samples = {}
+    for key, value in samples.items():
+        name = metric_name(key)
+        if wanted is None or name in wanted:
+            out[name] = out.get(name, 0.0) + value
+    return out

@@ -23,13 +23,13 @@ arguments) and the source of ``srt/entrypoints/http_server.py`` and ``srt/manage
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.lanes.engines.base import EngineAdapter, Readiness
 from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.engines.prometheus import parse_prometheus, totals
 
 __all__ = ["METRICS", "SGLangAdapter"]
 
@@ -41,7 +41,6 @@ METRICS = {
     "requests": "sglang:num_requests_total",
     "ttft_seconds": "sglang:time_to_first_token_seconds",
 }
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
 class SGLangAdapter(EngineAdapter):
@@ -135,9 +134,4 @@ class SGLangAdapter(EngineAdapter):
     def metric_values(text: str) -> dict[str, float]:
         """Prometheus text -> {metric name: value summed over label sets}, for the names in METRICS."""
         wanted = set(METRICS.values()) | {f"{m}_sum" for m in METRICS.values()} | {f"{m}_count" for m in METRICS.values()}
-        values: dict[str, float] = {}
-        for line in text.splitlines():
-            match = _SAMPLE.match(line)
-            if match and match.group(1) in wanted:
-                values[match.group(1)] = values.get(match.group(1), 0.0) + float(match.group(3))
-        return values
+        return totals(parse_prometheus(text), wanted)
