@@ -101,7 +101,7 @@ def test_exit_codes_are_described_by_signal_name() -> None:
 
 @pytest.mark.integration
 def test_window_with_a_sigill_candidate_is_inconclusive_with_the_cause(tmp_path: Path, llama_server: str) -> None:
-    from tests.window.test_window_integration import campaign
+    from tests.support.cli import campaign
 
     exe = stand_in(tmp_path / "bin", "sigill", DIRECT["illegal_instruction"][0])
     body = demo_like(free_port()).replace(
