@@ -162,7 +162,10 @@ class IncumbentSpec(StrictModel):
     runtime: Literal["process", "docker"] = Field("process", description="How the daily runs.")
     endpoint: str = Field(description="Where the daily answers, e.g. http://127.0.0.1:30006.")
     pidfile: str | None = Field(None, description="process: file holding the daily's pid (relative to the contract).")
-    container: str | None = Field(None, description="docker: the daily container's name.")
+    container: str | None = Field(None, description="docker: the daily container's name (or id), as started "
+                                                    "by hand with `docker run` or by `campaign promote`.")
+    docker_host: Annotated[DockerHost | None, BeforeValidator(_docker_host_from_url)] = Field(
+        None, description="docker: the engine the daily container runs on (default: DOCKER_HOST, as the CLI).")
     lane: str | None = Field(None, description="A lane of this contract whose spec the daily runs "
                                                "(used by `campaign daily start`).")
     api_key_env: str | None = Field(None, description="Name of the env var holding the daily's API key; "
@@ -171,6 +174,16 @@ class IncumbentSpec(StrictModel):
     stop_timeout: Duration = Field(30.0, description="Seconds between SIGTERM and SIGKILL when stopping it.")
     readiness: ReadinessSpec = Field(default_factory=lambda: ReadinessSpec(budget=600.0),
                                  description="How long a restored daily may take to serve again.")
+
+    @model_validator(mode="after")
+    def _names_its_daily(self) -> "IncumbentSpec":
+        if self.runtime == "process" and not self.pidfile:
+            raise ValueError("a process daily needs `pidfile` (the file holding its pid)")
+        if self.runtime == "docker" and not self.container:
+            raise ValueError("a docker daily needs `container` (its name)")
+        if self.runtime == "process" and (self.container or self.docker_host):
+            raise ValueError("`container` and `docker_host` are for runtime: docker")
+        return self
 
 
 class FailsafeSpec(StrictModel):
@@ -184,8 +197,23 @@ class FailsafeSpec(StrictModel):
 class PromotionRule(StrictModel):
     requires: list[str] = Field(description="Gate ids that must all be PASS.")
     daily_name: str | None = Field(None, description="Name the promoted lane serves under.")
-    smoke_after_promotion: dict[str, Any] | None = Field(None, description="A gate run after the swap.")
-    keep_previous_as_rollback: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_fields(cls, data: Any) -> Any:
+        # These were accepted, frozen and hashed, but never read: a contract that still sets them must not
+        # look as if they did something, and a bare "unknown field" would not say why they went.
+        removed = {
+            "smoke_after_promotion": "promote always runs its own smoke (the proof completion, then the "
+                                     "candidate's measured greedy replies replayed byte-identically)",
+            "keep_previous_as_rollback": "promote always keeps the previous daily for rollback",
+        }
+        if isinstance(data, dict):
+            found = [f"promotion.{name} was removed from the contract schema: {why}; delete it"
+                     for name, why in removed.items() if name in data]
+            if found:
+                raise ValueError("; ".join(found))
+        return data
 
 
 class Contract(StrictModel):

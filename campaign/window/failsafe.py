@@ -18,30 +18,19 @@ from pathlib import Path
 
 from campaign.errors import PreflightError
 from campaign.window.state import WindowState, boottime
+from campaign.window.watchdogfiles import LOG_NAME, ack_path, pidfile, record_pid, spawn_detached, spawn_watchdog
 
 __all__ = ["arm", "choose_backend", "disarm", "dry_run", "spawn_watchdog"]
 
 DRY_RUN_AFTER = 1.0
 DRY_RUN_WAIT = 15.0
+ACK_WAIT = 15.0  # a watchdog that has not acked by then is not trusted with the daily
 
 
 def choose_backend(requested: str) -> str:
     if requested != "auto":
         return requested
     return "systemd" if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") else "watchdog"
-
-
-def _spawn_detached(args: list[str], log: Path) -> int:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as handle:
-        popen = subprocess.Popen([sys.executable, "-m", "campaign.window.watchdog", *args],
-                                 stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                 start_new_session=True, close_fds=True)
-    return popen.pid
-
-
-def spawn_watchdog(state: WindowState, generation: int, role: str) -> int:
-    return _spawn_detached([state.window, str(generation), "--role", role], state.directory / "watchdog.log")
 
 
 def dry_run(backend: str, state_dir: Path) -> str:
@@ -56,7 +45,7 @@ def _dry_run(backend: str, state_dir: Path) -> str:
     with tempfile.TemporaryDirectory(dir=state_dir) as tmp:
         target = Path(tmp) / "fired"
         if backend == "watchdog":
-            _spawn_detached(["--dry-run", str(target), "--after", str(DRY_RUN_AFTER)], state_dir / "watchdog.log")
+            spawn_detached(["--dry-run", str(target), "--after", str(DRY_RUN_AFTER)], state_dir / LOG_NAME)
         elif backend == "systemd":
             unit = f"campaign-dryrun-{os.getpid()}-{int(time.time())}"
             _systemd(["systemd-run", f"--unit={unit}", f"--on-active={int(DRY_RUN_AFTER) or 1}",
@@ -80,29 +69,26 @@ def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
         state.deadline_boottime = boottime() + deadline_s
         state.deadline_wall = time.time() + deadline_s
         state.armed = True
+        state.failsafe_failed = None  # a failure of an earlier generation is not this one's
         state.save()
     state.beat()
     generation = state.failsafe_generation
     if backend == "watchdog":
-        from campaign.window.watchdog import ack_path
-
-        from campaign.window.watchdog import pidfile, record_pid
-
         pid = spawn_watchdog(state, generation, "a")  # it starts its partner b itself
         record_pid(pidfile(state, generation, "a"), pid)
         acks = [ack_path(state, generation, role) for role in ("a", "b")]
-        deadline = time.monotonic() + 15.0
+        deadline = time.monotonic() + ACK_WAIT
         while time.monotonic() < deadline and not all(ack.exists() for ack in acks):
             time.sleep(0.05)
         if not all(ack.exists() for ack in acks):
             _disarm_state(state)
-            raise PreflightError(f"failsafe watchdog pair (pid {pid}) did not report active; the incumbent was "
-                                 "not touched")
+            raise PreflightError(f"failsafe watchdog pair (pid {pid}) did not report active within {ACK_WAIT:g}s "
+                                 f"(log: {state.directory / LOG_NAME}); the incumbent was not touched")
     elif backend == "systemd":
         unit = f"campaign-failsafe-{state.window}-{generation}"[:200]
         _systemd(["systemd-run", f"--unit={unit}", f"--on-active={int(deadline_s)}",
                   "--timer-property=AccuracySec=1s", sys.executable, "-m", "campaign.window.restore_now",
-                  state.window])
+                  state.window, str(generation)])
         active = subprocess.run(["systemctl", "is-active", f"{unit}.timer"], capture_output=True, text=True)
         if active.stdout.strip() != "active":
             _disarm_state(state)

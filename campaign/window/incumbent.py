@@ -2,8 +2,10 @@
 
 Process incumbents are found through their pidfile and read back from ``/proc`` (argv, environment,
 working directory, executable digest); a restore relaunches that snapshot verbatim in its own session
-and rewrites the pidfile. The proof is the running lane matching the snapshot and a real completion
-succeeding with the daily's own credentials.
+and rewrites the pidfile. Container incumbents are read back from their Docker engine
+(``window.dailycontainer``); a restore starts that same container, or recreates it from the snapshot.
+The proof is the running daily matching the snapshot and a real completion succeeding with the daily's
+own credentials.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from campaign.errors import PreflightError, RunError
 from campaign.fsutil import atomic_write_bytes
 from campaign.window.state import process_start_time
 
-__all__ = ["SETTINGS", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
+__all__ = ["SETTINGS", "is_serving", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
 
 SETTINGS = ("endpoint", "api_key_env", "served_model", "stop_timeout", "ready_budget")
 
@@ -45,11 +47,14 @@ def _cmdline(pid: int) -> list[str] | None:
 
 def snapshot(spec: Any, base_dir: Path) -> dict[str, Any]:
     """Everything needed to start the daily again as it is now. Refuses if it is not running."""
-    if spec.runtime != "process":
-        raise PreflightError(f"incumbent runtime {spec.runtime!r} is not supported by this version")
-    return snapshot_pidfile((base_dir / spec.pidfile).resolve(), {
-        "endpoint": spec.endpoint, "api_key_env": spec.api_key_env, "served_model": spec.served_model,
-        "stop_timeout": spec.stop_timeout, "ready_budget": spec.readiness.budget})
+    settings = {"endpoint": spec.endpoint, "api_key_env": spec.api_key_env, "served_model": spec.served_model,
+                "stop_timeout": spec.stop_timeout, "ready_budget": spec.readiness.budget}
+    if spec.runtime == "docker":
+        from campaign.window import dailycontainer
+
+        host = spec.docker_host.model_dump(mode="json") if spec.docker_host else None
+        return dailycontainer.snapshot(spec.container, host, settings)
+    return snapshot_pidfile((base_dir / spec.pidfile).resolve(), settings)
 
 
 def snapshot_pidfile(pidfile: Path, settings: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +75,15 @@ def snapshot_pidfile(pidfile: Path, settings: dict[str, Any]) -> dict[str, Any]:
             **settings}
 
 
+def is_serving(snap: dict[str, Any]) -> bool:
+    """The daily runs as its snapshot says (it may still be loading)."""
+    if snap.get("runtime") == "docker":
+        from campaign.window import dailycontainer
+
+        return dailycontainer.is_running(snap)
+    return running_pid(snap) is not None
+
+
 def running_pid(snap: dict[str, Any]) -> int | None:
     """The pid serving as the daily now, if it runs the snapshot's command line."""
     pid = _read_pid(Path(snap["pidfile"]))
@@ -78,7 +92,12 @@ def running_pid(snap: dict[str, Any]) -> int | None:
     return None
 
 
-def stop(snap: dict[str, Any], *, escalate_after: float | None = None) -> int | None:
+def stop(snap: dict[str, Any], *, escalate_after: float | None = None) -> int | str | None:
+    """Stop the daily (a container is stopped, never removed); what was stopped, or None if nothing ran."""
+    if snap.get("runtime") == "docker":
+        from campaign.window import dailycontainer
+
+        return dailycontainer.stop(snap)
     pid = running_pid(snap)
     if pid is None:
         return None
@@ -111,8 +130,13 @@ def _reap(pid: int) -> None:
         pass
 
 
-def start(snap: dict[str, Any], log_path: Path) -> int:
-    """Relaunch the snapshot verbatim, detached from whoever restores it (runner or failsafe)."""
+def start(snap: dict[str, Any], log_path: Path) -> int | dict[str, Any]:
+    """Relaunch the snapshot verbatim, detached from whoever restores it (runner or failsafe): a process
+    daily's new pid, or what was done to a container daily."""
+    if snap.get("runtime") == "docker":
+        from campaign.window import dailycontainer
+
+        return dailycontainer.start(snap)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
@@ -125,8 +149,13 @@ def start(snap: dict[str, Any], log_path: Path) -> int:
 
 
 def prove(snap: dict[str, Any], *, budget: float | None = None) -> dict[str, Any]:
-    """The daily serves again: same command line and binary as the snapshot, and a real completion."""
+    """The daily serves again: same command line and binary (or container config) as the snapshot, and a
+    real completion."""
     budget = snap["ready_budget"] if budget is None else budget
+    if snap.get("runtime") == "docker":
+        from campaign.window import dailycontainer
+
+        return dailycontainer.prove(snap, budget=budget, completion=_completion)
     deadline = time.monotonic() + budget
     pid = running_pid(snap)
     if pid is None:
@@ -134,6 +163,18 @@ def prove(snap: dict[str, Any], *, budget: float | None = None) -> dict[str, Any
     exe_sha = sha256_file(Path(os.readlink(f"/proc/{pid}/exe")))
     if exe_sha != snap["exe_sha256"]:
         raise RunError("restored incumbent runs a different binary than the snapshot")
+
+    def still_up() -> None:
+        if _cmdline(pid) is None:
+            raise RunError(f"restored incumbent pid {pid} exited while loading")
+
+    answer = _completion(snap, deadline, still_up)
+    return {"pid": pid, "argv_matches": True, "exe_sha256_matches": True, "completion": answer,
+            "proved_at": time.time()}
+
+
+def _completion(snap: dict[str, Any], deadline: float, still_up: Any) -> dict[str, Any]:
+    """One real chat completion with the daily's own key, retried until ``deadline`` while it loads."""
     key = os.environ.get(snap["api_key_env"]) if snap.get("api_key_env") else None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {"model": snap.get("served_model") or "default", "max_tokens": 4, "temperature": 0,
@@ -141,17 +182,14 @@ def prove(snap: dict[str, Any], *, budget: float | None = None) -> dict[str, Any
     last = "no attempt"
     with httpx.Client(base_url=snap["endpoint"], headers=headers, timeout=30.0) as client:
         while time.monotonic() < deadline:
-            if _cmdline(pid) is None:
-                raise RunError(f"restored incumbent pid {pid} exited while loading")
+            still_up()
             try:
                 response = client.post("/v1/chat/completions", json=body)
                 if response.status_code == 200 and response.json().get("choices"):
-                    return {"pid": pid, "argv_matches": True, "exe_sha256_matches": True,
-                            "completion": {"status": 200, "text": response.json()["choices"][0]
-                                           .get("message", {}).get("content")},
-                            "proved_at": time.time()}
+                    return {"status": 200, "text": response.json()["choices"][0].get("message", {}).get("content")}
                 last = f"HTTP {response.status_code}"
             except (httpx.HTTPError, ValueError) as exc:
                 last = type(exc).__name__
             time.sleep(0.5)
-    raise RunError(f"restored incumbent did not serve a completion within {budget:g}s (last: {last})")
+    raise RunError(f"restored incumbent did not serve a completion within {snap['ready_budget']:g}s "
+                   f"(last: {last})")

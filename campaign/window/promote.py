@@ -84,6 +84,13 @@ def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: P
         decision.refusals.append("the contract declares no incumbent: there is no daily to swap")
     elif restore.get("proved") is not True:
         decision.refusals.append(f"the window did not prove the incumbent restored ({restore.get('error') or 'no proof'})")
+    snapshot_file = copy / "incumbent" / "snapshot.json"
+    if snapshot_file.is_file() and load_json_strict(snapshot_file).get("runtime") == "docker":
+        # the window stops and restores a container daily; swapping one for a candidate's container is not
+        # built yet, and a half-done swap would leave the daily in a state nobody chose
+        decision.refusals.append("the daily is a container: promoting to a container daily is not supported by "
+                                 "this version (start the candidate's container by hand from its "
+                                 "lanes/<candidate>/inspect.json, and keep the old one stopped for rollback)")
     loaded = load_contract(next(p for p in (copy / "contract").iterdir() if p.suffix in (".yaml", ".yml")),
                            check_files=False)
     required = loaded.contract.promotion.requires if loaded.contract.promotion else []

@@ -99,9 +99,12 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
             if snap is None:
                 record["incumbent"] = "none declared"
             else:
-                if incumbent.running_pid(snap) is None:
-                    record["started_pid"] = incumbent.start(snap, state.directory / "incumbent.log")
-                    record["action"] = "started"
+                if not incumbent.is_serving(snap):
+                    started = incumbent.start(snap, state.directory / "incumbent.log")
+                    if isinstance(started, dict):  # a container: started again, or recreated from the snapshot
+                        record["started_container"], record["action"] = started["container_id"], started["action"]
+                    else:
+                        record["started_pid"], record["action"] = started, "started"
                 else:
                     record["action"] = "already serving"
                 record["proof"] = incumbent.prove(snap)

@@ -1,14 +1,36 @@
-"""``python -m campaign.window.restore_now WINDOW``: what the systemd timer runs at the deadline."""
+"""``python -m campaign.window.restore_now WINDOW [GENERATION]``: what the systemd timer runs at the deadline.
+
+It restores as a watchdog does (``watchdog.restore_until_served``): retried with backoff, every error in the
+window's failsafe log and journal, a final failure recorded for `campaign status`, and a non-zero exit
+status that systemd keeps with the unit.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from campaign.window.restore import restore
 from campaign.window.state import WindowState
+from campaign.window.watchdog import EXIT_STATE_UNREADABLE, Report, describe, restore_until_served
+
+
+def main(argv: list[str]) -> int:
+    window = argv[0]
+    # a unit armed before the generation was passed has none: it then acts for whichever generation is armed
+    generation = int(argv[1]) if len(argv) > 1 else None
+    report = Report(window, "systemd timer")
+    try:
+        state = WindowState.load(window)
+    except Exception as exc:  # the snapshot is in the state: without it there is nothing to restore from
+        report.error("failsafe.state", f"cannot read the window state, so the daily cannot be restored: "
+                                       f"{describe(exc)}", final=True)
+        return EXIT_STATE_UNREADABLE
+    report.know(state)
+    if not state.armed or (generation is not None and state.failsafe_generation != generation):
+        report.log("the window is disarmed or was re-armed; nothing to do")
+        return 0
+    return restore_until_served(window, reason="deadline reached", report=report,
+                                generation=state.failsafe_generation if generation is None else generation)
+
 
 if __name__ == "__main__":
-    window = sys.argv[1]
-    state = WindowState.load(window)
-    if state.armed:
-        restore(window, reason="deadline reached", by="systemd timer")
+    sys.exit(main(sys.argv[1:]))

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from campaign.fsutil import atomic_write_bytes, load_json_strict
 
-__all__ = ["LaneProcess", "WindowState", "boot_id", "boottime", "process_start_time", "state_root", "windows_dir"]
+__all__ = ["FailsafeFailure", "LaneProcess", "WindowState", "boot_id", "boottime", "process_start_time", "state_root",
+           "windows_dir"]
 
 
 def state_root() -> Path:
@@ -64,6 +65,17 @@ class LaneProcess(BaseModel):
     docker_host: dict[str, Any] | None = None
 
 
+class FailsafeFailure(BaseModel):
+    """The failsafe gave up restoring the daily: kept in the state so `campaign status` can say so."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: float = Field(description="Wall time of the final failure.")
+    error: str
+    by: str
+    attempts: int
+
+
 class WindowState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -82,6 +94,7 @@ class WindowState(BaseModel):
     failsafe_backend: str | None = None
     failsafe_unit: str | None = None
     armed: bool = False
+    failsafe_failed: FailsafeFailure | None = None  # optional: a state written before it existed still loads
     incumbent: dict[str, Any] | None = None  # the full snapshot, env included: never copied to the bundle
     incumbent_stopped: bool = False
     restored: bool = False

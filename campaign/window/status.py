@@ -40,6 +40,15 @@ def _planned(state: WindowState) -> int:
     return sum(len(gates_for_visit(gates, v)) for v in plan_visits(loaded, gates))
 
 
+def _failsafe_failed(state: WindowState) -> dict[str, Any] | None:
+    """The failsafe's final failure to restore the daily (watchdog or systemd timer), if it gave up."""
+    failed = state.failsafe_failed
+    if failed is None:
+        return None
+    return {"at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(failed.at)), "error": failed.error,
+            "by": failed.by, "attempts": failed.attempts}
+
+
 def window_status(window: str | None = None) -> list[dict[str, Any]]:
     rows = []
     for state in _states(window):
@@ -52,6 +61,9 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
         if state.incumbent:
             pid = incumbent.running_pid(state.incumbent)
             daily = f"running (pid {pid})" if pid else "stopped"
+        failed = _failsafe_failed(state)
+        if failed and not state.restored:  # `campaign status` prints `daily` as is: it must say so
+            daily = f"{daily}; failsafe restore FAILED at {failed['at']}: {failed['error']}"
         rows.append({
             "window": state.window, "bundle": state.bundle,
             "phase": f"{last.get('step', 'not started')} {last.get('event', '')}".strip(),
@@ -62,7 +74,7 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
             "armed": state.armed,
             "deadline": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.deadline_wall))
             if state.deadline_wall else None,
-            "restored": state.restored, "daily": daily,
+            "restored": state.restored, "daily": daily, "failsafe_failed": failed,
             "signed": (Path(state.bundle) / "receipt.dsse.json").exists(),
         })
     return rows

@@ -1,0 +1,200 @@
+"""A daily that is a container, usually started by hand with ``docker run``: snapshot it from the engine,
+stop it (not remove it), start that same container again or recreate it from the snapshot, prove it.
+
+The snapshot is the engine's own create config read back (``docker inspect``): image id, entrypoint, cmd,
+env, labels, user, working dir, exposed ports and the whole host config (mounts, device requests and
+GPUs, shm size, ipc, network mode, published ports, restart policy, ulimits). Recreating posts that
+config back to the engine's create endpoint under the same name, so nothing is re-derived.
+
+A restart policy would bring the daily back by itself in the middle of the window, fighting the lanes
+for the port and the GPU: it is set to ``no`` before the stop and put back at restore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from campaign.errors import PreflightError, RunError
+
+__all__ = ["describe", "is_running", "prove", "snapshot", "start", "stop"]
+
+# Config keys a recreated container gets back verbatim (Hostname and Domainname are derived by the engine).
+_CONFIG_KEYS = ("Image", "Entrypoint", "Cmd", "Env", "Labels", "User", "WorkingDir", "ExposedPorts", "Tty",
+                "OpenStdin", "StopSignal", "StopTimeout", "Healthcheck")
+
+
+def _client(snap_or_host: dict[str, Any] | None) -> Any:
+    from campaign.contracts.schema import DockerHost
+    from campaign.lanes.runtimes.dockerhost import client_for
+
+    return client_for(DockerHost.model_validate(snap_or_host) if snap_or_host else None)
+
+
+def _engine_name(host: dict[str, Any] | None) -> str:
+    from campaign.contracts.schema import DockerHost
+    from campaign.lanes.runtimes.dockerhost import describe as describe_host
+
+    return describe_host(DockerHost.model_validate(host) if host else None)
+
+
+def _inspect(client: Any, name: str) -> dict[str, Any] | None:
+    import docker.errors
+
+    try:
+        return client.api.inspect_container(name)
+    except docker.errors.NotFound:
+        return None
+    except docker.errors.DockerException as exc:
+        raise RunError(f"docker engine: cannot inspect container {name!r}: {exc}") from exc
+
+
+def env_digest(env: list[str] | None) -> str:
+    return hashlib.sha256("\0".join(sorted(env or [])).encode()).hexdigest()
+
+
+def _mounts(attrs: dict[str, Any]) -> list[list[Any]]:
+    return sorted([m.get("Type"), m.get("Source"), m.get("Destination"), bool(m.get("RW"))]
+                  for m in attrs.get("Mounts") or [])
+
+
+def snapshot(container: str, docker_host: dict[str, Any] | None, settings: dict[str, Any]) -> dict[str, Any]:
+    """The running daily container as the engine holds it. Refuses (touching nothing) when it does not
+    exist on that engine, is not running, or its image is not on the engine any more."""
+    import docker.errors
+
+    client = _client(docker_host)
+    attrs = _inspect(client, container)
+    where = _engine_name(docker_host)
+    if attrs is None:
+        raise PreflightError(f"incumbent container {container!r} does not exist on docker engine {where}: start "
+                             "the daily first, or name the engine it runs on (incumbent.docker_host)")
+    if not (attrs.get("State") or {}).get("Running"):
+        raise PreflightError(f"incumbent container {container!r} on {where} is not running: there is nothing to "
+                             "restore to; start it first")
+    try:
+        client.images.get(attrs["Image"])
+    except docker.errors.ImageNotFound:
+        raise PreflightError(f"incumbent container {container!r}: its image {attrs['Image']} is not on {where} "
+                             "any more, so it could not be recreated if it were removed") from None
+    config, host_config = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
+    return {"runtime": "docker", "container": attrs["Name"].lstrip("/"), "container_id": attrs["Id"],
+            "image_id": attrs["Image"], "docker_host": docker_host,
+            "config": {key: config.get(key) for key in _CONFIG_KEYS if config.get(key) is not None},
+            "host_config": host_config, "mounts": _mounts(attrs), "env_sha256": env_digest(config.get("Env")),
+            "restart_policy": host_config.get("RestartPolicy") or {"Name": "no"},
+            # argv and env in the shapes the process daily has, for redaction and `daily show`
+            "argv": [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])],
+            "env": dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item),
+            **settings}
+
+
+def _differences(snap: dict[str, Any], attrs: dict[str, Any]) -> list[str]:
+    config, host_config = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
+    wanted = snap["config"]
+    checks = [("image id", attrs.get("Image") == snap["image_id"]),
+              ("entrypoint", (config.get("Entrypoint") or None) == (wanted.get("Entrypoint") or None)),
+              ("cmd", (config.get("Cmd") or None) == (wanted.get("Cmd") or None)),
+              ("env", env_digest(config.get("Env")) == snap["env_sha256"]),
+              ("mounts", _mounts(attrs) == snap["mounts"]),
+              ("devices", (host_config.get("DeviceRequests") or None) ==
+               (snap["host_config"].get("DeviceRequests") or None))]
+    return [name for name, same in checks if not same]
+
+
+def is_running(snap: dict[str, Any]) -> bool:
+    """The daily's name runs the snapshot's image, command, env, mounts and devices now."""
+    attrs = _inspect(_client(snap.get("docker_host")), snap["container"])
+    return bool(attrs and (attrs.get("State") or {}).get("Running") and not _differences(snap, attrs))
+
+
+def stop(snap: dict[str, Any]) -> str | None:
+    """Stop (never remove) the daily; its restart policy is set to ``no`` first so it stays down."""
+    client = _client(snap.get("docker_host"))
+    attrs = _inspect(client, snap["container"])
+    if attrs is None or not (attrs.get("State") or {}).get("Running"):
+        return None
+    if (snap["restart_policy"].get("Name") or "no") != "no":
+        client.api.update_container(attrs["Id"], restart_policy={"Name": "no"})
+    client.api.stop(attrs["Id"], timeout=int(snap.get("stop_timeout") or 30))
+    return attrs["Id"]
+
+
+def _recreate(client: Any, snap: dict[str, Any]) -> str:
+    body = {**snap["config"], "Image": snap["image_id"], "HostConfig": snap["host_config"]}
+    try:
+        response = client.api._post_json(client.api._url("/containers/create"), data=body,
+                                         params={"name": snap["container"]})
+        return client.api._result(response, True)["Id"]
+    except Exception as exc:  # the engine's own words are the useful part
+        raise RunError(f"cannot recreate the daily container {snap['container']!r} from its snapshot: "
+                       f"{exc}") from exc
+
+
+def start(snap: dict[str, Any]) -> dict[str, Any]:
+    """Start the daily container again; recreate it from the snapshot if someone removed it. Its restart
+    policy is put back as it was."""
+    client = _client(snap.get("docker_host"))
+    attrs = _inspect(client, snap["container"])
+    action = "started"
+    if attrs is not None and _differences(snap, attrs):
+        raise RunError(f"container {snap['container']!r} is not the snapshot's daily any more (differs in "
+                       f"{', '.join(_differences(snap, attrs))}); it was left as it is")
+    if attrs is None:
+        container_id, action = _recreate(client, snap), "recreated"
+    else:
+        container_id = attrs["Id"]
+    if (snap["restart_policy"].get("Name") or "no") != "no":
+        client.api.update_container(container_id, restart_policy=snap["restart_policy"])
+    if attrs is None or not (attrs.get("State") or {}).get("Running"):
+        client.api.start(container_id)
+    return {"container_id": container_id, "action": action}
+
+
+def prove(snap: dict[str, Any], *, budget: float, completion: Any) -> dict[str, Any]:
+    """Running as the snapshot says (image id, cmd, env digest, mounts, devices), then a real completion."""
+    client = _client(snap.get("docker_host"))
+    deadline = time.monotonic() + budget
+
+    def still_up() -> None:
+        attrs = _inspect(client, snap["container"])
+        if attrs is None or not (attrs.get("State") or {}).get("Running"):
+            state = (attrs or {}).get("State") or {}
+            raise RunError(f"restored daily container {snap['container']!r} is not running "
+                           f"(exit code {state.get('ExitCode')})")
+        different = _differences(snap, attrs)
+        if different:
+            raise RunError(f"restored daily container differs from the snapshot in {', '.join(different)}")
+
+    still_up()
+    answer = completion(snap, deadline, still_up)
+    attrs = _inspect(client, snap["container"]) or {}
+    return {"container_id": attrs.get("Id"), "image_id_matches": True, "cmd_matches": True, "env_matches": True,
+            "mounts_match": True, "devices_match": True, "completion": answer, "proved_at": time.time()}
+
+
+def describe(snap: dict[str, Any]) -> str:
+    """How to start the daily by hand, as far as a `docker run` line can say it (the snapshot is exact)."""
+    config, host = snap["config"], snap["host_config"]
+    words = ["docker", "run", "-d", "--name", snap["container"]]
+    if host.get("NetworkMode") not in (None, "", "default", "bridge"):
+        words += ["--network", host["NetworkMode"]]
+    for port, bindings in sorted((host.get("PortBindings") or {}).items()):
+        for binding in bindings or []:
+            words += ["-p", f"{binding.get('HostIp') + ':' if binding.get('HostIp') else ''}"
+                            f"{binding.get('HostPort')}:{port.split('/')[0]}"]
+    for mount in host.get("Binds") or []:
+        words += ["-v", mount]
+    if host.get("ShmSize"):
+        words += ["--shm-size", str(host["ShmSize"])]
+    if (snap["restart_policy"].get("Name") or "no") != "no":
+        words += ["--restart", snap["restart_policy"]["Name"]]
+    for name in sorted(snap["env"]):
+        words += ["-e", name]  # values stay in the environment that starts it, never on a shown line
+    if config.get("Entrypoint"):
+        words += ["--entrypoint", config["Entrypoint"][0]]
+    words.append(snap["image_id"])
+    words += [*(config.get("Entrypoint") or [])[1:], *(config.get("Cmd") or [])]
+    return " ".join(json.dumps(w) if (not w or any(c in w for c in " \"'$")) else w for w in words)
