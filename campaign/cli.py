@@ -367,6 +367,25 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
 
 @app.command()
 @one_line_errors
+def rejudge(bundle: Path,
+            out_dir: Optional[Path] = typer.Option(None, "--out", help="Parent folder of the new bundle "
+                                                                      "(default: next to BUNDLE)."),
+            trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
+    """Judge a verified bundle again with this version of the tool, into a new signed bundle; show what changed."""
+    from campaign.signing import load_signing_key, load_trusted
+    from campaign.window.rejudge import rejudge as do_rejudge
+
+    done = do_rejudge(bundle, key=load_signing_key(), trusted=load_trusted(trust), out_dir=out_dir)
+    for item in done.verdicts:
+        change = f"  changed: {item.before or 'none'} -> {item.after}" if item.changed else ""
+        out.print(f"{item.gate}/{item.candidate}: {item.after}{change}", markup=False, highlight=False)
+    if not any(item.changed for item in done.verdicts):
+        out.print("no verdict changed")
+    out.print(f"bundle: {done.bundle}", markup=False, highlight=False)
+
+
+@app.command()
+@one_line_errors
 def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of this window id."),
             contract: Optional[str] = typer.Option(None, help="Only containers of this contract hash."),
             docker_host: Optional[str] = typer.Option(None, help="Engine URL (default: DOCKER_HOST)."),

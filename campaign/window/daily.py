@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -19,7 +20,7 @@ from campaign.lanes.runtimes.process import BASE_ENV_KEYS
 from campaign.lanes.session import resolve_executable, resolve_refs
 from campaign.window.incumbent import _cmdline, _read_pid
 
-__all__ = ["daily_command", "describe_daily", "find_daily_pidfile", "start_daily"]
+__all__ = ["daily_command", "describe_container_daily", "describe_daily", "find_daily_pidfile", "start_daily"]
 
 
 def daily_command(loaded: LoadedContract) -> list[str]:
@@ -109,3 +110,21 @@ def describe_daily(pidfile: Path) -> dict[str, object]:
         env = {}
     shown = Redactor(launch_secrets(argv, env)).argv(argv)
     return {"pidfile": str(pidfile), "running": True, "pid": pid, "argv": shown, "log": log}
+
+
+def describe_container_daily(spec: Any) -> dict[str, object]:
+    """A container daily as its engine sees it now: whether it runs, its image and command, and a `docker
+    run` line that starts it by hand (environment values left out: only their names are shown)."""
+    from campaign.errors import PreflightError
+    from campaign.lanes.redact import Redactor, launch_secrets
+    from campaign.window import dailycontainer
+
+    host = spec.docker_host.model_dump(mode="json") if spec.docker_host else None
+    try:
+        snap = dailycontainer.snapshot(spec.container, host, {"stop_timeout": spec.stop_timeout})
+    except PreflightError as exc:
+        return {"container": spec.container, "running": False, "problem": str(exc)}
+    shown = Redactor(launch_secrets(snap["argv"], snap["env"])).argv(snap["argv"])
+    return {"container": snap["container"], "running": True, "container_id": snap["container_id"][:12],
+            "image_id": snap["image_id"], "argv": shown, "restart_policy": snap["restart_policy"].get("Name"),
+            "run_by_hand": Redactor(launch_secrets(snap["argv"], snap["env"])).text(dailycontainer.describe(snap))}

@@ -8,9 +8,6 @@ the end is signed, so an interrupted one fails verification as incomplete.
 from __future__ import annotations
 
 import asyncio
-import csv
-import hashlib
-import io
 import os
 import shutil
 import signal
@@ -20,37 +17,28 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from campaign import __version__
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
-from campaign.contracts.resolve import EffectiveLane, normalize_axis
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import InputError, LaunchError, PreflightError, RunError
-from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json, read_jsonl
-from campaign.gates.base import Gate, GateContext, Visit
-from campaign.gates.registry import gate_for
-from campaign.gates.result import GateResult, Verdict, worst
+from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json, load_json_strict, read_jsonl
+from campaign.gates.base import Gate, Visit
+from campaign.gates.records import VisitKey
+from campaign.gates.result import GateResult
 from campaign.lanes.redact import redactor_for
-from campaign.lanes.session import boot_lane, check_lane, is_local, port_is_free, resolve_executable
+from campaign.lanes.session import (boot_lane, check_lane, is_local, launch_command, port_is_free,
+                                    resolve_executable, resolve_refs)
 from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
-from campaign.window.inspectdiff import runtime_axis_difference
+from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
 from campaign.window.restore import restore
-from campaign.window.source import source_snapshot
+from campaign.window.source import source_changes, source_snapshot
 from campaign.window.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 
 __all__ = ["WindowOutcome", "daily_port_of", "gates_for_visit", "plan_visits", "preflight", "resume_window", "run_window"]
-
-
-@dataclass
-class LaneOutcome:
-    status: str = "pending"  # ran | launch_failed | skipped
-    cause: str | None = None
-    message: str | None = None
-    boot_seconds: float | None = None
-    engine_version: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,6 +97,7 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
     loaded = load_contract(state.contract, allow_paths=[Path(p) for p in state.allowed_paths])
     freeze_record = check_frozen(loaded, Path(state.record), trusted)
     model_paths = preflight(loaded, ports=False)
+    _refuse_a_mixed_resume(bundle, loaded, model_paths)
     done = {(r.get("gate"), r.get("lane")) for r in records if r.get("event") == "done" and r.get("step") == "gate"}
     with state.locked():
         state = state.reload()
@@ -118,6 +107,61 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
                      window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo,
                      finished_gates=done, resumed=True)
     return _run_async(window)
+
+
+def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: dict[str, str]) -> None:
+    """A resumed window adds records to its first start's: refused when the tool or a lane's executable or
+    image is no longer what made them, or one signed bundle would hold two experiments as one. Checked
+    before anything is touched, so the daily stays as the interruption left it."""
+    recorded = bundle / "source.json"
+    if recorded.exists():
+        changes = source_changes(load_json_strict(recorded))
+        if changes:
+            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+            raise InputError(f"{recorded}: refusing to resume window {bundle.name}: the tool's source changed "
+                             f"since it started: {changes[0]}{more}; start a new window")
+    for lane in loaded.lanes.values():
+        first = _first_inspect(bundle, lane.name)
+        if first is not None:
+            _refuse_another_launch(bundle, lane, first, _launch_identity(lane, model_paths[lane.name]))
+
+
+# What a lane's boot records about the bits it ran; a resume must find the same.
+_IDENTITY = {"executable_sha256": "executable sha256", "image_id": "image id"}
+
+
+def _first_inspect(bundle: Path, lane: str) -> tuple[Path, dict[str, Any]] | None:
+    """The snapshot of the lane's earliest recorded boot (its first visit, else its earliest re-run)."""
+    found = sorted(bundle.glob(f"lanes/{lane}@rerun*/inspect.json"), key=lambda p: VisitKey.parse(p.parent.name))
+    for path in [bundle / "lanes" / lane / "inspect.json", *found]:
+        if path.exists():
+            return path, load_json_strict(path)
+    return None
+
+
+def _launch_identity(lane: EffectiveLane, model_path: str) -> dict[str, Any]:
+    """What boot_lane will record as the lane's executable sha256 and image id, found without starting it."""
+    from campaign.lanes.engines.registry import adapter_for
+
+    _argv, executable = launch_command(resolve_refs(lane), adapter_for(lane.engine), model_path)
+    identity: dict[str, Any] = {"executable_sha256": sha256_file(executable) if executable is not None else None}
+    if lane.runtime == "docker":
+        from campaign.lanes.runtimes.docker import resolve_image
+        from campaign.lanes.runtimes.dockerhost import client_for
+
+        identity["image_id"] = resolve_image(client_for(lane.docker_host), lane.image or "",
+                                             where=f"lane {lane.name}: ")["Id"]
+    return _redacted(identity, lane)  # recorded snapshots went through the redactor: compare like with like
+
+
+def _refuse_another_launch(bundle: Path, lane: EffectiveLane, first: tuple[Path, dict[str, Any]],
+                           now: dict[str, Any]) -> None:
+    path, recorded = first
+    for key, what in _IDENTITY.items():
+        if recorded.get(key) is not None and now.get(key) != recorded[key]:
+            raise InputError(f"{path}: refusing to resume window {bundle.name}: lane {lane.name}'s {what} is now "
+                             f"{str(now.get(key))[:23]}, the window started with {str(recorded[key])[:23]}; "
+                             "start a new window")
 
 
 @dataclass
@@ -212,77 +256,98 @@ def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path
                              f"{manifest.name}, e.g. {bad[0]}")
 
 
+@dataclass
+class _Progress:
+    """What the window has to show so far; the ``finally`` of _execute summarizes whatever it holds."""
+
+    lanes: dict[str, LaneOutcome] = field(default_factory=dict)  # by visit key
+    results: list[GateResult] = field(default_factory=list)
+    status: str = "interrupted"
+    restore_record: dict[str, Any] | None = None
+
+
 async def _execute(w: _Window) -> WindowOutcome:
     from campaign.window.journal import Journal
 
-    loaded, bundle, state = w.loaded, w.bundle, w.state
-    journal = Journal(bundle / "journal.jsonl", echo=w.echo)
-    lanes: dict[str, LaneOutcome] = {}  # by visit key
-    results: list[GateResult] = []
-    status = "interrupted"
-    restore_record: dict[str, Any] | None = None
-    heartbeat = asyncio.create_task(_heartbeat(state))
+    journal = Journal(w.bundle / "journal.jsonl", echo=w.echo)
+    progress = _Progress()
+    heartbeat = asyncio.create_task(_heartbeat(w.state))
     try:
-        if w.resumed:
-            journal.done("resume", window=w.window_id, finished_gates=len(w.finished_gates))
-        else:
-            journal.done("start", window=w.window_id, contract=loaded.contract.contract,
-                         canonical_sha256=loaded.canonical_sha256)
-            _copy_contract(loaded, w.record_path, bundle)
-            atomic_write_json(bundle / "source.json", source_snapshot())
-        ctx = GateContext(bundle=bundle, contract=loaded, input_paths=_input_copies(loaded, bundle))
-        gates = [gate_for(spec, ctx) for spec in loaded.contract.gates]
-        if loaded.contract.incumbent is not None:
-            state = await asyncio.to_thread(_take_down_incumbent, w, journal)
-        labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
-        visits = plan_visits(loaded, gates)
-        # for the progress line: one step per boot and per gate of each visit
-        journal.done("plan", steps=sum(1 + len(gates_for_visit(gates, v)) for v in visits), visits=len(visits))
-        for visit in visits:
-            lane = visit.lane
-            if visit.index == 0:
-                atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
-            visit_gates = [g for g in gates_for_visit(gates, visit) if (g.gate_id, str(visit.key)) not in w.finished_gates]
-            outcome = lanes.setdefault(str(visit.key), LaneOutcome())
-            if not visit_gates and w.resumed:
-                outcome.status = "ran"  # every gate of this visit finished before the interruption
-                continue
-            await _run_lane(w, visit, visit_gates, journal, outcome, labels)
-        if loaded.contract.incumbent is not None:
-            restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal, "window finished")
+        gates = _open(w, journal)
+        await _visit_lanes(w, gates, journal, progress.lanes)
+        if w.loaded.contract.incumbent is not None:
+            progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal, "window finished")
         journal.intent("judge")
-        results = _judge(loaded, gates, lanes, bundle)
-        for result in results:
-            atomic_write_json(bundle / "gates" / result.gate / f"{result.candidate}.json", result.dump())
-        _write_tables(bundle, gates)
-        journal.done("judge", verdicts={f"{r.gate}/{r.candidate}": r.verdict.value for r in results})
-        status = "complete"
+        progress.results = judge_bundle(w.loaded, gates, progress.lanes, w.bundle)
+        journal.done("judge", verdicts={f"{r.gate}/{r.candidate}": r.verdict.value for r in progress.results})
+        progress.status = "complete"
     except asyncio.CancelledError:
-        status = "interrupted"
+        progress.status = "interrupted"
     finally:
         heartbeat.cancel()
-        if loaded.contract.incumbent is not None and restore_record is None:
-            try:
-                restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal, f"window {status}")
-            except RunError as exc:
-                restore_record = {"event": "failed", "error": str(exc)}
-        summary = _summary(loaded, w.freeze_record, w.window_id, state.started_at, status, lanes,
-                           results)
-        summary["resumed"] = w.resumed
-        summary["restore"] = _restore_summary(loaded, restore_record)
-        atomic_write_json(bundle / "SUMMARY.json", summary)
-        journal.done("end", status=status)
-        journal.close()
-    if status == "complete":
-        sign_bundle(bundle, w.key, {"window": w.window_id, "contract": loaded.contract.contract,
-                                    "contract_version": loaded.contract.version,
-                                    "canonical_sha256": loaded.canonical_sha256, "tool_version": __version__},
-                    secrets=_known_secrets(w))
+        summary = await _close(w, journal, progress)
+    if progress.status == "complete":
+        sign_bundle(w.bundle, w.key, predicate(w.loaded, w.window_id), secrets=_known_secrets(w))
     verdicts: dict[str, dict[str, str]] = {}
-    for result in results:
+    for result in progress.results:
         verdicts.setdefault(result.candidate, {})[result.gate] = result.verdict.value
-    return WindowOutcome(bundle=bundle, window_id=w.window_id, verdicts=verdicts, signed=status == "complete",
-                         summary=summary)
+    return WindowOutcome(bundle=w.bundle, window_id=w.window_id, verdicts=verdicts,
+                         signed=progress.status == "complete", summary=summary)
+
+
+def _open(w: _Window, journal: Any) -> list[Gate]:
+    """The start (or resume) record; the frozen contract and the tool's source copied in once; the gates."""
+    loaded = w.loaded
+    if w.resumed:
+        journal.done("resume", window=w.window_id, finished_gates=len(w.finished_gates))
+    else:
+        journal.done("start", window=w.window_id, contract=loaded.contract.contract,
+                     canonical_sha256=loaded.canonical_sha256)
+    if not w.resumed or not (w.bundle / "source.json").exists():
+        # a first start killed before source.json was written measured nothing: what runs now is the first
+        _copy_contract(loaded, w.record_path, w.bundle)
+        atomic_write_json(w.bundle / "source.json", source_snapshot())
+    return build_gates(loaded, w.bundle)
+
+
+async def _visit_lanes(w: _Window, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome]) -> None:
+    """The daily down behind the failsafe, then every visit in the plan: boot, gates, stop."""
+    loaded = w.loaded
+    if loaded.contract.incumbent is not None:
+        await asyncio.to_thread(_take_down_incumbent, w, journal)
+    labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
+    visits = plan_visits(loaded, gates)
+    # for the progress line: one step per boot and per gate of each visit
+    journal.done("plan", steps=sum(1 + len(gates_for_visit(gates, v)) for v in visits), visits=len(visits))
+    for visit in visits:
+        lane = visit.lane
+        if visit.index == 0:
+            atomic_write_json(w.bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
+        visit_gates = [g for g in gates_for_visit(gates, visit) if (g.gate_id, str(visit.key)) not in w.finished_gates]
+        outcome = lanes.setdefault(str(visit.key), LaneOutcome())
+        if not visit_gates and w.resumed:
+            outcome.status = "ran"  # every gate of this visit finished before the interruption
+            continue
+        await _run_lane(w, visit, visit_gates, journal, outcome, labels)
+
+
+async def _close(w: _Window, journal: Any, progress: _Progress) -> dict[str, Any]:
+    """Whatever happened: the daily back if nothing brought it back yet, SUMMARY.json, the end record."""
+    loaded = w.loaded
+    if loaded.contract.incumbent is not None and progress.restore_record is None:
+        try:
+            progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal,
+                                                              f"window {progress.status}")
+        except RunError as exc:
+            progress.restore_record = {"event": "failed", "error": str(exc)}
+    summary = summarize(loaded, w.freeze_record, w.window_id, w.state.started_at, progress.status, progress.lanes,
+                        progress.results)
+    summary["resumed"] = w.resumed
+    summary["restore"] = _restore_summary(loaded, progress.restore_record)
+    atomic_write_json(w.bundle / "SUMMARY.json", summary)
+    journal.done("end", status=progress.status)
+    journal.close()
+    return summary
 
 
 async def _heartbeat(state: WindowState) -> None:
@@ -374,14 +439,9 @@ def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> N
     target.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(loaded.path, target / loaded.path.name)
     shutil.copyfile(record_path, target / "freeze.json")
-    for name, destination in _input_copies(loaded, bundle).items():
+    for name, destination in input_copies(loaded, bundle).items():
         destination.parent.mkdir(exist_ok=True)
         shutil.copyfile(loaded.resolve(loaded.contract.inputs[name].file), destination)
-
-
-def _input_copies(loaded: LoadedContract, bundle: Path) -> dict[str, Path]:
-    return {name: bundle / "contract" / "inputs" / f"{name}{Path(spec.file).suffix}"
-            for name, spec in loaded.contract.inputs.items()}
 
 
 def plan_visits(loaded: LoadedContract, gates: list[Gate]) -> list[Visit]:
@@ -422,7 +482,7 @@ async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, o
     outcome.boot_seconds, outcome.engine_version = run.boot_seconds, run.engine_version
     journal.done("boot", lane=str(visit.key), boot_seconds=run.boot_seconds)
     try:
-        atomic_write_json(lane_dir / "inspect.json", _redacted(run.inspect, lane))
+        _record_inspect(w, visit, lane_dir, _redacted(run.inspect, lane))
         for gate in gates:
             raw = gate.ctx.raw_path(gate.gate_id, str(visit.key))
             if raw.exists():
@@ -436,6 +496,21 @@ async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, o
         journal.intent("stop", lane=str(visit.key))
         code = await run.stop(timeout=1.0 if w.escalated else 20.0)
         journal.done("stop", lane=str(visit.key), exit_code=code)
+
+
+def _record_inspect(w: _Window, visit: Visit, lane_dir: Path, snapshot: dict[str, Any]) -> None:
+    """The first boot's snapshot is the one the window measured with (the one-axis check and promotion read
+    it) and is never replaced; a resumed boot's goes beside it as inspect.resume<N>.json, once proven to
+    run the same executable and image."""
+    target = lane_dir / "inspect.json"
+    if w.resumed:
+        first = _first_inspect(w.bundle, visit.lane.name)
+        if first is not None:
+            _refuse_another_launch(w.bundle, visit.lane, first, snapshot)
+        n = 1
+        while target.exists():
+            target, n = lane_dir / f"inspect.resume{n}.json", n + 1
+    atomic_write_json(target, snapshot)
 
 
 def _set_aside(path: Path) -> None:
@@ -459,84 +534,7 @@ def _track_lane(w: _Window, visit: Visit, running: Any) -> None:
         w.state = state
 
 
-def _write_tables(bundle: Path, gates: list[Gate]) -> None:
-    """Each gate's derived tables (e.g. throughput.csv) as CSV; columns in first-seen order."""
-    tables: dict[str, list[dict[str, Any]]] = {}
-    for gate in gates:
-        for name, rows in gate.bundle_tables().items():
-            tables.setdefault(name, []).extend(rows)
-    for name, rows in tables.items():
-        columns = list(dict.fromkeys(key for row in rows for key in row))
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        atomic_write_bytes(bundle / name, out.getvalue().encode())
-
-
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
     """No secret reaches the bundle: undeclared env values and credential arguments become keyed digests,
     token-shaped strings are cut (rules in campaign.lanes.redact; idempotent, boot_lane applies it too)."""
     return redactor_for(lane).snapshot(snapshot)
-
-
-def _judge(loaded: LoadedContract, gates: list[Gate], lanes: dict[str, LaneOutcome],
-           bundle: Path) -> list[GateResult]:
-    results = []
-    for candidate in loaded.candidates():
-        control = loaded.lanes[candidate.control or ""]
-        blocked = [f"lane {name} did not launch ({lanes[name].cause}): a launch failure is not a finding"
-                   for name in (control.name, candidate.name) if lanes[name].status != "ran"]
-        if not blocked:
-            mismatch = runtime_axis_difference(bundle, control, candidate,
-                                               {normalize_axis(a) for a in candidate.axis})
-            if mismatch:
-                blocked.append(f"what ran differs from the declared axis: {mismatch}")
-        for gate in gates:
-            if blocked:
-                results.append(GateResult(gate=gate.gate_id, kind=gate.spec.kind, candidate=candidate.name,
-                                          control=control.name, verdict=Verdict.INCONCLUSIVE, reasons=blocked,
-                                          rule=gate.rule_dump()))
-            else:
-                results.append(gate.judge(candidate, control))
-    return results
-
-
-def _summary(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: str, started: float, status: str,
-             lanes: dict[str, LaneOutcome], results: list[GateResult]) -> dict[str, Any]:
-    candidates: dict[str, Any] = {}
-    for result in results:
-        entry = candidates.setdefault(result.candidate, {"control": result.control, "gates": {}})
-        entry["gates"][result.gate] = {"verdict": result.verdict.value, "reasons": result.reasons,
-                                       "metrics": {k: m.model_dump(exclude_none=True)
-                                                   for k, m in result.metrics.items()}}
-        if result.warnings:
-            entry["gates"][result.gate]["warnings"] = list(result.warnings)
-            entry.setdefault("warnings", []).extend(result.warnings)
-    promotion = loaded.contract.promotion
-    for name, entry in candidates.items():
-        required = promotion.requires if promotion else list(entry["gates"])
-        verdicts = [Verdict(entry["gates"][g]["verdict"]) if g in entry["gates"] else Verdict.INCONCLUSIVE
-                    for g in required]
-        entry["promotion_gates"] = required
-        entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
-    return {
-        "schema": "campaign.summary/v1",
-        "tool_version": __version__,
-        "window": window_id,
-        "status": status,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "ended_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "duration": {"value": round(time.time() - started, 3), "unit": "s"},
-        "contract": {"name": loaded.contract.contract, "version": loaded.contract.version,
-                     "canonical_sha256": loaded.canonical_sha256, "frozen_at": freeze_record.get("frozen_at"),
-                     "freeze_keyid": (freeze_record.get("signature") or {}).get("keyid"),
-                     # folders outside the contract's own tree the runner let it read (--allow-path)
-                     "allowed_paths": [str(p) for p in loaded.allowed_roots]},
-        "lanes": {name: {"status": o.status, "cause": o.cause, "message": o.message,
-                         "boot_seconds": None if o.boot_seconds is None else
-                         {"value": round(o.boot_seconds, 3), "unit": "s"},
-                         "engine_version": o.engine_version} for name, o in lanes.items()},
-        "candidates": candidates,
-        "warnings": [w for r in results for w in r.warnings],
-    }

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 COMMANDS = ["validate", "freeze", "diff", "schema", "run", "resume", "status", "abort", "promote", "rollback",
-            "ledger", "verify", "publish", "cleanup", "doctor", "keys init", "daily show", "daily start"]
+            "ledger", "verify", "publish", "rejudge", "cleanup", "doctor", "keys init", "daily show", "daily start"]
 
 
 def help_text(command: str) -> str:

@@ -85,21 +85,25 @@ def test_kill_at_every_journal_step_leaves_the_daily_serving(daily: dict) -> Non
         assert not (bundle / "receipt.dsse.json").exists()  # an interrupted window never verifies
 
 
-def test_kill_mid_gate_then_resume_keeps_finished_gates(daily: dict) -> None:
+def _kill_mid_candidate_gate(daily: dict) -> Path:
+    """A window SIGKILLed while the candidate's gate runs; its bundle."""
     runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(daily["contract"]), "--out",
                                str(daily["root"] / "runs")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    raw_spec = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         found = list((daily["root"] / "runs").glob("*/raw/greedy/spec.jsonl"))
         if found and found[0].read_text().count("\n") >= 1:
-            raw_spec = found[0]
-            break
+            os.kill(runner.pid, signal.SIGKILL)
+            runner.wait()
+            return found[0].parent.parent.parent
         time.sleep(0.05)
-    assert raw_spec is not None, "the candidate's gate never started"
-    os.kill(runner.pid, signal.SIGKILL)
-    runner.wait()
-    bundle = raw_spec.parent.parent.parent
+    runner.kill()
+    raise AssertionError("the candidate's gate never started")
+
+
+def test_kill_mid_gate_then_resume_keeps_finished_gates(daily: dict) -> None:
+    bundle = _kill_mid_candidate_gate(daily)
+    raw_spec = bundle / "raw" / "greedy" / "spec.jsonl"
     base_raw = bundle / "raw" / "greedy" / "base.jsonl"
     base_digest = hashlib.sha256(base_raw.read_bytes()).hexdigest()
     partial = raw_spec.read_bytes()
@@ -115,6 +119,42 @@ def test_kill_mid_gate_then_resume_keeps_finished_gates(daily: dict) -> None:
     assert campaign("verify", str(bundle)).returncode == 0
     summary = json.loads((bundle / "SUMMARY.json").read_text())
     assert summary["resumed"] is True and summary["restore"]["proved"] is True
+    assert serves(daily["port"])
+
+
+def test_resume_refuses_another_source_or_executable_then_resumes_as_first_recorded(daily: dict) -> None:
+    bundle = _kill_mid_candidate_gate(daily)
+    source, inspect = bundle / "source.json", bundle / "lanes" / "base" / "inspect.json"
+    first_source, first_inspect = source.read_bytes(), inspect.read_bytes()
+    spec_inspect = (bundle / "lanes" / "spec" / "inspect.json").read_bytes()
+    runner = _window_state(daily["root"]).runner_pid
+    recorded = json.loads(first_source)
+    recorded["files"]["campaign/window/run.py"] = "0" * 64  # as if the window had started on other code
+    source.write_text(json.dumps(recorded))
+    refused = campaign("resume", bundle.name)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert "source.json: refusing to resume" in refused.stderr and "campaign/window/run.py differs" in refused.stderr
+    source.write_bytes(first_source)
+    snapshot = json.loads(first_inspect)
+    snapshot["executable_sha256"] = "f" * 64  # as if the first boot had run another llama-server
+    inspect.write_text(json.dumps(snapshot))
+    refused = campaign("resume", bundle.name)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "lane base's executable sha256 is now" in refused.stderr and "inspect.json" in refused.stderr
+    # refused before anything was touched: no resume recorded, the killed runner still the one on record (the
+    # watchdog restores the daily meanwhile, on its own, as after any kill)
+    assert not any(r["step"] == "resume" for r in read_jsonl(bundle / "journal.jsonl"))
+    assert _window_state(daily["root"]).runner_pid == runner
+    inspect.write_bytes(first_inspect)
+    resumed = campaign("resume", bundle.name)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # the candidate booted again: its first snapshot kept, the new boot recorded beside it
+    assert (bundle / "lanes" / "spec" / "inspect.json").read_bytes() == spec_inspect
+    again = json.loads((bundle / "lanes" / "spec" / "inspect.resume1.json").read_text())
+    assert again["executable_sha256"] == json.loads(spec_inspect)["executable_sha256"]
+    assert not (bundle / "lanes" / "base" / "inspect.resume1.json").exists()  # its gates had all finished
+    assert campaign("verify", str(bundle)).returncode == 0
     assert serves(daily["port"])
 
 

@@ -97,6 +97,28 @@ def test_verify_accepts_then_rejects_each_tampering(window: dict, tmp_path: Path
         shutil.rmtree(copy)
 
 
+def test_rejudge_of_a_real_window_gives_the_same_verdicts(window: dict, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(window["xdg"]))
+    done = campaign("rejudge", str(window["bundle"]), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no verdict changed" in done.stdout and "changed:" not in done.stdout
+    (new,) = tmp_path.iterdir()
+    before = load_json_strict(window["bundle"] / "SUMMARY.json")
+    after = load_json_strict(new / "SUMMARY.json")
+    for candidate, entry in before["candidates"].items():
+        for gate, result in entry["gates"].items():
+            assert f"{gate}/{candidate}: {result['verdict']}" in done.stdout
+            assert after["candidates"][candidate]["gates"][gate]["verdict"] == result["verdict"]
+            assert load_json_strict(new / "gates" / gate / f"{candidate}.json")["metrics"] == \
+                load_json_strict(window["bundle"] / "gates" / gate / f"{candidate}.json")["metrics"]
+        assert after["candidates"][candidate]["overall"] == entry["overall"]
+    assert after["rejudge"]["source"]["window"] == before["window"] == after["window"]
+    assert (new / "raw" / "greedy" / "spec.jsonl").read_bytes() == \
+        (window["bundle"] / "raw" / "greedy" / "spec.jsonl").read_bytes()
+    assert campaign("verify", str(new)).returncode == 0
+    assert campaign("verify", str(window["bundle"])).returncode == 0  # the source is only read
+
+
 def test_verify_rejects_untrusted_signer(window: dict, tmp_path: Path) -> None:
     # the autouse fixture points XDG_CONFIG_HOME at a fresh directory with a different key
     assert campaign("keys", "init").returncode == 0

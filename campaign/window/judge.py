@@ -1,0 +1,185 @@
+"""The offline half of a window: every gate judged, for every candidate, from what the bundle holds.
+
+A window calls it once its lanes ran and the daily is back; ``campaign rejudge`` calls it on a copy of
+a signed bundle. Judges are code and code has bugs: each (gate, candidate) is judged apart, so a judge
+that raises costs that one verdict (INCONCLUSIVE, with its traceback in the bundle) and never the other
+gates' verdicts or the signature.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from campaign import __version__
+from campaign.contracts.load import LoadedContract
+from campaign.contracts.resolve import EffectiveLane, normalize_axis
+from campaign.fsutil import atomic_write_bytes, atomic_write_json
+from campaign.gates.base import Gate, GateContext
+from campaign.gates.registry import gate_for
+from campaign.gates.result import GateResult, Verdict, worst
+from campaign.window.inspectdiff import runtime_axis_difference
+
+__all__ = ["LaneOutcome", "build_gates", "input_copies", "judge_bundle", "predicate", "summarize"]
+
+
+@dataclass
+class LaneOutcome:
+    status: str = "pending"  # ran | launch_failed | skipped
+    cause: str | None = None
+    message: str | None = None
+    boot_seconds: float | None = None
+    engine_version: dict[str, Any] = field(default_factory=dict)
+
+
+def input_copies(loaded: LoadedContract, bundle: Path) -> dict[str, Path]:
+    """Where the frozen copy of each input lies in the bundle: gates read these, never the originals."""
+    return {name: bundle / "contract" / "inputs" / f"{name}{Path(spec.file).suffix}"
+            for name, spec in loaded.contract.inputs.items()}
+
+
+def build_gates(loaded: LoadedContract, bundle: Path) -> list[Gate]:
+    ctx = GateContext(bundle=bundle, contract=loaded, input_paths=input_copies(loaded, bundle))
+    return [gate_for(spec, ctx) for spec in loaded.contract.gates]
+
+
+def judge_bundle(loaded: LoadedContract, gates: list[Gate], lanes: dict[str, LaneOutcome],
+                 bundle: Path) -> list[GateResult]:
+    """Judge, then write ``gates/<gate>/<candidate>.json`` and the gates' tables into ``bundle``."""
+    results = []
+    for candidate in loaded.candidates():
+        control = loaded.lanes[candidate.control or ""]
+        blocked, error = _blocked(bundle, control, candidate, lanes)
+        for gate in gates:
+            if blocked:
+                result = _result(gate, candidate, control, blocked)
+                if error:
+                    _write_error(bundle, gate.gate_id, candidate.name, error)
+            else:
+                result = _judge_one(bundle, gate, candidate, control)
+            results.append(result)
+            atomic_write_json(bundle / "gates" / result.gate / f"{result.candidate}.json", result.dump())
+    _write_tables(bundle, gates)
+    return results
+
+
+def _blocked(bundle: Path, control: EffectiveLane, candidate: EffectiveLane,
+             lanes: dict[str, LaneOutcome]) -> tuple[list[str], str | None]:
+    """Why no gate of this candidate can be judged (empty: all can), and the traceback if it was a bug."""
+    blocked = []
+    for name in (control.name, candidate.name):
+        outcome = lanes.get(name) or LaneOutcome(cause="no record of it")
+        if outcome.status != "ran":
+            blocked.append(f"lane {name} did not launch ({outcome.cause}): a launch failure is not a finding")
+    if blocked:
+        return blocked, None
+    try:
+        mismatch = runtime_axis_difference(bundle, control, candidate, {normalize_axis(a) for a in candidate.axis})
+    except Exception as exc:  # a bug or an unreadable snapshot: every gate of this candidate says so
+        return [_error_reason(exc)], traceback.format_exc()
+    return ([f"what ran differs from the declared axis: {mismatch}"] if mismatch else []), None
+
+
+def _judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+    try:
+        return gate.judge(candidate, control)
+    except Exception as exc:
+        _write_error(bundle, gate.gate_id, candidate.name, traceback.format_exc())
+        return _result(gate, candidate, control, [_error_reason(exc)])
+
+
+def _error_reason(exc: Exception) -> str:
+    # one line: the full message and the traceback are in the error file next to the result
+    lines = str(exc).strip().splitlines()
+    return f"judge error: {type(exc).__name__}" + (f": {lines[0]}" if lines else "")
+
+
+def _write_error(bundle: Path, gate_id: str, candidate: str, text: str) -> None:
+    atomic_write_bytes(bundle / "gates" / gate_id / f"{candidate}.judge-error.txt", text.encode())
+
+
+def _result(gate: Gate, candidate: EffectiveLane, control: EffectiveLane, reasons: list[str]) -> GateResult:
+    try:
+        rule = gate.rule_dump()
+    except Exception:  # the verdict must still be written; the rule is in the bundle's contract copy
+        rule = {}
+    return GateResult(gate=gate.gate_id, kind=gate.spec.kind, candidate=candidate.name, control=control.name,
+                      verdict=Verdict.INCONCLUSIVE, reasons=reasons, rule=rule)
+
+
+def _write_tables(bundle: Path, gates: list[Gate]) -> None:
+    """Each gate's derived tables (e.g. throughput.csv) as CSV; columns in first-seen order. A gate whose
+    tables cannot be built leaves its traceback instead; the verdicts do not depend on tables."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for gate in gates:
+        try:
+            produced = gate.bundle_tables()
+        except Exception:
+            atomic_write_bytes(bundle / "gates" / gate.gate_id / "tables.judge-error.txt",
+                               traceback.format_exc().encode())
+            continue
+        for name, rows in produced.items():
+            tables.setdefault(name, []).extend(rows)
+    for name, rows in tables.items():
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_bytes(bundle / name, out.getvalue().encode())
+
+
+def predicate(loaded: LoadedContract, window_id: str) -> dict[str, Any]:
+    """What the bundle's signature says about it, besides its files."""
+    return {"window": window_id, "contract": loaded.contract.contract, "contract_version": loaded.contract.version,
+            "canonical_sha256": loaded.canonical_sha256, "tool_version": __version__}
+
+
+def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: str, started: float, status: str,
+              lanes: dict[str, LaneOutcome], results: list[GateResult]) -> dict[str, Any]:
+    """SUMMARY.json's body: every verdict with its numbers, and the promotion gates' overall verdict."""
+    return {
+        "schema": "campaign.summary/v1",
+        "tool_version": __version__,
+        "window": window_id,
+        "status": status,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "ended_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "duration": {"value": round(time.time() - started, 3), "unit": "s"},
+        "contract": {"name": loaded.contract.contract, "version": loaded.contract.version,
+                     "canonical_sha256": loaded.canonical_sha256, "frozen_at": freeze_record.get("frozen_at"),
+                     "freeze_keyid": (freeze_record.get("signature") or {}).get("keyid"),
+                     # folders outside the contract's own tree the runner let it read (--allow-path)
+                     "allowed_paths": [str(p) for p in loaded.allowed_roots]},
+        "lanes": {name: {"status": o.status, "cause": o.cause, "message": o.message,
+                         "boot_seconds": None if o.boot_seconds is None else
+                         {"value": round(o.boot_seconds, 3), "unit": "s"},
+                         "engine_version": o.engine_version} for name, o in lanes.items()},
+        "candidates": _candidates(loaded, status, results),
+        "warnings": [w for r in results for w in r.warnings],
+    }
+
+
+def _candidates(loaded: LoadedContract, status: str, results: list[GateResult]) -> dict[str, Any]:
+    candidates: dict[str, Any] = {}
+    for result in results:
+        entry = candidates.setdefault(result.candidate, {"control": result.control, "gates": {}})
+        entry["gates"][result.gate] = {"verdict": result.verdict.value, "reasons": result.reasons,
+                                       "metrics": {k: m.model_dump(exclude_none=True)
+                                                   for k, m in result.metrics.items()}}
+        if result.warnings:
+            entry["gates"][result.gate]["warnings"] = list(result.warnings)
+            entry.setdefault("warnings", []).extend(result.warnings)
+    promotion = loaded.contract.promotion
+    for entry in candidates.values():
+        required = promotion.requires if promotion else list(entry["gates"])
+        verdicts = [Verdict(entry["gates"][g]["verdict"]) if g in entry["gates"] else Verdict.INCONCLUSIVE
+                    for g in required]
+        entry["promotion_gates"] = required
+        entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
+    return candidates

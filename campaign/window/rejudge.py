@@ -1,0 +1,143 @@
+"""``campaign rejudge``: judge a signed bundle again with the code of today, into a new signed bundle.
+
+Only the bundle is read: its contract and freeze record, the frozen input copies, the raw records, the
+lanes' specs and snapshots. Those are copied into the new bundle first and judged there, so what is
+signed is exactly what was judged; the source bundle is never written to. The new SUMMARY.json names
+its source by path, window id and the sha256 of its signed envelope, so a rejudge can be traced to the
+measurement it re-read, and a rejudge never passes for a window that ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from campaign.contracts.hashing import sha256_file
+from campaign.contracts.load import LoadedContract, load_contract
+from campaign.contracts.resolve import EffectiveLane
+from campaign.errors import InputError, VerifyError
+from campaign.fsutil import atomic_write_json, load_json_strict
+from campaign.receipts.bundle import ENVELOPE, sign_bundle, verify_bundle
+from campaign.signing import SigningKey, TrustedKeys
+from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
+from campaign.window.source import source_snapshot
+
+__all__ = ["Rejudged", "VerdictChange", "rejudge"]
+
+# What judges read (contract/: contract, freeze record, input copies; lanes/: spec.json, inspect.json,
+# boot.log), and the raw records. gates/, tables and SUMMARY.json are what a rejudge writes anew.
+COPIED = ("contract", "lanes", "raw")
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    gate: str
+    candidate: str
+    before: str | None  # None: the source bundle has no verdict for it
+    after: str
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+@dataclass(frozen=True)
+class Rejudged:
+    bundle: Path
+    source: Path
+    verdicts: list[VerdictChange]
+
+
+def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path | None = None) -> Rejudged:
+    try:
+        verify_bundle(source, trusted)
+    except VerifyError as exc:
+        raise InputError(f"{source}: refusing to rejudge a bundle that does not verify: {exc}") from exc
+    before = load_json_strict(source / "SUMMARY.json")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = (out_dir if out_dir is not None else source.resolve().parent) / f"{source.resolve().name}.rejudged-{stamp}"
+    if target.exists():
+        raise InputError(f"{target}: already exists; rejudge again in a second, or choose --out")
+    # built under a hidden name and renamed once signed: a crash leaves no unsigned bundle that looks done
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        _build(source, partial, before, key)
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    after = load_json_strict(target / "SUMMARY.json")
+    return Rejudged(bundle=target, source=source, verdicts=_compare(before, after))
+
+
+def _build(source: Path, bundle: Path, before: dict[str, Any], key: SigningKey) -> None:
+    started = time.time()
+    bundle.mkdir(parents=True)
+    for name in COPIED:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, bundle / name, symlinks=True, copy_function=shutil.copyfile)
+    freeze_record = load_json_strict(bundle / "contract" / "freeze.json")
+    loaded = _contract(bundle, freeze_record)
+    lanes = _lane_outcomes(before)
+    results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
+    atomic_write_json(bundle / "source.json", source_snapshot())
+    window = str(before.get("window") or source.name)
+    summary = summarize(loaded, freeze_record, window, started, "complete", lanes, results)
+    # the measurement's facts are the source window's, not this command's
+    summary.update({k: before[k] for k in ("started_at", "ended_at", "duration", "resumed", "restore") if k in before})
+    summary["rejudge"] = {"source": {"path": str(source.resolve()), "window": before.get("window"),
+                                     "envelope_sha256": sha256_file(source / ENVELOPE)},
+                          "rejudged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
+    atomic_write_json(bundle / "SUMMARY.json", summary)
+    sign_bundle(bundle, key, {**predicate(loaded, window), "rejudge_of": summary["rejudge"]["source"]})
+
+
+def _contract(bundle: Path, freeze_record: dict[str, Any]) -> LoadedContract:
+    """The bundle's contract copy, with each lane as its spec.json recorded it (what ran, not what today's
+    code would merge from the contract)."""
+    folder = bundle / "contract"
+    name = freeze_record.get("contract_file")
+    path = folder / str(name) if name else next(iter(sorted(folder.glob("*.y*ml"))), folder / "contract.yaml")
+    if not path.is_file():
+        raise InputError(f"{path}: the bundle holds no contract copy to judge against")
+    loaded = load_contract(path, check_files=False, allow_paths=[])
+    lanes: dict[str, EffectiveLane] = {}
+    for lane in loaded.lanes:
+        spec = bundle / "lanes" / lane / "spec.json"
+        if not spec.is_file():
+            raise InputError(f"{spec}: missing; a rejudge reads each lane as the window recorded it")
+        try:
+            lanes[lane] = EffectiveLane.model_validate(load_json_strict(spec))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise InputError(f"{spec}: not a lane this version reads: {'.'.join(map(str, first['loc']))}: "
+                             f"{first['msg']}") from None
+    return dataclasses.replace(loaded, lanes=lanes)
+
+
+def _lane_outcomes(summary: dict[str, Any]) -> dict[str, LaneOutcome]:
+    """How each visit went, as the source window recorded it: a lane that did not launch stays so."""
+    out = {}
+    for name, lane in (summary.get("lanes") or {}).items():
+        boot = lane.get("boot_seconds") or {}
+        out[name] = LaneOutcome(status=lane.get("status") or "pending", cause=lane.get("cause"),
+                                message=lane.get("message"), boot_seconds=boot.get("value"),
+                                engine_version=lane.get("engine_version") or {})
+    return out
+
+
+def _compare(before: dict[str, Any], after: dict[str, Any]) -> list[VerdictChange]:
+    def verdicts(summary: dict[str, Any]) -> dict[tuple[str, str], str]:
+        return {(gate, candidate): result.get("verdict")
+                for candidate, entry in (summary.get("candidates") or {}).items()
+                for gate, result in (entry.get("gates") or {}).items()}
+
+    old, new = verdicts(before), verdicts(after)
+    return [VerdictChange(gate=gate, candidate=candidate, before=old.get((gate, candidate)), after=verdict)
+            for (gate, candidate), verdict in new.items()]

@@ -1,0 +1,107 @@
+"""Offline judging isolates each gate: a judge that raises costs its own verdict, never the others'
+verdicts or the bundle's signature.
+
+The raw records here are written by hand and one gate is a hand-made subclass whose judge raises: the
+fault under test is a bug in judging code, which no engine can produce on demand; the gate that passes
+is the real greedy judge on records of the shape a window writes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from campaign.contracts.freeze import freeze
+from campaign.contracts.load import LoadedContract, load_contract
+from campaign.fsutil import JsonlAppender, atomic_write_json
+from campaign.gates.greedy import GreedyGate
+from campaign.gates.result import GateResult, Verdict
+from campaign.receipts.bundle import sign_bundle, verify_bundle
+from campaign.signing import init_keys, load_signing_key, load_trusted
+from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
+from tests.support.contracts import demo_like, write_contract
+
+REPLIES = {"capital": "Paris.", "haiku": "Waves on the shore.", "fib": "def fib(n): ..."}
+SPEC_ARGS = ["--spec-type", "ngram-simple", "--spec-draft-n-max", "4"]
+
+
+def _inspect(argv: list[str]) -> dict:
+    return {"runtime": "process", "argv": argv, "env": {}, "launched_argv": argv, "launched_env": {},
+            "executable_sha256": "ab" * 32}
+
+
+def window_bundle(tmp_path: Path) -> tuple[Path, LoadedContract]:
+    """A bundle as a window leaves it before judging: contract copy and freeze record, input copies, lane
+    specs and snapshots differing exactly on the axis, greedy records (2 repeats, identical replies)."""
+    init_keys()
+    contract = write_contract(tmp_path, demo_like(18000))
+    record, _ = freeze(load_contract(contract), load_signing_key())
+    loaded = load_contract(contract)
+    bundle = tmp_path / "20261201T000000Z-t-demo-v1-abcd1234"
+    (bundle / "contract" / "inputs").mkdir(parents=True)
+    shutil.copyfile(contract, bundle / "contract" / contract.name)
+    shutil.copyfile(record, bundle / "contract" / "freeze.json")
+    for name, copy in input_copies(loaded, bundle).items():
+        shutil.copyfile(loaded.resolve(loaded.contract.inputs[name].file), copy)
+    base_argv = ["/usr/bin/llama-server", "--port", "18000"]
+    for lane, argv in (("base", base_argv), ("spec", base_argv + SPEC_ARGS)):
+        atomic_write_json(bundle / "lanes" / lane / "spec.json", loaded.lanes[lane].model_dump(mode="json"))
+        atomic_write_json(bundle / "lanes" / lane / "inspect.json", _inspect(argv))
+        with JsonlAppender(bundle / "raw" / "greedy" / f"{lane}.jsonl") as sink:
+            for repeat in range(2):
+                for pid, text in REPLIES.items():
+                    sink.append({"tags": {"prompt": pid, "repeat": repeat}, "status": 200,
+                                 "request": {"temperature": 0},
+                                 "response": {"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
+                                              "usage": {"completion_tokens": 5}}})
+    return bundle, loaded
+
+
+class BrokenJudge(GreedyGate):
+    """Collects like greedy; its judge has a bug."""
+
+    def judge(self, candidate, control) -> GateResult:  # noqa: ANN001
+        raise KeyError("no such record field: 'choices'")
+
+
+def test_a_judge_that_raises_costs_only_its_own_verdict(tmp_path: Path) -> None:
+    bundle, loaded = window_bundle(tmp_path)
+    greedy = build_gates(loaded, bundle)[0]
+    broken = BrokenJudge(greedy.spec.model_copy(update={"id": "broken"}), greedy.ctx)
+    lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
+    results = judge_bundle(loaded, [broken, greedy], lanes, bundle)
+    by_gate = {r.gate: r for r in results}
+    assert by_gate["greedy"].verdict is Verdict.PASS, by_gate["greedy"].reasons
+    assert by_gate["broken"].verdict is Verdict.INCONCLUSIVE
+    assert by_gate["broken"].reasons == ["judge error: KeyError: \"no such record field: 'choices'\""]
+    assert by_gate["broken"].rule == {"self_identical": "3/3"}  # the frozen rule is still shown
+    error = (bundle / "gates" / "broken" / "spec.judge-error.txt").read_text()
+    assert error.startswith("Traceback") and 'raise KeyError("no such record field' in error
+    assert json.loads((bundle / "gates" / "greedy" / "spec.json").read_text())["verdict"] == "PASS"
+    assert json.loads((bundle / "gates" / "broken" / "spec.json").read_text())["verdict"] == "INCONCLUSIVE"
+    summary = summarize(loaded, {}, bundle.name, 0.0, "complete", lanes, results)
+    atomic_write_json(bundle / "SUMMARY.json", summary)
+    assert summary["candidates"]["spec"]["gates"]["greedy"]["verdict"] == "PASS"
+    # the bundle is still signed, and verifies with the error text in it
+    sign_bundle(bundle, load_signing_key(), predicate(loaded, bundle.name))
+    assert verify_bundle(bundle, load_trusted()).files > 0
+
+
+def test_a_lane_that_did_not_launch_blocks_every_gate_without_a_judge_error(tmp_path: Path) -> None:
+    bundle, loaded = window_bundle(tmp_path)
+    lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="launch_failed", cause="bad_argument")}
+    (result,) = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons == ["lane spec did not launch (bad_argument): a launch failure is not a finding"]
+    assert not list(bundle.glob("gates/*/*.judge-error.txt"))
+
+
+def test_an_unreadable_snapshot_is_a_judge_error_of_each_gate(tmp_path: Path) -> None:
+    bundle, loaded = window_bundle(tmp_path)
+    (bundle / "lanes" / "spec" / "inspect.json").write_text('{"argv": [], "argv": []}')  # duplicate key
+    lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
+    (result,) = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons[0].startswith("judge error: InputError: ") and "inspect.json" in result.reasons[0]
+    assert "Traceback" in (bundle / "gates" / "greedy" / "spec.judge-error.txt").read_text()

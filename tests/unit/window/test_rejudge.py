@@ -1,0 +1,120 @@
+"""`campaign rejudge` reads only a verified bundle and writes a new signed one.
+
+Engine-backed rejudging (same verdicts, "no verdict changed") is in tests/integration/window/test_window.py.
+Here the bundles are hand-made: a verdict that changes needs an older judge's verdict beside today's
+records, which no engine produces on demand, so the source's verdict is set by hand before signing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from campaign.errors import InputError
+from campaign.fsutil import atomic_write_json, load_json_strict
+from campaign.receipts.bundle import sign_bundle, verify_bundle
+from campaign.signing import init_keys, load_signing_key, load_trusted
+from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
+from campaign.window.rejudge import rejudge
+from tests.support.cli import campaign
+from tests.unit.window.test_judge import window_bundle
+
+
+def _signed_window(tmp_path: Path, *, old_verdict: str | None = None) -> Path:
+    """A complete window's bundle; ``old_verdict`` stands for what an older judge said about greedy/spec."""
+    bundle, loaded = window_bundle(tmp_path)
+    lanes = {"base": LaneOutcome(status="ran", boot_seconds=1.25), "spec": LaneOutcome(status="ran")}
+    results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
+    summary = summarize(loaded, {}, bundle.name, 0.0, "complete", lanes, results)
+    summary["restore"] = {"incumbent": None}
+    if old_verdict:
+        summary["candidates"]["spec"]["gates"]["greedy"]["verdict"] = old_verdict
+        result = load_json_strict(bundle / "gates" / "greedy" / "spec.json")
+        atomic_write_json(bundle / "gates" / "greedy" / "spec.json", {**result, "verdict": old_verdict})
+    atomic_write_json(bundle / "SUMMARY.json", summary)
+    atomic_write_json(bundle / "journal.jsonl", {"not": "read by a rejudge"})
+    sign_bundle(bundle, load_signing_key(), predicate(loaded, bundle.name))
+    return bundle
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_tampered_bundle_is_refused_in_one_line(bundle: Path, tmp_path: Path) -> None:
+    summary = bundle / "SUMMARY.json"
+    data = bytearray(summary.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    summary.write_bytes(bytes(data))
+    refused = campaign("rejudge", str(bundle), "--out", str(tmp_path / "out"))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert "does not verify" in refused.stderr and "SUMMARY.json: sha256 does not match" in refused.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_an_unsigned_folder_is_refused(tmp_path: Path) -> None:
+    init_keys()
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "SUMMARY.json").write_text("{}")
+    with pytest.raises(InputError, match="does not verify: .*no receipt.dsse.json"):
+        rejudge(tmp_path / "half", key=load_signing_key(), trusted=load_trusted())
+
+
+def test_a_changed_verdict_is_reported_and_the_new_bundle_names_its_source(tmp_path: Path) -> None:
+    source = _signed_window(tmp_path, old_verdict="FAIL")
+    before = _tree(source)
+    done = campaign("rejudge", str(source), "--out", str(tmp_path / "rejudged"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "greedy/spec: PASS  changed: FAIL -> PASS" in done.stdout
+    assert "no verdict changed" not in done.stdout
+    assert _tree(source) == before  # the source is only read
+    (new,) = (tmp_path / "rejudged").iterdir()
+    assert new.name.startswith(f"{source.name}.rejudged-") and new.name.endswith("Z")
+    assert f"bundle: {new}" in done.stdout
+    assert verify_bundle(new, load_trusted()).files > 0
+    summary = load_json_strict(new / "SUMMARY.json")
+    assert summary["rejudge"]["source"] == {
+        "path": str(source.resolve()), "window": source.name,
+        "envelope_sha256": hashlib.sha256((source / "receipt.dsse.json").read_bytes()).hexdigest()}
+    assert summary["candidates"]["spec"]["gates"]["greedy"]["verdict"] == "PASS"
+    assert summary["lanes"]["base"]["boot_seconds"] == {"value": 1.25, "unit": "s"}
+    assert load_json_strict(new / "gates" / "greedy" / "spec.json")["verdict"] == "PASS"
+    # what judges read came along, byte for byte; what the window alone wrote did not
+    for name in ("contract/c.yaml", "contract/freeze.json", "contract/inputs/p.jsonl", "raw/greedy/spec.jsonl",
+                 "lanes/spec/spec.json", "lanes/spec/inspect.json"):
+        assert (new / name).read_bytes() == (source / name).read_bytes(), name
+    assert not (new / "journal.jsonl").exists() and (new / "source.json").is_file()
+    envelope = json.loads((new / "receipt.dsse.json").read_text())
+    assert envelope["signatures"][0]["keyid"] == load_signing_key().keyid
+
+
+def test_rejudging_with_the_same_code_changes_nothing(tmp_path: Path) -> None:
+    source = _signed_window(tmp_path)
+    done = campaign("rejudge", str(source))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "greedy/spec: PASS" in done.stdout and "changed:" not in done.stdout
+    assert done.stdout.count("no verdict changed") == 1
+    (new,) = [p for p in source.parent.iterdir() if ".rejudged-" in p.name]  # next to the source by default
+    # a rejudge is itself a bundle that can be rejudged
+    again = rejudge(new, key=load_signing_key(), trusted=load_trusted(), out_dir=tmp_path / "again")
+    assert [(v.gate, v.candidate, v.before, v.after, v.changed) for v in again.verdicts] == [
+        ("greedy", "spec", "PASS", "PASS", False)]
+    assert load_json_strict(again.bundle / "SUMMARY.json")["rejudge"]["source"]["path"] == str(new.resolve())
+
+
+def test_a_bundle_without_lane_specs_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    source = _signed_window(tmp_path)
+    broken = tmp_path / "copy" / source.name
+    shutil.copytree(source, broken)
+    (broken / "lanes" / "base" / "spec.json").unlink()
+    (broken / "receipt.dsse.json").unlink()
+    sign_bundle(broken, load_signing_key(), {"window": source.name})
+    with pytest.raises(InputError, match="lanes/base/spec.json: missing"):
+        rejudge(broken, key=load_signing_key(), trusted=load_trusted(), out_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
