@@ -195,6 +195,8 @@ def status(window: Optional[str] = typer.Argument(None), as_json: bool = typer.O
     for row in rows:
         runner = f"{row['runner_pid']} ({'alive' if row['runner_alive'] else 'gone'})"
         failsafe = f"armed until {row['deadline']}" if row["armed"] else "disarmed"
+        if row.get("failsafe_failed"):
+            failsafe = f"restore FAILED ({row['failsafe_failed'].get('error', '')[:60]})"
         table.add_row(row["window"], row["phase"], row["lane"] or "-", row["gate"] or "-",
                       f"{row['gates_done']}/{row['gates_planned']}", runner, failsafe, row["daily"])
     out.print(table)
@@ -280,7 +282,12 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
     from campaign.window.daily import describe_daily, find_daily_pidfile
     from campaign.window.ledger import Ledger
 
-    pidfile = find_daily_pidfile(load_contract(contract) if contract is not None else None)
+    loaded = load_contract(contract) if contract is not None else None
+    spec = loaded.contract.incumbent if loaded is not None else None
+    if spec is not None and spec.runtime == "docker":
+        _show_container_daily(spec)
+        return
+    pidfile = find_daily_pidfile(loaded)
     if pidfile is None:
         out.print("no daily known: give the contract whose incumbent it is (campaign daily show CONTRACT)")
     else:
@@ -302,6 +309,20 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
               f"{last['seq']}, {last['kind']})")
     out.print("its command (credentials redacted; the private rollback copy keeps them):")
     sys.stdout.write(((env + " ") if env else "") + shlex.join(daily["argv"]) + "\n")
+
+
+def _show_container_daily(spec: object) -> None:
+    from campaign.window.daily import describe_container_daily
+
+    now = describe_container_daily(spec)
+    if not now["running"]:
+        out.print(f"daily container {now['container']}: NOT running ({now['problem']})", markup=False,
+                  highlight=False)
+        return
+    out.print(f"daily container {now['container']}: running, id {now['container_id']}, image {now['image_id']}, "
+              f"restart policy {now['restart_policy'] or 'no'}", markup=False, highlight=False)
+    out.print("started by hand (environment values left out; set them before running it):", markup=False)
+    sys.stdout.write(f"{now['run_by_hand']}\n")
 
 
 @daily_app.command("start")

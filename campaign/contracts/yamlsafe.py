@@ -125,7 +125,11 @@ def _key_identity(key: yaml.ScalarNode) -> Any:
         value = yaml.constructor.SafeConstructor().construct_object(key)
     except yaml.YAMLError:
         return ("text", key.value)
-    return (type(value).__name__, value) if not isinstance(value, bool) else ("bool", value)
+    try:
+        hash(value)
+    except TypeError:
+        return ("text", key.value)
+    return value  # compared as the loaded dict will compare it: 1, 01 and true are one key there
 
 
 def _check_nodes(node: yaml.Node, name: str) -> None:

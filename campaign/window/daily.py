@@ -36,6 +36,9 @@ def daily_command(loaded: LoadedContract) -> list[str]:
 def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) -> tuple[int, bool]:
     """(pid, started): an already-running daily is left alone."""
     spec = loaded.contract.incumbent
+    if spec is not None and spec.runtime == "docker":
+        raise InputError(f"{loaded.path}: the daily is a container ({spec.container}): start it with `docker run` "
+                         "(`campaign daily show` prints the command of a known one)")
     assert spec is not None and spec.pidfile is not None
     pidfile = loaded.resolve(spec.pidfile)
     pid = _read_pid(pidfile)

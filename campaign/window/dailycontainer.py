@@ -40,15 +40,17 @@ def _engine_name(host: dict[str, Any] | None) -> str:
     return describe_host(DockerHost.model_validate(host) if host else None)
 
 
-def _inspect(client: Any, name: str) -> dict[str, Any] | None:
+def _inspect(client: Any, name: str, where: str | None = None) -> dict[str, Any] | None:
     import docker.errors
 
     try:
         return client.api.inspect_container(name)
     except docker.errors.NotFound:
         return None
-    except docker.errors.DockerException as exc:
-        raise RunError(f"docker engine: cannot inspect container {name!r}: {exc}") from exc
+    except Exception as exc:  # refused, TLS, ssh: the SDK raises requests' and paramiko's errors as they are
+        where = where or getattr(client.api, "base_url", "the docker engine")
+        raise RunError(f"docker engine {where} did not answer for container {name!r} "
+                       f"({type(exc).__name__}); is it the engine the daily runs on?") from exc
 
 
 def env_digest(env: list[str] | None) -> str:
@@ -66,8 +68,11 @@ def snapshot(container: str, docker_host: dict[str, Any] | None, settings: dict[
     import docker.errors
 
     client = _client(docker_host)
-    attrs = _inspect(client, container)
     where = _engine_name(docker_host)
+    try:
+        attrs = _inspect(client, container, where)
+    except RunError as exc:
+        raise PreflightError(f"incumbent: {exc}") from exc
     if attrs is None:
         raise PreflightError(f"incumbent container {container!r} does not exist on docker engine {where}: start "
                              "the daily first, or name the engine it runs on (incumbent.docker_host)")

@@ -215,6 +215,13 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
     from campaign.lanes.engines.registry import adapter_for
 
     incumbent_port = daily_port_of(loaded)
+    spec = loaded.contract.incumbent
+    if spec is not None and spec.runtime == "docker":
+        from campaign.window import dailycontainer
+
+        # the daily container exists on the named engine, runs, and its image is there: else nothing starts
+        dailycontainer.snapshot(spec.container or "", spec.docker_host.model_dump(mode="json")
+                                if spec.docker_host else None, {})
 
     model_paths: dict[str, str] = {}
     hashed: dict[Path, str] = {}
@@ -371,7 +378,8 @@ def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
             state.heartbeat_grace = failsafe_spec.heartbeat_grace
             state.save()
         atomic_write_json(w.bundle / "incumbent" / "snapshot.json", _redacted_snapshot(snap))
-        journal.done("incumbent.snapshot", pid=snap["pid"])
+        journal.done("incumbent.snapshot", **({"container": snap["container_id"]} if snap.get("runtime") == "docker"
+                                               else {"pid": snap["pid"]}))
     backend = choose_backend(failsafe_spec.backend)
     journal.intent("failsafe.dry_run", backend=backend)
     journal.done("failsafe.dry_run", result=dry_run(backend, state.directory))
@@ -430,7 +438,10 @@ def _redacted_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
     from campaign.lanes.redact import Redactor, launch_secrets
 
     secrets = launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
-    return Redactor(secrets).snapshot(snap)
+    redacted = Redactor(secrets).snapshot(snap)
+    if snap.get("runtime") == "docker":  # the engine's own Env list: the same digests as the env above
+        redacted["config"] = {**redacted["config"], "Env": [f"{k}={v}" for k, v in redacted["env"].items()]}
+    return redacted
 
 
 def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> None:

@@ -59,8 +59,16 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
         done = {(r.get("gate"), r.get("lane")) for r in records if r.get("step") == "gate" and r.get("event") == "done"}
         daily = "none declared"
         if state.incumbent:
-            pid = incumbent.running_pid(state.incumbent)
-            daily = f"running (pid {pid})" if pid else "stopped"
+            if state.incumbent.get("runtime") == "docker":
+                try:
+                    up = incumbent.is_serving(state.incumbent)
+                except Exception as exc:  # an engine that does not answer: say so, status must not fail
+                    up, daily = False, f"unknown (docker engine: {type(exc).__name__})"
+                else:
+                    daily = f"running (container {state.incumbent['container']})" if up else "stopped"
+            else:
+                pid = incumbent.running_pid(state.incumbent)
+                daily = f"running (pid {pid})" if pid else "stopped"
         failed = _failsafe_failed(state)
         if failed and not state.restored:  # `campaign status` prints `daily` as is: it must say so
             daily = f"{daily}; failsafe restore FAILED at {failed['at']}: {failed['error']}"

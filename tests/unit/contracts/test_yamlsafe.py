@@ -94,8 +94,8 @@ def test_standard_scalar_types_are_allowed(tmp_path: Path) -> None:
 
 
 def test_non_string_keys_load_and_are_located(tmp_path: Path) -> None:
-    document = load(tmp_path, "a: 0\n1: one\n2.5: x\ntrue: yes\n")
-    assert document.data == {"a": 0, 1: "one", 2.5: "x", True: True}
+    document = load(tmp_path, "a: 0\n1: one\n2.5: x\nfalse: yes\n")
+    assert document.data == {"a": 0, 1: "one", 2.5: "x", False: True}
     assert document.line_for((1,)) == 2  # a pydantic location holds the int key itself
     assert document.line_for((2.5,)) == 3
 
@@ -187,7 +187,7 @@ def test_same_key_in_different_mappings_is_fine(tmp_path: Path) -> None:
     assert data == {"a": {"name": "x"}, "b": {"name": "y"}}
 
 
-@pytest.mark.parametrize("text", ["1: a\n01: b\n", "env:\n  true: a\n  yes: b\n"])
+@pytest.mark.parametrize("text", ["1: a\n01: b\n", "env:\n  true: a\n  yes: b\n", "1: a\ntrue: b\n"])
 def test_keys_that_construct_equal_are_duplicates(tmp_path: Path, text: str) -> None:
     with pytest.raises(ContractError, match="duplicate key"):
         load(tmp_path, text)

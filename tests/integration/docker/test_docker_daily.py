@@ -1,0 +1,185 @@
+"""A daily that is a container started by hand with `docker run`, as in the field: a window stops it (never
+removes it) behind the watchdog failsafe, restores that same container with proof, brings its restart
+policy back, recreates it from the snapshot when someone removed it mid-window, and comes back after the
+runner is SIGKILLed at journal steps. The lanes are real llama-server processes on the daily's port."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from campaign.fsutil import read_jsonl
+from campaign.window.state import WindowState
+from tests.support.cli import campaign
+from tests.support.contracts import demo_like, free_port, write_contract
+from tests.support.daily import serves
+from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
+
+pytestmark = pytest.mark.integration
+
+SECRET = "hf_" + "Zq8" * 8  # a token-shaped value in the daily's environment: it must never reach a bundle
+
+
+def docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+
+
+def inspect(name: str) -> dict | None:
+    done = docker("container", "inspect", name)
+    return json.loads(done.stdout)[0] if done.returncode == 0 else None
+
+
+@pytest.fixture
+def container_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str):
+    """A llama-server daily container, started with one documented `docker run` command."""
+    image = need_docker()
+    need_engine_files()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port, name = free_port(), f"campaign-test-daily-{uuid.uuid4().hex[:8]}"
+    started = docker("run", "-d", "--name", name, "--network", "host", "--restart", "unless-stopped",
+                     "-v", f"{ENGINE_DIR}:/opt/llama-server:ro", "-v", f"{MODELS_DIR}:/models:ro",
+                     "-e", f"HF_TOKEN={SECRET}", image, "/opt/llama-server/bin/llama-server",
+                     "-m", "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "--host", "127.0.0.1", "--port", str(port),
+                     "--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--seed", "0", "--no-webui")
+    assert started.returncode == 0, started.stderr
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not serves(port):
+        time.sleep(0.5)
+    assert serves(port), docker("logs", name).stderr[-2000:]
+    body = textwrap.dedent(demo_like(port, max_tokens=8, rule='"2/2"')) + textwrap.dedent(f"""\
+        incumbent:
+          runtime: docker
+          container: {name}
+          endpoint: http://127.0.0.1:{port}
+        failsafe:
+          deadline: 10m
+          heartbeat_grace: 30s
+        """)
+    contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
+                                                       ("sea", "Describe the sea.")])
+    assert campaign("keys", "init").returncode == 0
+    assert campaign("freeze", str(contract)).returncode == 0
+    yield {"root": tmp_path, "contract": contract, "port": port, "name": name,
+           "id": inspect(name)["Id"], "image": image}
+    for state_file in (tmp_path / "state").glob("campaign/windows/*/state.json"):
+        state = WindowState.load(state_file.parent.name)
+        with state.locked():
+            state = state.reload()
+            state.armed = False
+            state.save()
+    time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
+    docker("rm", "-f", name)
+
+
+def _bundle(out: Path) -> Path:
+    return next(path for path in out.iterdir() if path.is_dir())
+
+
+def test_window_stops_the_daily_container_and_starts_that_same_container_with_proof(container_daily: dict) -> None:
+    ran = campaign("run", str(container_daily["contract"]), "--out", str(container_daily["root"] / "runs"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundle = _bundle(container_daily["root"] / "runs")
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["restore"]["proved"] is True and summary["restore"]["action"] == "started"
+    after = inspect(container_daily["name"])
+    assert after["Id"] == container_daily["id"] and after["State"]["Running"]
+    assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"  # put back after the window
+    assert serves(container_daily["port"])
+    records = read_jsonl(bundle / "journal.jsonl")
+    stop = next(r for r in records if r["step"] == "incumbent.stop" and r["event"] == "done")
+    assert stop["pid"] == container_daily["id"]  # stopped, and the same container started again
+    restore = json.loads((bundle / "incumbent" / "restore.json").read_text())
+    assert restore["proof"]["image_id_matches"] and restore["proof"]["completion"]["status"] == 200
+    # the engine's own create config is in the snapshot; the daily's secret is in neither the bundle ...
+    snapshot = json.loads((bundle / "incumbent" / "snapshot.json").read_text())
+    assert snapshot["image_id"] == container_daily["image"] and snapshot["host_config"]["NetworkMode"] == "host"
+    assert all(SECRET not in path.read_text(errors="replace") for path in bundle.rglob("*") if path.is_file())
+    # ... nor anywhere but the private state file, which only its owner can read
+    (state_file,) = (container_daily["root"] / "state").glob("campaign/windows/*/state.json")
+    assert SECRET in state_file.read_text() and stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    assert campaign("verify", str(bundle)).returncode == 0
+    shown = campaign("daily", "show", str(container_daily["contract"]))
+    assert shown.returncode == 0, shown.stderr
+    assert f"daily container {container_daily['name']}: running" in shown.stdout
+    assert "--restart unless-stopped" in shown.stdout and "-e HF_TOKEN" in shown.stdout
+    assert SECRET not in shown.stdout + shown.stderr  # the variable's name, never its value
+
+
+def test_a_daily_removed_mid_window_is_recreated_from_its_snapshot(container_daily: dict) -> None:
+    out = container_daily["root"] / "runs"
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(container_daily["contract"]),
+                               "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    stopped = False
+    while time.monotonic() < deadline and not stopped:
+        journals = list(out.glob("*/journal.jsonl"))
+        stopped = bool(journals) and any(r["step"] == "incumbent.stop" and r["event"] == "done"
+                                         for r in read_jsonl(journals[0]))
+        time.sleep(0.1)
+    assert stopped, "the window never stopped the daily"
+    assert docker("rm", container_daily["name"]).returncode == 0  # someone cleans up "stopped containers"
+    assert runner.wait(timeout=600) == 0, runner.stderr.read()
+    bundle = _bundle(out)
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["restore"]["proved"] is True and summary["restore"]["action"] == "recreated"
+    after = inspect(container_daily["name"])
+    assert after["Id"] != container_daily["id"] and after["Image"] == container_daily["image"]
+    assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped" and after["State"]["Running"]
+    assert f"HF_TOKEN={SECRET}" in after["Config"]["Env"]  # recreated with the daily's own environment
+    assert serves(container_daily["port"])
+
+
+def test_runner_killed_after_the_stop_and_mid_lanes_the_watchdog_restores_the_container(
+        container_daily: dict) -> None:
+    # the records right after the daily stopped, and after the first lane booted: the two states in which
+    # a dead runner leaves the daily down (every step is exercised for process dailies in test_unattended)
+    probe = container_daily["root"] / "probe"
+    ran = campaign("run", str(container_daily["contract"]), "--out", str(probe))
+    assert ran.returncode == 0, ran.stderr
+    steps = [(r["step"], r["event"]) for r in read_jsonl(_bundle(probe) / "journal.jsonl")
+             if r["step"] != "incumbent.restore"]
+    kill_points = [steps.index(("incumbent.stop", "done")) + 1, steps.index(("boot", "done")) + 1]
+    for k in kill_points:
+        out = container_daily["root"] / f"runs-{k}"
+        killed = campaign("run", str(container_daily["contract"]), "--out", str(out),
+                          env={"CAMPAIGN_FAULT_KILL_AFTER_RECORD": str(k)})
+        assert killed.returncode == -signal.SIGKILL, (k, killed.stderr)
+        state = WindowState.load(_bundle(out).name)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (state.armed or (state.incumbent_stopped and not state.restored)):
+            time.sleep(0.2)
+            state = state.reload()
+        assert not state.armed and state.restored, f"failsafe did not restore after kill at record {k}"
+        after = inspect(container_daily["name"])
+        assert after["Id"] == container_daily["id"] and after["State"]["Running"], k
+        assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped", k
+        assert serves(container_daily["port"]), f"daily not serving after kill at record {k}"
+
+
+@pytest.mark.parametrize("problem", ["missing", "other-engine"])
+def test_a_daily_that_is_not_there_is_refused_before_anything_is_touched(container_daily: dict, problem: str) -> None:
+    text = container_daily["contract"].read_text()
+    if problem == "missing":
+        text = text.replace(f"container: {container_daily['name']}", "container: no-such-daily-container")
+    else:  # the daily runs here, but the contract says it runs on an engine that does not answer
+        text = text.replace(f"container: {container_daily['name']}",
+                            f"container: {container_daily['name']}\n  docker_host: tcp://127.0.0.1:9")
+    path = container_daily["root"] / f"{problem}.yaml"
+    path.write_text(text.replace("version: 1", "version: 2"))
+    assert campaign("freeze", str(path)).returncode == 0
+    ran = campaign("run", str(path), "--out", str(container_daily["root"] / "runs"))
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # a pre-flight refusal, as for a process daily not running
+    assert "Traceback" not in ran.stderr and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    assert ("does not exist on docker engine" if problem == "missing" else "tcp://127.0.0.1:9") in ran.stderr
+    after = inspect(container_daily["name"])
+    assert after["Id"] == container_daily["id"] and after["State"]["Running"]  # untouched
+    assert not list((container_daily["root"] / "runs").glob("*/journal.jsonl"))  # refused before a window began
