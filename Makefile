@@ -95,19 +95,11 @@ docker:
 	@scripts/docker-up.sh >/dev/null
 	@scripts/docker-test-image.sh >/dev/null
 
-# The demo as docker lanes. The test image's id is this machine's, so examples/demo-docker.yaml pins a
-# placeholder; the pinned copy frozen and run is runs/demo-docker.yaml (README: "Docker lanes").
+# The demo with a container daily and docker lanes: the daily started with `docker run`, a window, the
+# promotion (or its refusal) and a rollback. The test image's id is this machine's, so the contract run is
+# a generated copy, runs/demo-docker.yaml (README: "Docker lanes", "A container daily").
 demo-docker: venv engine model keys docker
-	@id=$$(scripts/docker-test-image.sh | tail -n 1); \
-	engine_dir="$$(scripts/build-llama-server.sh --where)"; \
-	mkdir -p runs/freeze; \
-	sed -e "s|sha256:0\{64\}|$$id|" -e "s|/root/.cache/campaign/engines/llama-server-[^,}]*|$$engine_dir|" \
-	  -e "s|/root/.cache/campaign|$(CAMPAIGN_CACHE)|g" examples/demo-docker.yaml > runs/demo-docker.yaml; \
-	record=runs/freeze/demo-docker-$${id:7:12}.freeze.json; \
-	$(VENV)/bin/campaign freeze runs/demo-docker.yaml --record $$record --allow-path examples && \
-	$(VENV)/bin/campaign run runs/demo-docker.yaml --record $$record --out runs --allow-path examples && \
-	bundle=$$(ls -1d runs/*-demo-docker-smollm2-* | tail -n 1) && \
-	$(VENV)/bin/campaign verify "$$bundle"
+	@scripts/demo-docker.sh
 
 clean:
 	rm -rf runs .pytest_cache

@@ -249,7 +249,10 @@ def rollback() -> None:
     from campaign.window.promote import rollback as do_rollback
 
     entry = do_rollback(key=load_signing_key())
-    out.print(f"rolled back promotion {entry['undoes']} (ledger entry {entry['seq']}); daily pid {entry['proof']['pid']}")
+    proof = entry["proof"]
+    serving = (f"daily container {entry['container']} ({str(proof.get('container_id'))[:12]})" if "container" in entry
+               else f"daily pid {proof['pid']}")
+    out.print(f"rolled back promotion {entry['undoes']} (ledger entry {entry['seq']}); {serving}")
 
 
 @app.command()

@@ -84,13 +84,6 @@ def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: P
         decision.refusals.append("the contract declares no incumbent: there is no daily to swap")
     elif restore.get("proved") is not True:
         decision.refusals.append(f"the window did not prove the incumbent restored ({restore.get('error') or 'no proof'})")
-    snapshot_file = copy / "incumbent" / "snapshot.json"
-    if snapshot_file.is_file() and load_json_strict(snapshot_file).get("runtime") == "docker":
-        # the window stops and restores a container daily; swapping one for a candidate's container is not
-        # built yet, and a half-done swap would leave the daily in a state nobody chose
-        decision.refusals.append("the daily is a container: promoting to a container daily is not supported by "
-                                 "this version (start the candidate's container by hand from its "
-                                 "lanes/<candidate>/inspect.json, and keep the old one stopped for rollback)")
     loaded = load_contract(next(p for p in (copy / "contract").iterdir() if p.suffix in (".yaml", ".yml")),
                            check_files=False)
     required = loaded.contract.promotion.requires if loaded.contract.promotion else []
@@ -189,41 +182,69 @@ def promote(bundle: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: s
 def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: str | None,
              dry_run: bool, ledger: Ledger | None) -> tuple[Decision, list[str], dict[str, Any] | None]:
     decision, copy = decide(bundle, trusted, candidate, private)
-    steps: list[str] = []
     if not decision.ok:
-        return decision, steps, None
+        return decision, [], None
     cand = decision.candidate or ""
     settings = load_json_strict(copy / "incumbent" / "snapshot.json")
-    pidfile = Path(settings["pidfile"])
-    steps = [f"snapshot the daily in {pidfile} and keep it for rollback",
-             f"stop it, start {cand} as the daily with its measured arguments",
+    container = settings.get("runtime") == "docker"
+    where = f"container {settings.get('container')}" if container else f"{settings.get('pidfile')}"
+    steps = [f"snapshot the daily ({where}) and keep it for rollback"
+             + (" (stopped, renamed <name>-rollback-<time>)" if container else ""),
+             f"stop it, start {cand} as the daily with its measured "
+             + ("container (image id and command byte-identical)" if container else "arguments"),
              "smoke: proof completion and its measured greedy replies, byte-identical",
              "record the promotion in the ledger (a failed smoke rolls back automatically)"]
     if dry_run:
         return decision, steps, None
     ledger = ledger or Ledger()
-    previous = incumbent.snapshot_pidfile(pidfile, {k: settings.get(k) for k in incumbent.SETTINGS})
-    launch = _candidate_launch(copy, cand, previous)
-    log = ledger.path.parent / "daily.log"
-    incumbent.stop(previous)
-    incumbent.start(launch, log)
+    swap = _swap_container if container else _swap_process
+    previous, launch, fields = swap(copy, cand, settings, ledger, decision.facts.get("window"))
     try:
         smoke = _smoke(copy, cand, launch)
     except (RunError, httpx.HTTPError, KeyError, ValueError) as exc:
         smoke = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    fields = {"bundle": str(bundle.resolve()), "receipt_sha256": sha256_file(copy / ENVELOPE),
-              "window": decision.facts.get("window"), "contract": decision.facts.get("contract"),
-              "candidate": cand, "daily_name": decision.facts.get("daily_name") or cand,
-              "daily": {"argv": shown_argv(launch["argv"], launch["env"]),
-                        "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json")
-                        .get("env", {}), "exe_sha256": launch["exe_sha256"]},
-              "pidfile": str(pidfile), "endpoint": launch["endpoint"], "smoke": smoke}
+    fields.update({"bundle": str(bundle.resolve()), "receipt_sha256": sha256_file(copy / ENVELOPE),
+                   "window": decision.facts.get("window"), "contract": decision.facts.get("contract"),
+                   "candidate": cand, "daily_name": decision.facts.get("daily_name") or cand,
+                   "endpoint": launch["endpoint"], "smoke": smoke})
     entry = ledger.append(key, "promote", fields, rollback_launch=previous)
     if not smoke["ok"]:
         rollback(key=key, ledger=ledger, reason=f"smoke failed after promotion {entry['seq']}")
         decision.refusals.append(f"smoke failed ({smoke.get('error') or smoke.get('greedy_mismatches')}); "
                                  "rolled back to the previous daily")
     return decision, steps, entry
+
+
+def _swap_process(copy: Path, cand: str, settings: dict[str, Any], ledger: Ledger,
+                  window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    pidfile = Path(settings["pidfile"])
+    previous = incumbent.snapshot_pidfile(pidfile, {k: settings.get(k) for k in incumbent.SETTINGS})
+    launch = _candidate_launch(copy, cand, previous)
+    incumbent.stop(previous)
+    incumbent.start(launch, ledger.path.parent / "daily.log")
+    return previous, launch, {
+        "daily": {"argv": shown_argv(launch["argv"], launch["env"]),
+                  "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json").get("env", {}),
+                  "exe_sha256": launch["exe_sha256"]},
+        "pidfile": str(pidfile)}
+
+
+def _swap_container(copy: Path, cand: str, settings: dict[str, Any], ledger: Ledger,
+                    window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    from campaign.window import dailycontainer, promotecontainer
+
+    previous = dailycontainer.snapshot(settings["container"], settings.get("docker_host"),
+                                       {k: settings.get(k) for k in incumbent.SETTINGS})
+    create = promotecontainer.candidate_container(copy, cand, previous, window)
+    launch, kept_as = promotecontainer.swap_in(previous, create)
+    previous = {**previous, "container": kept_as}  # where the rollback finds it
+    return previous, launch, {
+        "daily": {"container": launch["container"], "container_id": launch["container_id"],
+                  "image_id": launch["image_id"], "argv": shown_argv(launch["argv"], launch["env"]),
+                  "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json").get("env", {})},
+        "previous": {"container": kept_as, "container_id": previous["container_id"],
+                     "image_id": previous["image_id"]},
+        "container": launch["container"]}
 
 
 def rollback(*, key: SigningKey, ledger: Ledger | None = None, reason: str = "manual") -> dict[str, Any]:
@@ -234,12 +255,29 @@ def rollback(*, key: SigningKey, ledger: Ledger | None = None, reason: str = "ma
     if target is None:
         raise InputError(f"{ledger.path}: no promotion left to roll back")
     previous = ledger.rollback_launch(target["seq"])
-    current = incumbent.snapshot_pidfile(Path(target["pidfile"]), {k: previous.get(k) for k in incumbent.SETTINGS})
-    incumbent.stop(current)
-    incumbent.start(previous, ledger.path.parent / "daily.log")
-    proof = incumbent.prove(previous)
-    return ledger.append(key, "rollback", {"undoes": target["seq"], "reason": reason, "pidfile": target["pidfile"],
-                                           "endpoint": previous["endpoint"],
-                                           "daily": {"argv": shown_argv(previous["argv"], previous.get("env") or {}),
-                                                     "exe_sha256": previous["exe_sha256"]},
-                                           "proof": proof})
+    if previous.get("runtime") == "docker":
+        fields = _roll_back_container(target, previous)
+    else:
+        current = incumbent.snapshot_pidfile(Path(target["pidfile"]),
+                                             {k: previous.get(k) for k in incumbent.SETTINGS})
+        incumbent.stop(current)
+        incumbent.start(previous, ledger.path.parent / "daily.log")
+        fields = {"pidfile": target["pidfile"], "proof": incumbent.prove(previous),
+                  "daily": {"argv": shown_argv(previous["argv"], previous.get("env") or {}),
+                            "exe_sha256": previous["exe_sha256"]}}
+    return ledger.append(key, "rollback", {"undoes": target["seq"], "reason": reason,
+                                           "endpoint": previous["endpoint"], **fields})
+
+
+def _roll_back_container(target: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    from campaign.window import dailycontainer, promotecontainer
+
+    name = target["container"]
+    current = dailycontainer.snapshot(name, previous.get("docker_host"),
+                                      {k: previous.get(k) for k in incumbent.SETTINGS})
+    kept_as = promotecontainer.swap_back(current, previous, undone=target["seq"])
+    restored = {**previous, "container": name}
+    return {"container": name, "proof": incumbent.prove(restored),
+            "daily": {"container": name, "container_id": previous["container_id"], "image_id": previous["image_id"],
+                      "argv": shown_argv(previous["argv"], previous.get("env") or {})},
+            "undone_kept_as": {"container": kept_as, "container_id": current["container_id"]}}

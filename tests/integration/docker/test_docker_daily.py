@@ -77,7 +77,9 @@ def container_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_serve
             state.armed = False
             state.save()
     time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
-    docker("rm", "-f", name)
+    leftover = docker("ps", "-aq", "--filter", f"name={name}").stdout.split()  # the daily and any kept aside
+    if leftover:
+        docker("rm", "-f", *leftover)
 
 
 def _bundle(out: Path) -> Path:
@@ -183,3 +185,52 @@ def test_a_daily_that_is_not_there_is_refused_before_anything_is_touched(contain
     after = inspect(container_daily["name"])
     assert after["Id"] == container_daily["id"] and after["State"]["Running"]  # untouched
     assert not list((container_daily["root"] / "runs").glob("*/journal.jsonl"))  # refused before a window began
+
+
+def test_promote_a_candidate_container_to_daily_then_roll_back_to_the_same_container(
+        container_daily: dict) -> None:
+    from tests.support.docker import pinned_demo_docker
+
+    root, name = container_daily["root"], container_daily["name"]
+    (root / "lanes").mkdir()
+    lanes = pinned_demo_docker(root / "lanes", container_daily["image"], container_daily["port"])
+    contract = lanes.with_name("docker-lanes.yaml")
+    contract.write_text(lanes.read_text() + textwrap.dedent(f"""\
+        incumbent:
+          runtime: docker
+          container: {name}
+          endpoint: http://127.0.0.1:{container_daily['port']}
+        failsafe:
+          deadline: 10m
+          heartbeat_grace: 30s
+        """))
+    assert campaign("freeze", str(contract)).returncode == 0
+    ran = campaign("run", str(contract), "--out", str(root / "runs"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundle = _bundle(root / "runs")
+    measured = json.loads((bundle / "lanes" / "ngram-k4" / "inspect.json").read_text())
+
+    promoted = campaign("promote", str(bundle), "--candidate", "ngram-k4")
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    daily = inspect(name)
+    assert daily["Id"] != container_daily["id"] and daily["State"]["Running"]
+    # the measured container, byte for byte, under the daily's name and restart policy
+    assert daily["Image"] == measured["image_id"] and daily["Config"]["Cmd"] == measured["cmd"]
+    assert daily["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    kept = [c for c in json.loads(docker("container", "inspect", *docker("ps", "-aq", "--filter",
+                                                                          f"name={name}-rollback-").stdout.split()).stdout)]
+    assert len(kept) == 1 and kept[0]["Id"] == container_daily["id"] and not kept[0]["State"]["Running"]
+    assert serves(container_daily["port"])
+    ledger = json.loads(campaign("ledger", "--json").stdout)
+    assert ledger[-1]["daily"]["container_id"] == daily["Id"] and ledger[-1]["previous"]["container_id"] == \
+        container_daily["id"] and ledger[-1]["smoke"]["ok"] is True
+
+    rolled = campaign("rollback")
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    back = inspect(name)
+    assert back["Id"] == container_daily["id"] and back["State"]["Running"]  # the same container as before
+    assert back["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    undone = inspect(f"{name}-undone-1")
+    assert undone["Id"] == daily["Id"] and not undone["State"]["Running"]  # kept, stopped
+    assert serves(container_daily["port"])
+    docker("rm", "-f", f"{name}-undone-1")

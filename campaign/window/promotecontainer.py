@@ -1,0 +1,111 @@
+"""Promotion and rollback when the daily is a container.
+
+The new daily is the candidate's container as the window measured it (image id, entrypoint and command
+byte-identical to ``lanes/<candidate>/inspect.json``, its mounts, /dev/shm, devices and network) under the
+daily's name, with the daily's labels, published ports and restart policy. The previous daily is
+stopped, never removed, and renamed ``<name>-rollback-<time>``: the ledger keeps its snapshot, so a
+rollback renames it back and starts that same container.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from campaign.contracts.resolve import EffectiveLane
+from campaign.errors import RunError
+from campaign.fsutil import load_json_strict
+from campaign.lanes.session import resolve_refs
+from campaign.window import dailycontainer
+
+__all__ = ["candidate_container", "swap_back", "swap_in"]
+
+
+def _mount_binds(mounts: list[dict[str, Any]]) -> list[str]:
+    return [f"{m['source']}:{m['destination']}{':ro' if m.get('read_only') else ''}" for m in mounts
+            if m.get("type") in (None, "bind")]
+
+
+def _env(inspect: dict[str, Any], lane: EffectiveLane, candidate: str) -> list[str]:
+    """What the lane was launched with; a value the bundle redacted comes back from the lane's own
+    ``${env:NAME}`` reference, resolved now (a literal credential is not recoverable: refused)."""
+    resolved = resolve_refs(lane).env
+    env = []
+    for name, value in (inspect.get("launched_env") or {}).items():
+        if "<redacted" in str(value):
+            if name not in resolved or "<redacted" in resolved[name]:
+                raise RunError(f"lane {candidate}: env {name} is redacted in the bundle and not a ${{env:NAME}} "
+                               "reference; refusing to promote a container that cannot be rebuilt exactly")
+            value = resolved[name]
+        env.append(f"{name}={value}")
+    return env
+
+
+def candidate_container(copy: Path, candidate: str, daily: dict[str, Any], window: str | None) -> dict[str, Any]:
+    """The create config of the new daily: the candidate as measured, under the daily's name and labels."""
+    inspect = load_json_strict(copy / "lanes" / candidate / "inspect.json")
+    if inspect.get("runtime") != "docker":
+        raise RunError(f"lane {candidate} ran as a {inspect.get('runtime')}, and the daily is a container: a "
+                       "container daily is promoted from a docker lane's measured container")
+    lane = EffectiveLane.model_validate(load_json_strict(copy / "lanes" / candidate / "spec.json"))
+    labels = {k: v for k, v in (daily["config"].get("Labels") or {}).items() if not k.startswith("campaign.")}
+    labels["campaign.promoted_from"] = f"{window or ''}/{candidate}"
+    config = {"Image": inspect["image_id"], "Entrypoint": inspect.get("entrypoint"), "Cmd": inspect.get("cmd"),
+              "Env": _env(inspect, lane, candidate), "Labels": labels}
+    if daily["config"].get("ExposedPorts"):
+        config["ExposedPorts"] = daily["config"]["ExposedPorts"]
+    host_config = {**daily["host_config"], "Binds": _mount_binds(inspect.get("mounts") or []), "Mounts": None,
+                   "ShmSize": inspect.get("shm_size") or daily["host_config"].get("ShmSize"),
+                   "DeviceRequests": inspect.get("device_requests") or None, "Tmpfs": inspect.get("tmpfs") or None,
+                   "NetworkMode": inspect.get("network_mode") or daily["host_config"].get("NetworkMode")}
+    return {"config": {k: v for k, v in config.items() if v is not None}, "host_config": host_config}
+
+
+def _client(snap: dict[str, Any]) -> Any:
+    return dailycontainer._client(snap.get("docker_host"))
+
+
+def swap_in(daily: dict[str, Any], create: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Stop the daily and rename it aside; create and start the new daily under its name. Returns the new
+    daily's snapshot and the name the previous one is kept under."""
+    client = _client(daily)
+    kept_as = f"{daily['container']}-rollback-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    dailycontainer.stop(daily)
+    client.api.rename(daily["container_id"], kept_as)
+    body = {**create["config"], "HostConfig": create["host_config"]}
+    try:
+        response = client.api._post_json(client.api._url("/containers/create"), data=body,
+                                         params={"name": daily["container"]})
+        new_id = client.api._result(response, True)["Id"]
+        client.api.start(new_id)
+    except Exception as exc:
+        _put_back(client, daily, kept_as)
+        raise RunError(f"the candidate's container did not start as the daily ({exc}); the previous daily "
+                       "was started again") from exc
+    settings = {k: daily.get(k) for k in ("endpoint", "api_key_env", "served_model", "stop_timeout", "ready_budget")}
+    return dailycontainer.snapshot(daily["container"], daily.get("docker_host"), settings), kept_as
+
+
+def _put_back(client: Any, daily: dict[str, Any], kept_as: str) -> None:
+    import docker.errors
+
+    try:  # a half-created new daily holds the name: it goes, the previous one is the daily again
+        client.api.remove_container(daily["container"], force=True)
+    except docker.errors.NotFound:
+        pass
+    client.api.rename(daily["container_id"], daily["container"])
+    dailycontainer.start(daily)
+
+
+def swap_back(current: dict[str, Any], previous: dict[str, Any], *, undone: int) -> str:
+    """Stop the promoted daily and keep it aside as ``<name>-undone-<seq>``; rename the kept previous daily
+    back to the daily's name and start that same container. Returns the name the promoted one is kept under."""
+    client = _client(previous)
+    name = current["container"]
+    kept_as = f"{name}-undone-{undone}"
+    dailycontainer.stop(current)
+    client.api.rename(current["container_id"], kept_as)
+    client.api.rename(previous["container_id"], name)
+    dailycontainer.start({**previous, "container": name})
+    return kept_as
