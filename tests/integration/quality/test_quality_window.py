@@ -57,14 +57,6 @@ lanes:
     role: candidate
     axis: [args.override-kv]
     set: {{args: {{--override-kv: "llama.rope.freq_base=float:20000"}}}}
-  - name: ngram
-    role: candidate
-    axis: [args.spec-type]
-    set: {{args: {{--spec-type: ngram-simple}}}}
-  - name: defrag
-    role: candidate
-    axis: [args.defrag-thold]
-    set: {{args: {{--defrag-thold: "0.1"}}}}
 inputs:
   tf: {{file: {EXAMPLES}/prompts/tf4.jsonl}}
   refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
@@ -99,12 +91,6 @@ gates:
     input: tf
     probes: 2
     max_tokens: 8
-  - id: ruler-plain
-    kind: ruler
-    input: tf
-    probes: 2
-    max_tokens: 8
-    exercise: []
   - id: tf-bare
     kind: teacher_forced
     input: tf
@@ -209,29 +195,6 @@ def test_ruler_flags_an_ignored_flag_and_passes_a_real_one(bundle: Path) -> None
     assert summary["candidates"]["draft8"]["gates"]["ruler"]["warnings"]
     key = bundle.parents[1] / "xdg" / "campaign" / "signing.pub"
     assert campaign("verify", str(bundle), "--trust", str(key)).returncode == 0
-
-
-def test_a_deprecated_no_op_flag_is_never_promotable(bundle: Path) -> None:
-    r = result(bundle, "ruler", "defrag")
-    assert r["verdict"] != "PASS", r["reasons"]
-    summary = load_json_strict(bundle / "SUMMARY.json")
-    assert summary["candidates"]["defrag"]["overall"] != "PASS"
-    # each gate's verdict and its warnings agree: a gate that warns about the axis never passes it
-    for name, entry in summary["candidates"].items():
-        for gate, judged in entry["gates"].items():
-            if any("AXIS" in w for w in judged.get("warnings", [])):
-                assert judged["verdict"] != "PASS", (name, gate)
-
-
-def test_n_gram_speculation_passes_only_on_counters_that_moved_in_its_probes(bundle: Path) -> None:
-    exercised = result(bundle, "ruler", "ngram")
-    assert exercised["verdict"] == "PASS", exercised["reasons"]
-    moved = exercised["details"]["candidate_counters"]
-    assert "metrics" in exercised["details"]["differs"]
-    assert any("spec" in k and v > 0 for k, v in moved.items()), moved  # drafts fired on the copy probe
-    plain = result(bundle, "ruler-plain", "ngram")
-    assert plain["verdict"] == "INCONCLUSIVE", plain["reasons"]
-    assert "not exercised" in " ".join(plain["reasons"])
 
 
 def test_no_rule_passes_over_zero_sites(bundle: Path) -> None:

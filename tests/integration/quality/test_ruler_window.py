@@ -1,0 +1,102 @@
+"""The ruler against real llama-server lanes, in a window of its own (ruler gates only, so these lanes
+do not pay for every quality gate): a deprecated no-op flag is never promotable, and n-gram speculation
+passes only on counters its own probes moved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from campaign.fsutil import load_json_strict
+from tests.support.cli import campaign
+from tests.support.contracts import EXAMPLES, MODEL, MODEL_SHA256, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def contract(port: int) -> str:
+    return f"""\
+contract: t-ruler
+version: 1
+lane_defaults:
+  runtime: process
+  engine: llamacpp
+  executable: llama-server
+  port: {port}
+  model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
+  args: [--ctx-size, "2048", --threads, "1", --parallel, "1", --seed, "0", --no-webui, --metrics]
+  readiness: {{budget: 120s}}
+lanes:
+  - name: base
+    role: control
+  - name: ngram
+    role: candidate
+    axis: [args.spec-type]
+    set: {{args: {{--spec-type: ngram-simple}}}}
+  - name: defrag
+    role: candidate
+    axis: [args.defrag-thold]
+    set: {{args: {{--defrag-thold: "0.1"}}}}
+inputs:
+  tf: {{file: {EXAMPLES}/prompts/tf4.jsonl}}
+gates:
+  - kind: ruler
+    input: tf
+    probes: 2
+    max_tokens: 8
+  - id: ruler-plain
+    kind: ruler
+    input: tf
+    probes: 2
+    max_tokens: 8
+    exercise: []
+promotion:
+  requires: [ruler]
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    if not shutil.which("llama-server"):
+        pytest.fail("llama-server is not on PATH: run the tests with `make test`")
+    root = tmp_path_factory.mktemp("ruler")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
+        path = root / "c.yaml"
+        path.write_text(contract(free_port()))
+        assert campaign("keys", "init").returncode == 0
+        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
+        assert frozen.returncode == 0, frozen.stderr
+        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        return next((root / "runs").iterdir())
+
+
+def result(bundle: Path, gate: str, lane: str) -> dict:
+    return load_json_strict(bundle / "gates" / gate / f"{lane}.json")
+
+
+def test_a_deprecated_no_op_flag_is_never_promotable(bundle: Path) -> None:
+    r = result(bundle, "ruler", "defrag")
+    assert r["verdict"] != "PASS", r["reasons"]
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert summary["candidates"]["defrag"]["overall"] != "PASS"
+    # each gate's verdict and its warnings agree: a gate that warns about the axis never passes it
+    for name, entry in summary["candidates"].items():
+        for gate, judged in entry["gates"].items():
+            if any("AXIS" in w for w in judged.get("warnings", [])):
+                assert judged["verdict"] != "PASS", (name, gate)
+
+
+def test_n_gram_speculation_passes_only_on_counters_that_moved_in_its_probes(bundle: Path) -> None:
+    exercised = result(bundle, "ruler", "ngram")
+    assert exercised["verdict"] == "PASS", exercised["reasons"]
+    moved = exercised["details"]["candidate_counters"]
+    assert "metrics" in exercised["details"]["differs"]
+    assert any("spec" in k and v > 0 for k, v in moved.items()), moved  # drafts fired on the copy probe
+    plain = result(bundle, "ruler-plain", "ngram")
+    assert plain["verdict"] == "INCONCLUSIVE", plain["reasons"]
+    assert "not exercised" in " ".join(plain["reasons"])
