@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 campaign=.venv/bin/campaign
+# the generated contract in runs/ reads the example inputs: the one folder outside it this demo trusts
+export CAMPAIGN_ALLOW_PATH="$PWD/examples"
 cache="${CAMPAIGN_CACHE:-$HOME/.cache/campaign}"
 image="$(scripts/docker-test-image.sh | tail -n 1)"
 engine_dir="$(scripts/build-llama-server.sh --where)"
