@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.cli import campaign
+from tests.support.windows import window_bundle
 from tests.support.contracts import demo_like, free_port, write_contract
 
 pytestmark = pytest.mark.integration
@@ -45,18 +45,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     body = (demo_like(free_port()).replace(GREEDY, GATES).replace("requires: [greedy]", "requires: [task, needle]")
             .replace("p: {file: prompts/p.jsonl}", "p: {file: prompts/p.jsonl}\n          u: {file: u.jsonl}"))
     (root / "u.jsonl").write_text(USER_ROWS)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        contract = write_contract(root, body)
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(contract))
-        assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(contract), "--out", str(root / "runs"))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        out = next((root / "runs").iterdir())
-        verified = campaign("verify", str(out))
-        assert verified.returncode == 0, verified.stderr
-        yield out
+    yield window_bundle(root, write_contract(root, body), verify=True)[0]
 
 
 def test_window_judges_both_gates_with_denominators(bundle: Path) -> None:

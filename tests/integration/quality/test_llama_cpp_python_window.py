@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict
-from tests.support.cli import campaign
+from tests.support.windows import window_bundle
 from tests.support.contracts import DEFAULT_PYTHON, EXAMPLES, MODEL, MODEL_SHA256, free_port
 
 pytestmark = pytest.mark.integration
@@ -75,16 +75,9 @@ gates:
     max_tokens: 32
     rule: {{passed: "1/2"}}
 """
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        path = root / "c.yaml"
-        path.write_text(body)
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
-        assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        return next((root / "runs").iterdir())
+    path = root / "c.yaml"
+    path.write_text(body)
+    return window_bundle(root, path, allow=EXAMPLES)[0]
 
 
 def result(bundle: Path, gate: str) -> dict:

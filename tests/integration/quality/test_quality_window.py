@@ -19,6 +19,7 @@ import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign
+from tests.support.windows import window_bundle
 from tests.support.contracts import EXAMPLES, MODEL, MODEL_SHA256, free_port
 
 pytestmark = pytest.mark.integration
@@ -109,17 +110,11 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not shutil.which("llama-server"):
         pytest.fail("llama-server is not on PATH: run the tests with `make test`")
     root = tmp_path_factory.mktemp("quality")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        path = root / "c.yaml"
-        path.write_text(contract(free_port()))
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
-        assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        assert "AXIS MAY BE INERT" in ran.stdout
-        return next((root / "runs").iterdir())
+    path = root / "c.yaml"
+    path.write_text(contract(free_port()))
+    bundle, ran = window_bundle(root, path, allow=EXAMPLES)
+    assert "AXIS MAY BE INERT" in ran.stdout
+    return bundle
 
 
 def result(bundle: Path, gate: str, lane: str) -> dict:

@@ -24,7 +24,7 @@ import pytest
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.lanes.engines.vllm import VllmAdapter
 from tests.support.contracts import free_port
-from tests.support.cli import campaign
+from tests.support.windows import window_bundle
 from tests.support.contracts import EXAMPLES
 from tests.support.vllm import (NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, installed_vllm_version,
                              vllm_executable)
@@ -86,20 +86,10 @@ gates:
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     vllm_executable()
     root = tmp_path_factory.mktemp("vllm-quality")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        path = root / "c.yaml"
-        path.write_text(contract(free_port()))
-        shutil.copyfile(VLLM_MANIFEST, root / "smollm2-135m-hf.sha256")
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(path), "--allow-path", str(EXAMPLES))
-        assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(path), "--out", str(root / "runs"), "--allow-path", str(EXAMPLES))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        bundle = next((root / "runs").iterdir())
-        verified = campaign("verify", str(bundle))
-        assert verified.returncode == 0, verified.stderr
-        return bundle
+    path = root / "c.yaml"
+    path.write_text(contract(free_port()))
+    shutil.copyfile(VLLM_MANIFEST, root / "smollm2-135m-hf.sha256")
+    return window_bundle(root, path, allow=EXAMPLES, verify=True)[0]
 
 
 def result(bundle: Path, gate: str) -> dict:

@@ -9,6 +9,7 @@ import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign
+from tests.support.windows import window_bundle
 from tests.support.contracts import demo_like, free_port, write_contract
 
 pytestmark = pytest.mark.integration
@@ -23,15 +24,10 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if not shutil.which("llama-server"):
         pytest.fail("llama-server is not on PATH: run the tests with `make test`")
     root = tmp_path_factory.mktemp("window")
-    with pytest.MonkeyPatch.context() as patch:
+    contract = write_contract(root, demo_like(free_port()))
+    bundle, ran = window_bundle(root, contract)
+    with pytest.MonkeyPatch.context() as patch:  # the window's own key signs and trusts what the tests do next
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        contract = write_contract(root, demo_like(free_port()))
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(contract))
-        assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(contract), "--out", str(root / "runs"))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        bundle = next((root / "runs").iterdir())
         yield {"root": root, "contract": contract, "bundle": bundle, "xdg": root / "xdg",
                "stdout": Path(os.devnull), "run_stdout": ran.stdout}  # type: ignore[dict-item]
 
