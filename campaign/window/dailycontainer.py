@@ -19,7 +19,14 @@ from typing import Any
 
 from campaign.errors import PreflightError, RunError
 
-__all__ = ["describe", "is_running", "prove", "snapshot", "start", "stop"]
+__all__ = ["BUNDLE_HOST_CONFIG", "describe", "ensure_restart_policy", "engine_of", "is_running", "prove", "snapshot",
+           "start", "stop"]
+
+# What of the host config the bundle shows: serving facts. Log drivers and the like may carry credentials
+# (a splunk token, a loki URL with a password) and are kept only in the private snapshot.
+BUNDLE_HOST_CONFIG = ("NetworkMode", "PortBindings", "Binds", "Mounts", "ShmSize", "IpcMode", "DeviceRequests",
+                      "Devices", "Runtime", "RestartPolicy", "Ulimits", "Privileged", "CapAdd", "CapDrop", "Tmpfs",
+                      "PidMode", "Init", "CpusetCpus", "Memory", "NanoCpus")
 
 # Config keys a recreated container gets back verbatim (Hostname and Domainname are derived by the engine).
 _CONFIG_KEYS = ("Image", "Entrypoint", "Cmd", "Env", "Labels", "User", "WorkingDir", "ExposedPorts", "Tty",
@@ -58,15 +65,40 @@ def env_digest(env: list[str] | None) -> str:
 
 
 def _mounts(attrs: dict[str, Any]) -> list[list[Any]]:
-    return sorted([m.get("Type"), m.get("Source"), m.get("Destination"), bool(m.get("RW"))]
-                  for m in attrs.get("Mounts") or [])
+    """Mounts as a recreated container has them again: an anonymous volume (an image's VOLUME) gets a new
+    name and path each time, so it counts by its destination only."""
+    out = []
+    for m in attrs.get("Mounts") or []:
+        name = m.get("Name") or ""
+        anonymous = m.get("Type") == "volume" and len(name) == 64
+        source = None if anonymous else (name if m.get("Type") == "volume" else m.get("Source"))
+        out.append([m.get("Type"), source, m.get("Destination"), bool(m.get("RW"))])
+    return sorted(out, key=lambda mount: [str(part) for part in mount])
 
 
-def snapshot(container: str, docker_host: dict[str, Any] | None, settings: dict[str, Any]) -> dict[str, Any]:
-    """The running daily container as the engine holds it. Refuses (touching nothing) when it does not
-    exist on that engine, is not running, or its image is not on the engine any more."""
+def engine_of(docker_host: dict[str, Any] | None) -> dict[str, Any]:
+    """The engine as the runner reaches it now, written down: the systemd timer and a watchdog restore in
+    another environment, where DOCKER_HOST may not be set."""
+    if docker_host:
+        return docker_host
+    import os
+
+    url = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    tls = None
+    if url.startswith("tcp://") and os.environ.get("DOCKER_CERT_PATH"):
+        certs = os.environ["DOCKER_CERT_PATH"]
+        tls = {"ca_cert": f"{certs}/ca.pem", "client_cert": f"{certs}/cert.pem", "client_key": f"{certs}/key.pem",
+               "verify": os.environ.get("DOCKER_TLS_VERIFY", "") not in ("", "0")}
+    return {"url": url, "tls": tls}
+
+
+def snapshot(container: str, docker_host: dict[str, Any] | None, settings: dict[str, Any], *,
+             running: bool = True) -> dict[str, Any]:
+    """The daily container as the engine holds it. Refuses (touching nothing) when it does not exist on
+    that engine, is not running (unless ``running`` is False), or its image is not on the engine any more."""
     import docker.errors
 
+    docker_host = engine_of(docker_host)
     client = _client(docker_host)
     where = _engine_name(docker_host)
     try:
@@ -76,7 +108,7 @@ def snapshot(container: str, docker_host: dict[str, Any] | None, settings: dict[
     if attrs is None:
         raise PreflightError(f"incumbent container {container!r} does not exist on docker engine {where}: start "
                              "the daily first, or name the engine it runs on (incumbent.docker_host)")
-    if not (attrs.get("State") or {}).get("Running"):
+    if running and not (attrs.get("State") or {}).get("Running"):
         raise PreflightError(f"incumbent container {container!r} on {where} is not running: there is nothing to "
                              "restore to; start it first")
     try:
@@ -123,16 +155,24 @@ def stop(snap: dict[str, Any]) -> str | None:
         return None
     if (snap["restart_policy"].get("Name") or "no") != "no":
         client.api.update_container(attrs["Id"], restart_policy={"Name": "no"})
-    client.api.stop(attrs["Id"], timeout=int(snap.get("stop_timeout") or 30))
+    client.api.stop(attrs["Id"], timeout=max(1, round(float(snap.get("stop_timeout") or 30))))
     return attrs["Id"]
+
+
+def ensure_restart_policy(snap: dict[str, Any]) -> None:
+    """Put the daily's own restart policy back. A runner killed between holding it at ``no`` and the stop
+    leaves a daily that still serves: restore finds it serving, and this is what gives it its policy back."""
+    client = _client(snap.get("docker_host"))
+    attrs = _inspect(client, snap["container"])
+    if attrs and (attrs.get("HostConfig") or {}).get("RestartPolicy") != snap["restart_policy"] \
+            and (snap["restart_policy"].get("Name") or "no") != "no":
+        client.api.update_container(attrs["Id"], restart_policy=snap["restart_policy"])
 
 
 def _recreate(client: Any, snap: dict[str, Any]) -> str:
     body = {**snap["config"], "Image": snap["image_id"], "HostConfig": snap["host_config"]}
     try:
-        response = client.api._post_json(client.api._url("/containers/create"), data=body,
-                                         params={"name": snap["container"]})
-        return client.api._result(response, True)["Id"]
+        return client.api.create_container_from_config(body, name=snap["container"])["Id"]
     except Exception as exc:  # the engine's own words are the useful part
         raise RunError(f"cannot recreate the daily container {snap['container']!r} from its snapshot: "
                        f"{exc}") from exc
@@ -194,6 +234,14 @@ def describe(snap: dict[str, Any]) -> str:
         words += ["-v", mount]
     if host.get("ShmSize"):
         words += ["--shm-size", str(host["ShmSize"])]
+    if host.get("IpcMode") not in (None, "", "private", "shareable"):
+        words += ["--ipc", host["IpcMode"]]
+    for request in host.get("DeviceRequests") or []:
+        devices = request.get("DeviceIDs") or []
+        count = request.get("Count")
+        words += ["--gpus", f"device={','.join(devices)}" if devices else ("all" if count == -1 else str(count))]
+    for limit in host.get("Ulimits") or []:
+        words += ["--ulimit", f"{limit.get('Name')}={limit.get('Soft')}:{limit.get('Hard')}"]
     if (snap["restart_policy"].get("Name") or "no") != "no":
         words += ["--restart", snap["restart_policy"]["Name"]]
     for name in sorted(snap["env"]):

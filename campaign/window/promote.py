@@ -274,7 +274,7 @@ def _roll_back_container(target: dict[str, Any], previous: dict[str, Any]) -> di
 
     name = target["container"]
     current = dailycontainer.snapshot(name, previous.get("docker_host"),
-                                      {k: previous.get(k) for k in incumbent.SETTINGS})
+                                      {k: previous.get(k) for k in incumbent.SETTINGS}, running=False)
     kept_as = promotecontainer.swap_back(current, previous, undone=target["seq"])
     restored = {**previous, "container": name}
     return {"container": name, "proof": incumbent.prove(restored),

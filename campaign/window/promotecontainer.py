@@ -48,14 +48,23 @@ def candidate_container(copy: Path, candidate: str, daily: dict[str, Any], windo
     if inspect.get("runtime") != "docker":
         raise RunError(f"lane {candidate} ran as a {inspect.get('runtime')}, and the daily is a container: a "
                        "container daily is promoted from a docker lane's measured container")
+    if any("<redacted" in str(word) for word in [*(inspect.get("entrypoint") or []), *(inspect.get("cmd") or [])]):
+        raise RunError(f"lane {candidate}: its measured command holds a redacted credential; a container daily "
+                       "is made from the command byte for byte, so put the credential in env as ${env:NAME}")
     lane = EffectiveLane.model_validate(load_json_strict(copy / "lanes" / candidate / "spec.json"))
     labels = {k: v for k, v in (daily["config"].get("Labels") or {}).items() if not k.startswith("campaign.")}
     labels["campaign.promoted_from"] = f"{window or ''}/{candidate}"
     config = {"Image": inspect["image_id"], "Entrypoint": inspect.get("entrypoint"), "Cmd": inspect.get("cmd"),
               "Env": _env(inspect, lane, candidate), "Labels": labels}
-    if daily["config"].get("ExposedPorts"):
-        config["ExposedPorts"] = daily["config"]["ExposedPorts"]
+    measured_ports = inspect.get("port_bindings") or {}
+    exposed = {port: {} for port in measured_ports} or daily["config"].get("ExposedPorts")
+    if exposed:
+        config["ExposedPorts"] = exposed
+    # the ports the candidate was measured behind; a candidate on the host network publishes none
+    ports = measured_ports or (daily["host_config"].get("PortBindings") if inspect.get("network_mode") != "host"
+                               else None)
     host_config = {**daily["host_config"], "Binds": _mount_binds(inspect.get("mounts") or []), "Mounts": None,
+                   "PortBindings": ports or None,
                    "ShmSize": inspect.get("shm_size") or daily["host_config"].get("ShmSize"),
                    "DeviceRequests": inspect.get("device_requests") or None, "Tmpfs": inspect.get("tmpfs") or None,
                    "NetworkMode": inspect.get("network_mode") or daily["host_config"].get("NetworkMode")}
@@ -68,44 +77,60 @@ def _client(snap: dict[str, Any]) -> Any:
 
 def swap_in(daily: dict[str, Any], create: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """Stop the daily and rename it aside; create and start the new daily under its name. Returns the new
-    daily's snapshot and the name the previous one is kept under."""
+    daily's snapshot (it may already have exited: the smoke says so, and rolls back) and the name the
+    previous one is kept under. Any failure or interrupt before the new daily runs puts the old one back."""
     client = _client(daily)
     kept_as = f"{daily['container']}-rollback-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    dailycontainer.stop(daily)
-    client.api.rename(daily["container_id"], kept_as)
-    body = {**create["config"], "HostConfig": create["host_config"]}
+    new_id = None
     try:
-        response = client.api._post_json(client.api._url("/containers/create"), data=body,
-                                         params={"name": daily["container"]})
-        new_id = client.api._result(response, True)["Id"]
+        dailycontainer.stop(daily)
+        client.api.rename(daily["container_id"], kept_as)
+        body = {**create["config"], "HostConfig": create["host_config"]}
+        new_id = client.api.create_container_from_config(body, name=daily["container"])["Id"]
         client.api.start(new_id)
-    except Exception as exc:
-        _put_back(client, daily, kept_as)
-        raise RunError(f"the candidate's container did not start as the daily ({exc}); the previous daily "
-                       "was started again") from exc
+    except BaseException as exc:
+        _put_back(client, daily, new_id)
+        if isinstance(exc, Exception):
+            raise RunError(f"the candidate's container did not start as the daily ({exc}); the previous daily "
+                           "was started again") from exc
+        raise
     settings = {k: daily.get(k) for k in ("endpoint", "api_key_env", "served_model", "stop_timeout", "ready_budget")}
-    return dailycontainer.snapshot(daily["container"], daily.get("docker_host"), settings), kept_as
+    return dailycontainer.snapshot(daily["container"], daily.get("docker_host"), settings, running=False), kept_as
 
 
-def _put_back(client: Any, daily: dict[str, Any], kept_as: str) -> None:
+def _put_back(client: Any, daily: dict[str, Any], new_id: str | None) -> None:
     import docker.errors
 
-    try:  # a half-created new daily holds the name: it goes, the previous one is the daily again
-        client.api.remove_container(daily["container"], force=True)
-    except docker.errors.NotFound:
-        pass
-    client.api.rename(daily["container_id"], daily["container"])
+    if new_id is not None:  # a half-made new daily holds the name: it goes (by its id, never by name)
+        client.api.remove_container(new_id, force=True)
+    try:
+        client.api.rename(daily["container_id"], daily["container"])
+    except docker.errors.APIError:
+        pass  # not renamed yet, or already back
     dailycontainer.start(daily)
 
 
 def swap_back(current: dict[str, Any], previous: dict[str, Any], *, undone: int) -> str:
     """Stop the promoted daily and keep it aside as ``<name>-undone-<seq>``; rename the kept previous daily
-    back to the daily's name and start that same container. Returns the name the promoted one is kept under."""
+    back to the daily's name and start that same container. Returns the name the promoted one is kept under.
+    The kept container is checked first: if it is gone (pruned), nothing is touched."""
+    import docker.errors
+
     client = _client(previous)
+    try:
+        client.api.inspect_container(previous["container_id"])
+    except docker.errors.NotFound:
+        raise RunError(f"the previous daily container {previous['container']} ({previous['container_id'][:12]}) "
+                       "is gone (removed or pruned); the promoted daily was left serving") from None
     name = current["container"]
     kept_as = f"{name}-undone-{undone}"
     dailycontainer.stop(current)
     client.api.rename(current["container_id"], kept_as)
-    client.api.rename(previous["container_id"], name)
-    dailycontainer.start({**previous, "container": name})
+    try:
+        client.api.rename(previous["container_id"], name)
+        dailycontainer.start({**previous, "container": name})
+    except BaseException:
+        client.api.rename(current["container_id"], name)  # the promoted daily serves again rather than none
+        dailycontainer.start(current)
+        raise
     return kept_as

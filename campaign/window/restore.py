@@ -107,6 +107,10 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
                         record["started_pid"], record["action"] = started, "started"
                 else:
                     record["action"] = "already serving"
+                    if snap.get("runtime") == "docker":
+                        from campaign.window.dailycontainer import ensure_restart_policy
+
+                        ensure_restart_policy(snap)
                 record["proof"] = incumbent.prove(snap)
             state.restored, state.incumbent_stopped = True, False
             state.save()

@@ -440,7 +440,11 @@ def _redacted_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
     secrets = launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
     redacted = Redactor(secrets).snapshot(snap)
     if snap.get("runtime") == "docker":  # the engine's own Env list: the same digests as the env above
+        from campaign.window.dailycontainer import BUNDLE_HOST_CONFIG
+
         redacted["config"] = {**redacted["config"], "Env": [f"{k}={v}" for k, v in redacted["env"].items()]}
+        redacted["host_config"] = {k: v for k, v in redacted["host_config"].items() if k in BUNDLE_HOST_CONFIG}
+        redacted.pop("env_sha256", None)  # an unkeyed digest of the values would let a guess be checked
     return redacted
 
 

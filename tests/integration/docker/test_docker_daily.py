@@ -238,3 +238,17 @@ def test_promote_a_candidate_container_to_daily_then_roll_back_to_the_same_conta
     assert undone["Id"] == daily["Id"] and not undone["State"]["Running"]  # kept, stopped
     assert serves(container_daily["port"])
     docker("rm", "-f", f"{name}-undone-1")
+
+
+def test_a_daily_still_serving_with_its_policy_held_at_no_gets_its_policy_back(container_daily: dict) -> None:
+    # a runner killed after it held the restart policy at `no` and before the stop: the daily still
+    # serves, restore finds it serving, and must still give it its own policy back
+    from campaign.window import dailycontainer
+
+    snap = dailycontainer.snapshot(container_daily["name"], None, {"stop_timeout": 5})
+    assert docker("update", "--restart", "no", container_daily["name"]).returncode == 0
+    assert inspect(container_daily["name"])["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    dailycontainer.ensure_restart_policy(snap)
+    after = inspect(container_daily["name"])
+    assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped" and after["State"]["Running"]
+    assert snap["docker_host"]["url"].startswith("unix://")  # written down for a restore in another environment

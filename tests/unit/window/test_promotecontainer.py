@@ -44,9 +44,22 @@ def test_the_new_daily_is_the_measured_container_under_the_dailys_name_and_polic
     assert config["Labels"] == {"team": "serving", "campaign.promoted_from": "w-new/cand"}
     assert config["ExposedPorts"] == {"30006/tcp": {}}
     assert host["RestartPolicy"] == {"Name": "unless-stopped"} and host["IpcMode"] == "host"
-    assert host["PortBindings"] == DAILY["host_config"]["PortBindings"]
+    assert host["PortBindings"] is None  # measured on the host network: it publishes nothing
     assert host["Binds"] == ["/srv/engine:/opt/llama-server:ro"] and host["ShmSize"] == 64 << 20
     assert host["NetworkMode"] == "host" and host["Tmpfs"] == {"/tmp/lane": ""}
+
+
+def test_a_candidate_measured_behind_published_ports_keeps_them(tmp_path: Path) -> None:
+    bridged = {**MEASURED, "network_mode": "bridge", "port_bindings": {"8000/tcp": [{"HostPort": "30006"}]}}
+    made = candidate_container(write_lane(tmp_path, bridged), "cand", DAILY, None)
+    assert made["host_config"]["PortBindings"] == {"8000/tcp": [{"HostPort": "30006"}]}
+    assert made["config"]["ExposedPorts"] == {"8000/tcp": {}} and made["host_config"]["NetworkMode"] == "bridge"
+
+
+def test_a_command_with_a_redacted_credential_is_refused(tmp_path: Path) -> None:
+    cut = {**MEASURED, "cmd": [*MEASURED["cmd"], "--api-key", "<redacted hmac:abcd>"]}
+    with pytest.raises(RunError, match="redacted credential"):
+        candidate_container(write_lane(tmp_path, cut), "cand", DAILY, None)
 
 
 def test_a_redacted_env_value_comes_back_from_its_reference_or_is_refused(tmp_path: Path,
