@@ -59,8 +59,10 @@ demo: venv engine model keys
 	bundle=$$(ls -1d runs/*-demo-smollm2-* | grep -v '\.published$$' | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle" && \
 	$(VENV)/bin/campaign publish "$$bundle" && \
-	echo "promotion decision on $$bundle:" && \
-	{ $(VENV)/bin/campaign promote "$$bundle" --candidate ngram-k4 --dry-run || echo "(refused: the daily stays as it is)"; }
+	for candidate in threads-2 ngram-k4; do \
+	  echo "promotion decision for $$candidate on $$bundle:"; \
+	  $(VENV)/bin/campaign promote "$$bundle" --candidate $$candidate --dry-run || echo "(refused: the daily stays as it is)"; \
+	done
 
 vllm: model
 	$(call stage,engine: vLLM for the CPU and the model converted for it)

@@ -342,11 +342,16 @@ def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"),
 def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:
     table = Table("candidate", "gate", "verdict", "evidence", title=f"window {summary['window']}")
     for candidate, entry in summary["candidates"].items():
+        required = entry.get("promotion_gates") or list(entry["gates"])
         for gate, result in entry["gates"].items():
             evidence = "; ".join(result["reasons"][:3])
             colour = {"PASS": "green", "FAIL": "red"}.get(result["verdict"], "yellow")
-            table.add_row(candidate, gate, f"[{colour}]{result['verdict']}[/]", evidence)
-        table.add_row(candidate, "[b]promotion gates[/]", f"[b]{entry['overall']}[/]", "")
+            name = gate if gate in required else f"{gate} [dim](reported, not required)[/]"
+            table.add_row(candidate, name, f"[{colour}]{result['verdict']}[/]", evidence)
+        # the one reason that decides: the first required gate that did not pass
+        deciding = next((f"{g}: {entry['gates'][g]['verdict']}" for g in required
+                         if entry["gates"].get(g, {}).get("verdict") != "PASS"), f"all of {', '.join(required)} PASS")
+        table.add_row(candidate, "[b]promotion gates[/]", f"[b]{entry['overall']}[/]", deciding)
     out.print(table)
     for name, lane in summary["lanes"].items():
         if lane["status"] != "ran":

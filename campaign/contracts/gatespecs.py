@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
 from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, CountRule, StrictModel, valid_regexes
-from campaign.contracts.units import Duration, Size
+from campaign.contracts.units import Duration, Size, parse_cpuset
 
 __all__ = ["GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
            "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "SpeedRule",
@@ -359,10 +359,12 @@ class SpeedRule(StrictModel):
     levels: list[int] | None = Field(None, description="Concurrency levels judged against the bar; "
                                                        "default every measured level. Others are reported.")
     min_mean_change: float = Field(0.05, ge=-1.0, le=10.0,
-                                   description="Mean per-prompt change vs control must be at least this.")
+                                   description="The change vs control (geometric mean over prompts, drift taken out) "
+                                               "must be at least this.")
     ci_lower_above: float = Field(0.0, ge=-1.0, le=10.0,
-                                  description="The paired bootstrap CI's lower bound must exceed this.")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Two-sided confidence of the CI.")
+                                  description="The CI's lower bound must exceed this.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Two-sided confidence over all looks together; "
+                                                                "each look uses a Bonferroni share.")
     min_wins: CountRule | None = Field(None, description="Prompts where the candidate is faster, at least k/P, "
                                                    "e.g. '6/8'; omit to report without judging.")
     max_spread: float = Field(0.10, gt=0.0, description="A row whose reps' aggregate tok/s spread "
@@ -377,9 +379,10 @@ class SpeedRule(StrictModel):
                                           "a rep; more voids the row. Checked for local process lanes; "
                                           "null disables it.")
     max_control_drift: float | None = Field(
-        0.05, gt=0.0, description="Each re-run of the control in the same window may differ from its first "
-                                  "run by at most this mean per-prompt change; null reports drift without "
-                                  "a limit.")
+        0.25, gt=0.0, description="Each boot of the control may differ from its boot before by at most this "
+                                  "mean per-prompt change; more means the environment moved (INCONCLUSIVE). "
+                                  "Smaller jumps need no limit: a steady drift is taken out by the fit and "
+                                  "the boots' scatter is in the CI. Null reports it without a limit.")
 
 
 
@@ -388,15 +391,36 @@ class SpeedSpec(GateSpecBase):
     input: str = Field(description="Name of an input set of prompts; each prompt's `class` makes a row.")
     concurrency: list[int] = Field([1], min_length=1, description="Concurrency levels (users in flight).")
     max_tokens: int = Field(128, ge=2, le=65536, description="Tokens asked per request.")
+    client_cpus: str | None = Field(None, description="CPUs the speed client runs on while it measures, a cpuset "
+                                                      "like '0': with the lanes' `cpus` elsewhere, the client and "
+                                                      "the engine do not take turns on one core.")
     reps: int = Field(3, ge=2, le=50, description="Reps per row (lane x level x class); spread needs two.")
-    control_boots: int = Field(
-        3, ge=2, le=10, description="Boots of each control in the window: its first run plus re-runs after the "
-                                    "candidates. Speed moves from boot to boot of the same server; the "
-                                    "spread of these boots is that noise, and it widens the CI (two boots "
-                                    "give one degree of freedom and a very wide term).")
-    resamples: int = Field(10000, ge=100, le=1000000, description="Bootstrap resamples for the CI.")
-    seed: int = Field(0, description="Seed of the bootstrap, so a bundle re-judges to the same numbers.")
+    max_boot_pairs: int = Field(
+        4, ge=1, le=20, description="Most boot pairs in the window: control, candidate, control, candidate, ..., "
+                                    "control, each candidate boot between two control boots. Speed moves from "
+                                    "boot to boot of the same server, so the boot is the unit of the CI; after "
+                                    "each pair from the second on the gate looks and stops once it can decide. "
+                                    "1: one pair, measured and reported, never decided (INCONCLUSIVE).")
     rule: SpeedRule = Field(default_factory=SpeedRule)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced_fields(cls, data: Any) -> Any:
+        # a field that silently stopped doing anything would mislead: name what took its place
+        replaced = {"control_boots": "max_boot_pairs (control and candidate boots now interleave)",
+                    "resamples": "nothing: the speed CI is fitted over boots, not bootstrapped",
+                    "seed": "nothing: the speed CI is fitted over boots, not bootstrapped"}
+        for name, instead in replaced.items():
+            if isinstance(data, dict) and name in data:
+                raise ValueError(f"{name} was replaced by {instead}; see the README's contract schema notes")
+        return data
+
+    @field_validator("client_cpus")
+    @classmethod
+    def _cpuset(cls, cpus: str | None) -> str | None:
+        if cpus is not None:
+            parse_cpuset(cpus)
+        return cpus
 
     @field_validator("concurrency")
     @classmethod

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.model import StrictModel
 from campaign.contracts.schema import BootLogRules, Contract, DockerHost, Lane, ModelSpec, Mount, ReadinessSpec, Role
+from campaign.contracts.units import format_cpuset, parse_cpuset
 
 __all__ = ["EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane", "flatten_serving",
            "normalize_axis"]
@@ -37,6 +38,7 @@ class EffectiveLane(StrictModel):
     mounts: list[Mount] = Field(default_factory=list)
     shm_size: int | None = None
     gpus: str | int | None = None
+    cpus: str | None = None
     host: str = "127.0.0.1"
     port: int
     model: ModelSpec
@@ -46,6 +48,12 @@ class EffectiveLane(StrictModel):
     network: Literal["host", "bridge"] = "host"
     docker_host: DockerHost | None = None
     context: int | None = None
+
+    @field_validator("cpus")
+    @classmethod
+    def _canonical_cpuset(cls, cpus: str | None) -> str | None:
+        # '0,1' and '0-1' are one pinning: the one-axis check must not call them two
+        return format_cpuset(parse_cpuset(cpus)) if cpus else None
 
     @property
     def base_url(self) -> str:

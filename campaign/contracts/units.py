@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator
 
-__all__ = ["Duration", "Size", "parse_duration", "parse_size"]
+__all__ = ["format_cpuset", "parse_cpuset", "Duration", "Size", "parse_duration", "parse_size"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -50,3 +50,30 @@ def parse_size(value: object) -> int:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+def parse_cpuset(text: str) -> frozenset[int]:
+    """A Linux cpuset list, as taskset and docker's --cpuset-cpus write it: '1', '0-3', '0-3,8,10-11'."""
+    cpus: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        first, dash, last = part.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()) or (last and int(last) < int(first)):
+            raise ValueError(f"{text!r} is not a cpuset: write CPU numbers and ranges, e.g. '1' or '0-3,8'")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return frozenset(cpus)
+
+
+def format_cpuset(cpus: frozenset[int] | set[int]) -> str:
+    """The canonical form (ranges merged, ascending), so two spellings of one set compare equal."""
+    out, ordered = [], sorted(cpus)
+    start = prev = None
+    for cpu in ordered + [None]:
+        if start is None:
+            start = prev = cpu
+        elif cpu is not None and cpu == prev + 1:
+            prev = cpu
+        else:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+            start = prev = cpu
+    return ",".join(out)
+

@@ -58,6 +58,15 @@ class Gate(ABC):
         self.spec, self.ctx = spec, ctx
 
     @property
+    def max_boot_pairs(self) -> int:
+        """Most candidate boots this gate may ask for, each followed by a control boot (1: none beyond
+        the fixed visits). A gate that asks for more says after each pair whether it wants another."""
+        return 1
+
+    def wants_pair(self, candidate: EffectiveLane, control: EffectiveLane, pairs_done: int) -> bool:
+        return False
+
+    @property
     def gate_id(self) -> str:
         return self.spec.id or self.spec.kind
 

@@ -23,6 +23,7 @@ from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describe_exit, log_tail
 from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.runtimes.hostcpu import check_cpus_here
 from campaign.lanes.runtimes.process import ProcessRuntime
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime, scratch_path
@@ -97,6 +98,8 @@ def check_lane(lane: EffectiveLane, model_path: str) -> None:
     """Pre-flight for what a launch needs beyond the model: referenced secrets set; for docker lanes the
     engine, the pinned image, the mounts and the model's path inside the container."""
     resolve_refs(lane)
+    if lane.runtime == "process" and lane.cpus:
+        check_cpus_here(lane.cpus, f"lane {lane.name}")
     if lane.runtime == "docker":
         from campaign.lanes.runtimes.docker import check_lane as check_docker_lane
 
@@ -153,7 +156,7 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     try:
         running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env,
                                                                     log_path=log_path, labels=labels or {},
-                                                                    scratch=str(scratch)))
+                                                                    scratch=str(scratch), cpus=lane.cpus))
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

@@ -3,9 +3,10 @@
 The contract check proved the intended launches differ only on the declared axis; here the launches
 read back from the runtime (``/proc`` for processes, ``docker inspect`` for containers) are diffed the
 same way, so a flag dropped by a wrapper or an env var the runtime injected shows up as a mismatch.
-Container snapshots add the image id, mounts, /dev/shm size, device requests and network, compared as
-launched (``launched``) and as the engine reports them. Keys a contract names directly (``env.X``,
-``image``, ``mounts.<path>``, ``shm_size``, ``gpus``, ``network``, ``docker_host``) must moreover differ
+Container snapshots add the image id, mounts, /dev/shm size, cpuset, device requests and network,
+compared as launched (``launched``) and as the engine reports them; process snapshots add the CPUs the
+kernel lets the lane run on. Keys a contract names directly (``env.X``, ``image``, ``mounts.<path>``,
+``shm_size``, ``gpus``, ``cpus``, ``network``, ``docker_host``) must moreover differ
 only where the axis says so: a variable the contract never set, injected into one lane, is caught even
 when the runtime was asked to inject it.
 """
@@ -17,11 +18,12 @@ from typing import Any
 
 from campaign.contracts.args import arg_axis_keys
 from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.fsutil import load_json_strict
 
 __all__ = ["container_keys", "launch_keys", "runtime_axis_difference"]
 
-_DIRECT = ("env.", "image", "mounts.", "shm_size", "gpus", "network", "docker_host")
+_DIRECT = ("env.", "image", "mounts.", "shm_size", "gpus", "cpus", "network", "docker_host")
 
 
 def launch_keys(argv: list[str], env: dict[str, str], exe: str | None = None) -> dict[str, Any]:
@@ -37,7 +39,7 @@ def container_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any
         return {}
     source = (snapshot.get("launched") or {}) if launched else snapshot
     flat: dict[str, Any] = {"image": source.get("image_id"), "shm_size": source.get("shm_size"),
-                            "docker_host": snapshot.get("docker_host")}
+                            "cpus": _cpus(source.get("cpuset_cpus")), "docker_host": snapshot.get("docker_host")}
     for mount in source.get("mounts") or []:
         flat[f"mounts.{mount.get('destination')}"] = (mount.get("source"), bool(mount.get("read_only")))
     requests = source.get("device_requests") or []
@@ -45,6 +47,17 @@ def container_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any
                             tuple(tuple(c) for c in r.get("Capabilities") or ())) for r in requests), key=repr)
     flat["network"] = (source.get("network_mode"), sorted((source.get("port_bindings") or {}).items()))
     return flat
+
+
+def _cpus(cpuset: str | None) -> str | None:
+    return format_cpuset(parse_cpuset(cpuset)) if cpuset else None
+
+
+def process_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any]:
+    """A process lane's pinning as launched (None: not pinned) or as the kernel reports it ({} for containers)."""
+    if snapshot.get("runtime") != "process":
+        return {}
+    return {"cpus": snapshot.get("launched_cpus") if launched else snapshot.get("cpus")}
 
 
 def _image_env(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
@@ -84,8 +97,10 @@ def runtime_axis_difference(bundle: Path, control: EffectiveLane, candidate: Eff
     intended = _diff(launch_keys(a["launched_argv"], a["launched_env"]),
                      launch_keys(b["launched_argv"], b["launched_env"]))
     intended |= _diff(container_keys(a, launched=True), container_keys(b, launched=True))
+    intended |= _diff(process_keys(a, launched=True), process_keys(b, launched=True))
     actual = _diff(launch_keys(a["argv"], a["env"]), launch_keys(b["argv"], b["env"]))
     actual |= _diff(container_keys(a, launched=False), container_keys(b, launched=False))
+    actual |= _diff(process_keys(a, launched=False), process_keys(b, launched=False))
     if a.get("executable_sha256") != b.get("executable_sha256") and "executable" not in declared:
         actual.add("executable (binary sha256)")
     if "image" in declared:  # variables only an image sets change with a declared image

@@ -27,6 +27,7 @@ from campaign.gates.base import Gate, Visit
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult
 from campaign.lanes.redact import redactor_for
+from campaign.lanes.runtimes.hostcpu import check_cpus_here
 from campaign.lanes.session import (boot_lane, check_lane, is_local, launch_command, port_is_free,
                                     resolve_executable, resolve_refs)
 from campaign.receipts.bundle import ENVELOPE, sign_bundle
@@ -35,10 +36,11 @@ from campaign.window import incumbent
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
 from campaign.window.restore import restore
+from campaign.window.schedule import first_visits, most_steps, next_pair
 from campaign.window.source import source_changes, source_snapshot
 from campaign.window.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 
-__all__ = ["WindowOutcome", "daily_port_of", "gates_for_visit", "plan_visits", "preflight", "resume_window", "run_window"]
+__all__ = ["WindowOutcome", "daily_port_of", "preflight", "resume_window", "run_window"]
 
 
 @dataclass
@@ -245,6 +247,9 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
         if ports and is_local(lane) and lane.port != incumbent_port and not port_is_free(lane.host, lane.port):
             raise PreflightError(f"lane {lane.name}: port {lane.host}:{lane.port} is already in use; "
                                  "another server there would be measured instead")
+    for index, gate in enumerate(loaded.contract.gates):
+        if getattr(gate, "client_cpus", None):
+            check_cpus_here(gate.client_cpus, f"gates[{index}] ({gate.id or gate.kind}) client_cpus")
     return model_paths
 
 
@@ -323,19 +328,28 @@ async def _visit_lanes(w: _Window, gates: list[Gate], journal: Any, lanes: dict[
     if loaded.contract.incumbent is not None:
         await asyncio.to_thread(_take_down_incumbent, w, journal)
     labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
-    visits = plan_visits(loaded, gates)
-    # for the progress line: one step per boot and per gate of each visit
-    journal.done("plan", steps=sum(1 + len(gates_for_visit(gates, v)) for v in visits), visits=len(visits))
-    for visit in visits:
-        lane = visit.lane
-        if visit.index == 0:
-            atomic_write_json(w.bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
-        visit_gates = [g for g in gates_for_visit(gates, visit) if (g.gate_id, str(visit.key)) not in w.finished_gates]
-        outcome = lanes.setdefault(str(visit.key), LaneOutcome())
-        if not visit_gates and w.resumed:
-            outcome.status = "ran"  # every gate of this visit finished before the interruption
-            continue
-        await _run_lane(w, visit, visit_gates, journal, outcome, labels)
+    # for the progress line: one step per boot and per gate of each visit, if every pair is needed
+    journal.done("plan", steps=most_steps(loaded, gates), visits=len(first_visits(loaded, gates)))
+    for visit, visit_gates in first_visits(loaded, gates):
+        await _visit(w, visit, visit_gates, journal, lanes, labels)
+    pairs_done = 1
+    while planned := next_pair(loaded, gates, pairs_done):
+        journal.done("pair", pairs=pairs_done + 1, visits=[str(v.key) for v, _ in planned])
+        for visit, visit_gates in planned:
+            await _visit(w, visit, visit_gates, journal, lanes, labels)
+        pairs_done += 1
+
+
+async def _visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome],
+                 labels: dict[str, str]) -> None:
+    if visit.index == 0:
+        atomic_write_json(w.bundle / "lanes" / visit.lane.name / "spec.json", visit.lane.model_dump(mode="json"))
+    visit_gates = [g for g in gates if (g.gate_id, str(visit.key)) not in w.finished_gates]
+    outcome = lanes.setdefault(str(visit.key), LaneOutcome())
+    if not visit_gates and w.resumed:
+        outcome.status = "ran"  # every gate of this visit finished before the interruption
+        return
+    await _run_lane(w, visit, visit_gates, journal, outcome, labels)
 
 
 async def _close(w: _Window, journal: Any, progress: _Progress) -> dict[str, Any]:
@@ -457,21 +471,6 @@ def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> N
     for name, destination in input_copies(loaded, bundle).items():
         destination.parent.mkdir(exist_ok=True)
         shutil.copyfile(loaded.resolve(loaded.contract.inputs[name].file), destination)
-
-
-def plan_visits(loaded: LoadedContract, gates: list[Gate]) -> list[Visit]:
-    """Lanes in contract order (controls precede their candidates); then each control booted again as
-    often as a gate asks, so boot-to-boot drift across the window is measured, not assumed."""
-    visits = [Visit(lane) for lane in loaded.lanes.values()]
-    compared = [lane for lane in loaded.controls() if any(c.control == lane.name for c in loaded.candidates())]
-    for index in range(1, max((gate.control_reruns for gate in gates), default=0) + 1):
-        visits += [Visit(lane, index) for lane in compared]
-    return visits
-
-
-def gates_for_visit(gates: list[Gate], visit: Visit) -> list[Gate]:
-    """The gates a visit runs: every gate on a lane's first boot, on a re-boot only those that asked for it."""
-    return [g for g in gates if g.control_reruns >= visit.index]
 
 
 async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, outcome: LaneOutcome,

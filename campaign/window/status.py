@@ -33,11 +33,11 @@ def _states(window: str | None) -> list[WindowState]:
 
 
 def _planned(state: WindowState) -> int:
-    from campaign.window.run import gates_for_visit, plan_visits
+    from campaign.window.schedule import most_steps
 
     loaded = load_contract(state.contract, check_files=False)
     gates = [gate_for(spec, GateContext(bundle=Path(state.bundle), contract=loaded)) for spec in loaded.contract.gates]
-    return sum(len(gates_for_visit(gates, v)) for v in plan_visits(loaded, gates))
+    return most_steps(loaded, gates, boots=False)
 
 
 def _failsafe_failed(state: WindowState) -> dict[str, Any] | None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
 
-__all__ = ["daily_pid", "first_record_of_each_kind", "serves"]
+__all__ = ["daily_pid", "first_record_of_each_kind", "runner_past_the_daily_stop", "serves", "watchdog_pids"]
 
 
 def serves(port: int) -> bool:
@@ -30,3 +33,26 @@ def first_record_of_each_kind(journal: Path) -> list[tuple[int, tuple[str, str]]
 
     steps = [(r["step"], r["event"]) for r in read_jsonl(journal) if r["step"] != "incumbent.restore"]
     return [(index + 1, step) for index, step in enumerate(steps) if step not in steps[:index]]
+
+
+def runner_past_the_daily_stop(contract: Path, out: Path) -> tuple[subprocess.Popen, str]:
+    """A `campaign run` started in the background, returned (with its window id) once it has journaled the
+    daily's stop: from here on a dead runner leaves the daily down unless the failsafe brings it back."""
+    from campaign.fsutil import read_jsonl
+
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        journals = list(out.glob("*/journal.jsonl"))
+        if journals and any(r["step"] == "incumbent.stop" and r["event"] == "done" for r in read_jsonl(journals[0])):
+            return runner, journals[0].parent.name
+        time.sleep(0.05)
+    runner.kill()
+    raise AssertionError("the window never stopped the daily")
+
+
+def watchdog_pids(state) -> dict[str, int]:  # noqa: ANN001 - a WindowState
+    generation = state.failsafe_generation
+    return {role: int((state.directory / f"watchdog-{generation}-{role}.pid").read_text().split()[0])
+            for role in "ab"}

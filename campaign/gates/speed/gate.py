@@ -1,27 +1,25 @@
-"""speed: throughput and latency per concurrency level and prompt class, paired against control.
+"""speed: throughput and latency per concurrency level and prompt class, over interleaved boots.
 
-Live (``collect``, see speedrun.py): warm every batch shape, measure rows in reps, void and re-run.
-Offline (``judge``): from raw records only. Per level, each prompt's value (median over its requests
-in the row's valid attempt) on the candidate is paired with the control's baseline: the mean over the
-control's boots in this window (its first run and its re-runs after the candidates; bracketing cancels
-a steady drift). The mean per-prompt change gets a paired bootstrap CI over prompts, widened by the
-boot-to-boot noise the control's boots showed: every prompt of one boot shares that boot's luck, so a
-CI over prompts alone once called an identical lane +8% faster. The bar is frozen (e.g. mean >= +5%,
-CI low > 0); drift between the control's boots past the frozen limit makes the comparison
-INCONCLUSIVE.
+Live (``collect``, see run.py): warm every batch shape, measure rows in reps, void and re-run. The window
+boots control, candidate, control, candidate, ..., control (every candidate boot between two control
+boots) while ``wants_pair`` says the comparison is still open, up to ``max_boot_pairs``.
+Offline (``judge``): from raw records only. Each boot gives each prompt a value (the median of its
+requests in the row's valid attempt); sequential.py fits the change with the window's drift taken out,
+the boot as the unit of shared luck, and looks after every pair with a Bonferroni share of the error
+rate. The gate stops at the first look that decides every judged level; undecided at the last, it is
+INCONCLUSIVE with the change this window could have detected.
 
-The instrument checks itself before its numbers count: every judged row needs a valid attempt (no
-VOID left after re-runs: spread, cut streams, other clients on the port, other tenants on the host),
-the client must not be what limits the rate (its CPU share per rep), a lane that gives every prompt
-the same reply is not answering them, and the control's boot noise must have been measured (two
-boots at least).
+The instrument checks itself before its numbers count: a boot whose judged row stayed VOID after
+re-runs (spread, cut streams, other clients on the port, other tenants on the host), or whose client
+may have limited the rate (its CPU share per rep), does not count; a lane that gives every prompt the
+same reply is not answering them; a control that jumps past ``max_control_drift`` from one boot to the
+next means the environment moved.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -33,11 +31,13 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.records import VisitKey
 from campaign.gates.common.inputs import Prompt, load_prompts
-from campaign.gates.common.stats import BootNoise, boot_noise, paired_bootstrap_ci
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.rows import RowResult, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
+from campaign.gates.speed.sequential import (POWER, BootValues, Estimate, Look, estimate, look, look_confidence,
+                                             looks_allowed, pairs_needed)
 from campaign.gates.common.streams import StreamStats
+from campaign.lanes.runtimes.hostcpu import pinned_threads
 from campaign.lanes.session import LaneRun
 
 __all__ = ["MAX_CLIENT_CPU_SHARE", "SpeedGate"]
@@ -50,15 +50,6 @@ _FOREIGN = "another client on the port"
 _POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include other traffic
 
 
-def _paired_bootstrap_ci(control: list[float], candidate: list[float], *, confidence: float, resamples: int,
-                         seed: int, higher_is_better: bool = True) -> tuple[float, float, float]:
-    """Mean per-pair relative change (positive = better) and its CI, from the shared statistics. For a
-    number where lower is better (TTFT) the pairs are swapped, so a positive change still means faster."""
-    first, second = (control, candidate) if higher_is_better else (candidate, control)
-    ci = paired_bootstrap_ci(first, second, relative=True, confidence=confidence, resamples=resamples, seed=seed)
-    return ci.mean, ci.low, ci.high
-
-
 @dataclass
 class _LaneView:
     key: str  # visit key: the lane name, or <lane>@rerun1
@@ -68,23 +59,51 @@ class _LaneView:
         return next((r for r in self.rows.get(row, []) if r.valid), None)
 
 
+@dataclass
+class _Boot:
+    role: str  # control, candidate, control_rerun<j>, candidate_rerun<j>
+    position: int  # order in the window: control@j at 2j, candidate@j at 2j + 1
+    view: _LaneView
+
+
+@dataclass
+class _Sequence:
+    """The boots of one comparison and the looks replayed over them."""
+
+    boots: list[_Boot]
+    look_confidence: float
+    pairs: int = 0  # complete pairs: candidate boots bracketed by a later control boot
+    looks_made: int = 0
+    stop: int | None = None  # the pairs after which a look decided (or found a problem)
+    verdict: Verdict | None = None
+    problems: list[str] = field(default_factory=list)  # the comparison cannot be judged at all
+    caveats: list[str] = field(default_factory=list)
+    excluded: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # boot role -> level -> why not counted
+    levels: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # level -> its looks
+
+
 class SpeedGate(Gate):
     spec: SpeedSpec
 
+    # the control's second boot closes the first pair; later pairs are booted while wants_pair says so
+    control_reruns = 1
+
     @property
-    def control_reruns(self) -> int:  # type: ignore[override]
-        return self.spec.control_boots - 1
+    def max_boot_pairs(self) -> int:  # type: ignore[override]
+        return self.spec.max_boot_pairs
 
     def prompts(self) -> list[Prompt]:
         return load_prompts(self.ctx.input_paths[self.spec.input])
 
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         warm_path = self.ctx.bundle / "raw" / self.gate_id / "warmup" / f"{visit.key}.jsonl"
-        with JsonlAppender(warm_path) as warm_sink:
+        with JsonlAppender(warm_path) as warm_sink, pinned_threads(self.spec.client_cpus) as client_cpus:
             await SpeedMeasurement(self.spec, self.prompts(), client=run.client, adapter=run.adapter,
                                    model=run.adapter.served_model(run.lane), sink=sink, warm_sink=warm_sink,
                                    request_defaults=self.ctx.request_defaults,
-                                   lane_cpu=getattr(run.running, "cpu_seconds", None)).run()
+                                   lane_cpu=getattr(run.running, "cpu_seconds", None),
+                                   facts={"client_cpus": client_cpus,
+                                          "lane_cpus": run.inspect.get("cpus") or run.inspect.get("cpuset_cpus")}).run()
 
     # ---- offline ----
 
@@ -124,192 +143,218 @@ class SpeedGate(Gate):
         return {pid: statistics.median(v) for pid, v in values.items()}
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
-        rule, spec = self.spec.rule, self.spec
         result = self.new_result(candidate, control)
-        prompts = self.prompts()
-        classes = by_class(prompts)
-        views = {"control": self.view(control.name), "candidate": self.view(candidate.name)}
-        for index in range(1, spec.control_boots):
-            views[f"control_rerun{index}"] = self.view(str(Visit(control, index).key))
-        problems: list[str] = []
-        for role, view in views.items():
-            if view is None:
-                if not role.startswith("control_rerun"):
-                    problems.append(f"{role} lane has no speed records")
-                continue
-            judged, reported = self._instrument_problems(role, view, classes)
-            problems += judged
-            result.caveats += [f"not judged: {text}" for text in reported]
-        missing = [str(Visit(control, i).key) for i in range(1, spec.control_boots) if views[f"control_rerun{i}"] is None]
-        if missing:
-            result.caveats.append(f"control boots without speed records: {', '.join(missing)} "
-                                  f"({spec.control_boots} planned)")
-        unchecked = sorted({role for role, view in views.items() if view for attempts in view.rows.values()
+        seq = self.sequence(candidate, control)
+        views = {boot.role: boot.view for boot in seq.boots}
+        result.caveats += seq.caveats
+        unchecked = sorted({role for role, view in views.items() for attempts in view.rows.values()
                             for row in attempts for rep in row.rep_rows if rep["host_other_share"] is None})
-        if unchecked and rule.max_host_busy is not None:
+        if unchecked and self.spec.rule.max_host_busy is not None:
             result.caveats.append(f"other load on the host was not measured for {', '.join(unchecked)} "
                                   "(not a local process lane): other tenants cannot be ruled out")
+        result.details["schedule"] = {"boots": [{"visit": b.view.key, "role": b.role, "position": b.position,
+                                                 "not_counted_at": sorted(seq.excluded.get(b.role, {}))}
+                                                for b in seq.boots],
+                                      "pairs": seq.pairs, "max_boot_pairs": self.spec.max_boot_pairs,
+                                      "looks": seq.looks_made, "stopped_at_pairs": seq.stop,
+                                      "look_confidence": seq.look_confidence, "excluded": seq.excluded}
         result.details["rows"] = self._row_details(views)
-        result.details["engine"] = {role: self._engine_totals(view) for role, view in views.items() if view}
+        result.details["engine"] = {role: self._engine_totals(view) for role, view in views.items()}
         self._engine_metrics(result)
-        levels = self._levels(result, views, prompts, problems)
+        levels = self._level_entries(result, seq, views)
         result.details["levels"] = levels
-        if problems:
-            result.reasons = ["instrument: the speed numbers cannot be judged", *problems[:20]]
+        if seq.problems:
+            result.reasons = ["instrument: the speed numbers cannot be judged", *seq.problems[:20]]
             return result
-        verdicts = [Verdict(levels[str(level)]["verdict"]) for level in (rule.levels or spec.concurrency)]
-        for level in rule.levels or spec.concurrency:
-            result.reasons.append(levels[str(level)]["reason"])
-        result.verdict = worst(verdicts)  # never empty: concurrency has at least one level
+        judged = self.spec.rule.levels or self.spec.concurrency
+        result.reasons = [levels[str(level)]["reason"] for level in judged]
+        result.verdict = seq.verdict or Verdict.INCONCLUSIVE
         return result
 
-    def _instrument_problems(self, role: str, view: _LaneView,
-                             classes: dict[str, list[Prompt]]) -> tuple[list[str], list[str]]:
-        """Problems on judged levels (they make the gate INCONCLUSIVE) and on reported-only levels."""
-        problems, reported = [], []
-        first_texts: dict[str, str] = {}
-        judged = set(self.spec.rule.levels or self.spec.concurrency)
+    def wants_pair(self, candidate: EffectiveLane, control: EffectiveLane, pairs_done: int) -> bool:
+        """Live: after ``pairs_done`` pairs, does this comparison need another (undecided, still measurable,
+        under ``max_boot_pairs``)? The same replay the judge makes, so a resumed window decides the same."""
+        if pairs_done >= self.spec.max_boot_pairs:
+            return False
+        seq = self.sequence(candidate, control, pairs=pairs_done)
+        return seq.verdict is None and not seq.problems
+
+    def sequence(self, candidate: EffectiveLane, control: EffectiveLane, pairs: int | None = None) -> _Sequence:
+        """Every boot with records in window order, the boots that cannot count, and the looks replayed:
+        after pair 2, 3, ... the gate stops at the first look that decides every judged level."""
+        classes, spec = by_class(self.prompts()), self.spec
+        seq = _Sequence(boots=self._boot_views(candidate, control, pairs),
+                        look_confidence=look_confidence(spec.rule.confidence, spec.max_boot_pairs))
+        roles = {boot.role for boot in seq.boots}
+        seq.problems += [f"{role} lane has no speed records" for role in ("control", "candidate") if role not in roles]
+        judged = set(spec.rule.levels or spec.concurrency)
+        for boot in seq.boots:
+            per_level, same_reply = self._instrument_problems(boot.role, boot.view, classes)
+            seq.problems += same_reply
+            for level, texts in per_level.items():
+                seq.excluded.setdefault(boot.role, {})[f"C{level}"] = texts
+                prefix = f"boot not counted at C{level}" if level in judged else "not judged"
+                seq.caveats += [f"{prefix}: {text}" for text in texts]
+        seq.pairs = max((b.position // 2 for b in seq.boots if b.role.startswith("control")), default=0)
+        if pairs is not None:
+            seq.pairs = min(seq.pairs, pairs)
+        if seq.problems:
+            return seq
+        for k in range(2, seq.pairs + 1):
+            self._look(seq, k)
+            if seq.verdict is not None or seq.problems:
+                seq.stop = k
+                break
+        return seq
+
+    def _boot_views(self, candidate: EffectiveLane, control: EffectiveLane, pairs: int | None) -> list[_Boot]:
+        """control@j at position 2j, candidate@j at 2j + 1: each candidate boot between two control boots."""
+        boots, last = [], self.spec.max_boot_pairs if pairs is None else pairs
+        for j in range(last + 1):
+            for lane, role, position in ((control, "control", 2 * j), (candidate, "candidate", 2 * j + 1)):
+                if role == "candidate" and j == last:
+                    continue
+                view = self.view(str(VisitKey(lane.name, j)))
+                if view is not None:
+                    boots.append(_Boot(role=role if j == 0 else f"{role}_rerun{j}", position=position, view=view))
+        return boots
+
+    def _look(self, seq: _Sequence, pairs: int) -> None:
+        """One look after ``pairs`` pairs: each level's estimate on the boots measured so far."""
+        rule = self.spec.rule
+        seq.looks_made = pairs - 1
+        decisions = []
         for level in self.spec.concurrency:
-            into = problems if level in judged else reported
+            counted = [b for b in seq.boots if b.position <= 2 * pairs and f"C{level}" not in seq.excluded.get(b.role, {})]
+            values = [BootValues(b.view.key, b.position, b.role.startswith("candidate"), self.per_prompt(b.view, level))
+                      for b in counted]
+            values = [v for v in values if v.values]  # a row VOID on a reported-only level: that boot sits out
+            drift = _control_drift(values, higher=rule.metric != "ttft_s")
+            est = estimate(values, higher_is_better=rule.metric != "ttft_s", confidence=seq.look_confidence)
+            decided = look(est, min_mean_change=rule.min_mean_change, ci_lower_above=rule.ci_lower_above) if est else None
+            if decided and decided.verdict == "PASS" and rule.min_wins:
+                need, of = parse_fraction(rule.min_wins)
+                wins = sum(1 for change in est.per_prompt.values() if change > 0)
+                if of != est.prompts or wins < need:
+                    decided = None  # the bar includes the wins: not met yet
+            seq.levels.setdefault(level, []).append({"pairs": pairs, "estimate": est, "look": decided, "drift": drift})
+            if level not in (rule.levels or self.spec.concurrency):
+                continue
+            if drift and rule.max_control_drift is not None and abs(drift["largest"]) > rule.max_control_drift:
+                seq.problems.append(f"C{level}: the control moved {drift['largest']:+.1%} from one of its boots to "
+                                    f"the next (limit {rule.max_control_drift:.0%}): the environment moved")
+            decisions.append(decided.verdict if decided else None)
+        if "FAIL" in decisions:
+            seq.verdict = Verdict.FAIL
+        elif decisions and all(d == "PASS" for d in decisions):
+            seq.verdict = Verdict.PASS
+
+    def _level_entries(self, result: GateResult, seq: _Sequence, views: dict[str, _LaneView]) -> dict[str, Any]:
+        entries = {}
+        for level in self.spec.concurrency:
+            tag, looks = f"C{level}", seq.levels.get(level, [])
+            values = {role: self.per_prompt(view, level) for role, view in views.items()}
+            entry: dict[str, Any] = {"judged": level in (self.spec.rule.levels or self.spec.concurrency),
+                                     "looks": [_look_row(row) for row in looks]}
+            self._lane_level_metrics(result, views, level, values, _UNITS[self.spec.rule.metric])
+            final = looks[-1] if looks else None
+            est = final["estimate"] if final else None
+            entry["prompts"] = _prompt_rows(self.prompts(), values, est)
+            if final and final["drift"]:
+                entry["control_drift"] = final["drift"]
+                result.metrics[f"{tag}.control_drift"] = Metric(
+                    value=round(final["drift"]["largest"], 5), denominator=final["drift"]["prompts"],
+                    unit="fraction (one control boot vs the one before it, mean per prompt)",
+                    note=f"the largest of {len(final['drift']['steps'])} step(s)")
+            if est is None:
+                entry["verdict"] = "INCONCLUSIVE"
+                entry["reason"] = (f"{tag}: {seq.pairs} boot pair(s) measured with 2+ counted boots of each lane; "
+                                   "the comparison needs 2 pairs (a pair's boots alone leave no degree of freedom "
+                                   "for the boot-to-boot noise)")
+                entries[str(level)] = entry
+                continue
+            entry["estimate"] = est.as_dict()
+            self._change_metrics(result, tag, est, seq)
+            entry.update(self._level_verdict(tag, est, final["look"], seq))
+            entries[str(level)] = entry
+        return entries
+
+    def _level_verdict(self, tag: str, est: Estimate, decided: Look | None, seq: _Sequence) -> dict[str, str]:
+        rule = self.spec.rule
+        wins = sum(1 for change in est.per_prompt.values() if change > 0)
+        text = (f"{tag} {rule.metric}: {est.change:+.2%} [{est.confidence:.2%} CI {est.low:+.2%}, {est.high:+.2%}] "
+                f"after {seq.looks_made + 1} boot pair(s), look {seq.looks_made} of "
+                f"{looks_allowed(self.spec.max_boot_pairs)} (drift taken out; boot SE {est.se_boot:.2%}, prompt SE "
+                f"{est.se_prompt:.2%}, {est.df:.1f} df), wins {wins}/{est.prompts}; bar: change >= "
+                f"{rule.min_mean_change:+.0%} and CI low > {rule.ci_lower_above:+.0%}")
+        if rule.min_wins:
+            need, of = parse_fraction(rule.min_wins)
+            text += f" and wins >= {need}/{of}"
+        if decided is not None and decided.verdict:
+            return {"verdict": decided.verdict, "reason": f"{text}: {decided.reason}"}
+        detectable = est.detectable()
+        target = max(rule.min_mean_change, rule.ci_lower_above, 0.01)
+        needed = pairs_needed(est, target, seq.looks_made + 1)
+        more = (f"{target:+.0%} needs about {needed} boot pairs in all (max_boot_pairs) or a quieter host"
+                if needed else f"{target:+.0%} is out of reach while the change varies this much from prompt to "
+                               "prompt: more prompts, or a quieter host")
+        return {"verdict": "INCONCLUSIVE",
+                "reason": f"{text}: undecided; this window could detect >= {detectable:+.1%} with "
+                          f"{POWER:.0%} power at the noise measured; {more}"}
+
+    def _change_metrics(self, result: GateResult, tag: str, est: Estimate, seq: _Sequence) -> None:
+        rule = self.spec.rule
+        wins = sum(1 for change in est.per_prompt.values() if change > 0)
+        boots = f"{est.boots} boots ({est.candidate_boots} candidate)"
+        result.metrics[f"{tag}.mean_change"] = Metric(
+            value=round(est.change, 5), unit=f"fraction ({rule.metric} candidate vs control)", denominator=est.prompts,
+            note=f"geometric mean over prompts, the window's drift taken out, {boots}; positive = faster")
+        result.metrics[f"{tag}.ci_low"] = Metric(
+            value=round(est.low, 5), unit="fraction", denominator=est.boots,
+            note=f"{est.confidence:.2%} per look ({rule.confidence:.0%} over up to "
+                 f"{looks_allowed(self.spec.max_boot_pairs)} looks): boot-to-boot and prompt-to-prompt noise")
+        result.metrics[f"{tag}.ci_high"] = Metric(value=round(est.high, 5), unit="fraction", denominator=est.boots)
+        result.metrics[f"{tag}.boot_se"] = Metric(value=round(est.se_boot, 5), unit="log ratio", denominator=est.boots,
+                                                  note="from the boots' scatter around the fit (control and candidate)")
+        result.metrics[f"{tag}.prompt_se"] = Metric(value=round(est.se_prompt, 5), unit="log ratio",
+                                                    denominator=est.prompts,
+                                                    note="how much the change differs from prompt to prompt")
+        result.metrics[f"{tag}.detectable_change"] = Metric(
+            value=round(est.detectable(), 5), unit="fraction", denominator=est.boots,
+            note=f"the smallest true change this look would call with {POWER:.0%} power")
+        result.metrics[f"{tag}.boot_pairs"] = Metric(value=seq.looks_made + 1, unit="pairs",
+                                                     denominator=self.spec.max_boot_pairs)
+        result.metrics[f"{tag}.wins"] = Metric(value=wins, unit="prompts", denominator=est.prompts,
+                                               note="prompts where the candidate is faster (drift taken out)")
+
+    def _instrument_problems(self, role: str, view: _LaneView,
+                             classes: dict[str, list[Prompt]]) -> tuple[dict[int, list[str]], list[str]]:
+        """Per level, why this boot cannot count there (a row stayed VOID, the client may have limited the
+        rate); and whether the lane answered its prompts at all."""
+        problems: dict[int, list[str]] = {}
+        first_texts: dict[str, str] = {}
+        for level in self.spec.concurrency:
             for cls in classes:
                 attempts = view.rows.get((level, cls), [])
                 chosen = view.chosen((level, cls))
                 if chosen is None:
                     last = attempts[-1].reasons[0] if attempts and attempts[-1].reasons else "never measured"
-                    into.append(f"{role} ({view.key}) row C{level}/{cls} stayed VOID after {len(attempts)} "
-                                f"attempt(s): {last}")
+                    problems.setdefault(level, []).append(
+                        f"{role} ({view.key}) row C{level}/{cls} stayed VOID after {len(attempts)} attempt(s): {last}")
                     continue
                 for rep in chosen.rep_rows:
                     share = rep["client_cpu_share"]
                     if share is not None and share > MAX_CLIENT_CPU_SHARE:
-                        into.append(f"{role} row C{level}/{cls} rep {rep['rep']}: the client used "
-                                    f"{share:.0%} of a core; it may have limited the rate")
+                        problems.setdefault(level, []).append(
+                            f"{role} ({view.key}) row C{level}/{cls} rep {rep['rep']}: the client used {share:.0%} "
+                            "of a core; it may have limited the rate")
                 for tags, stats in chosen.stats:
                     first_texts.setdefault(str(tags.get("prompt")), stats.text)
+        same = []
         if len(first_texts) >= 2 and len(set(first_texts.values())) == 1:
-            problems.append(f"{role} ({view.key}) gave the same reply to all {len(first_texts)} prompts; "
-                            "it is not answering them")
-        return problems, reported
-
-    def _levels(self, result: GateResult, views: dict[str, _LaneView | None], prompts: list[Prompt],
-                problems: list[str]) -> dict[str, Any]:
-        ci = {"confidence": self.spec.rule.confidence, "resamples": self.spec.resamples, "seed": self.spec.seed,
-              "higher_is_better": self.spec.rule.metric != "ttft_s"}
-        return {str(level): self._level(result, views, prompts, problems, level, ci) for level in self.spec.concurrency}
-
-    def _level(self, result: GateResult, views: dict[str, _LaneView | None], prompts: list[Prompt],
-               problems: list[str], level: int, ci: dict[str, Any]) -> dict[str, Any]:
-        """One concurrency level: per-prompt values paired against the control's baseline, then weighed
-        when there is a pair to weigh and the boot noise was measured."""
-        rule = self.spec.rule
-        tag = f"C{level}"
-        entry: dict[str, Any] = {"judged": level in (rule.levels or self.spec.concurrency)}
-        values = {role: self.per_prompt(view, level) if view else {} for role, view in views.items()}
-        boots = {role: values[role] for role, view in views.items()
-                 if role.startswith("control") and view is not None and values[role]}
-        cand = values["candidate"]
-        # prompts every measured control boot has, so each boot's mean covers the same prompts
-        common = [p.id for p in prompts if boots and all(p.id in b for b in boots.values())]
-        baseline = {p: statistics.fmean(b[p] for b in boots.values()) for p in common}
-        noise = self._boot_noise(result, entry, tag, views, boots, common, baseline, ci, problems)
-        pairs = [p for p in common if p in cand]
-        unpaired = [p.id for p in prompts if p.id not in pairs]
-        rows = _prompt_rows(prompts, views, values, baseline, pairs, higher=ci["higher_is_better"])
-        entry["prompts"] = rows
-        self._lane_level_metrics(result, views, level, values, _UNITS[rule.metric])
-        if unpaired and pairs and entry["judged"]:
-            result.caveats.append(f"{tag}: prompts without a {rule.metric} on both lanes and every control "
-                                  f"boot: {unpaired}")
-        if len(pairs) < 2 or noise is None:
-            if entry["judged"] and len(pairs) < 2:
-                problems.append(f"{tag}: {len(pairs)} prompt(s) measured on both lanes; a paired CI needs 2+")
-            return entry
-        self._weigh_level(result, entry, tag, [baseline[p] for p in pairs], [cand[p] for p in pairs], rows,
-                          noise, len(boots), ci)
-        return entry
-
-    def _weigh_level(self, result: GateResult, entry: dict[str, Any], tag: str, baseline: list[float],
-                     candidate: list[float], rows: list[dict[str, Any]], noise: BootNoise, boots: int,
-                     ci: dict[str, Any]) -> None:
-        """The level's paired CI, widened by the control's boot noise, against the frozen bar."""
-        rule = self.spec.rule
-        pairs = len(candidate)
-        mean, prompt_low, prompt_high = _paired_bootstrap_ci(baseline, candidate, **ci)
-        low = mean - math.hypot(mean - prompt_low, noise.half_width)
-        high = mean + math.hypot(prompt_high - mean, noise.half_width)
-        wins = sum(1 for r in rows if r.get("win"))
-        entry.update(mean_change=mean, ci=[low, high], prompt_ci=[prompt_low, prompt_high], wins=wins, pairs=pairs)
-        self._change_metrics(result, tag, mean, (low, high), (prompt_low, prompt_high), wins, pairs, boots)
-        checks = [mean >= rule.min_mean_change, low > rule.ci_lower_above]
-        text = (f"{tag} {rule.metric}: {mean:+.2%} [{rule.confidence:.0%} CI {low:+.2%}, {high:+.2%}; "
-                f"over prompts alone {prompt_low:+.2%}, {prompt_high:+.2%}; boot noise +/-"
-                f"{noise.half_width:.2%} from {noise.boots} control boots], wins {wins}/{pairs}; "
-                f"bar: mean >= {rule.min_mean_change:+.0%} and CI low > {rule.ci_lower_above:+.0%}")
-        if rule.min_wins:
-            need, of = parse_fraction(rule.min_wins)
-            checks.append(of == pairs and wins >= need)
-            text += f" and wins >= {need}/{of}" + ("" if of == pairs else f" (rule is over {of} prompts)")
-        entry["verdict"] = "PASS" if all(checks) else "FAIL"
-        entry["reason"] = f"{text}: {'met' if all(checks) else 'not met'}"
-        if entry["verdict"] == "FAIL" and mean >= rule.min_mean_change and prompt_low > rule.ci_lower_above:
-            entry["reason"] += (" (the change clears the bar over prompts but not the control's boot-to-boot "
-                                "noise: raise control_boots, or quiet the box, to resolve it)")
-
-    def _change_metrics(self, result: GateResult, tag: str, mean: float, ci: tuple[float, float],
-                        prompt_ci: tuple[float, float], wins: int, pairs: int, boots: int) -> None:
-        rule, spec = self.spec.rule, self.spec
-        result.metrics[f"{tag}.mean_change"] = Metric(
-            value=round(mean, 5), unit=f"fraction ({rule.metric} candidate vs control, mean per prompt)",
-            denominator=pairs, note=f"positive = faster; control = mean of {boots} boots")
-        result.metrics[f"{tag}.ci_low"] = Metric(
-            value=round(ci[0], 5), unit="fraction", denominator=pairs,
-            note=f"{rule.confidence:.0%}: paired bootstrap over prompts ({spec.resamples} resamples) "
-                 f"and the control's boot-to-boot noise ({boots} boots), in quadrature")
-        result.metrics[f"{tag}.ci_high"] = Metric(value=round(ci[1], 5), unit="fraction", denominator=pairs)
-        result.metrics[f"{tag}.prompt_ci_low"] = Metric(
-            value=round(prompt_ci[0], 5), unit="fraction", denominator=pairs,
-            note="over prompts only: blind to what one boot's prompts share")
-        result.metrics[f"{tag}.prompt_ci_high"] = Metric(value=round(prompt_ci[1], 5), unit="fraction",
-                                                         denominator=pairs)
-        result.metrics[f"{tag}.wins"] = Metric(value=wins, unit="prompts", denominator=pairs,
-                                               note="prompts where the candidate is faster")
-
-    def _boot_noise(self, result: GateResult, entry: dict[str, Any], tag: str, views: dict[str, _LaneView | None],
-                    boots: dict[str, dict[str, float]], common: list[str], baseline: dict[str, float],
-                    ci: dict[str, Any], problems: list[str]) -> BootNoise | None:
-        """Each control boot's drift from the first, and the spread of the boots: the noise a second
-        boot of an identical server would show. None (and a problem on a judged level) if unmeasured."""
-        rule = self.spec.rule
-        higher = ci["higher_is_better"]
-        first = boots.get("control")
-        drifts = {}
-        for role, values in boots.items():
-            if role == "control" or first is None or len(common) < 2:
-                continue
-            drift, low, high = _paired_bootstrap_ci([first[p] for p in common], [values[p] for p in common], **ci)
-            drifts[views[role].key] = {"mean_change": drift, "ci": [low, high], "prompts": len(common)}
-        if drifts:
-            largest = max(drifts.values(), key=lambda d: abs(d["mean_change"]))["mean_change"]
-            entry["control_drift"] = drifts
-            result.metrics[f"{tag}.control_drift"] = Metric(
-                value=round(largest, 5), unit="fraction (a control re-run vs its first run, mean per prompt)",
-                denominator=len(common), note=f"the largest of {len(drifts)} re-run(s)")
-            if rule.max_control_drift is not None and abs(largest) > rule.max_control_drift and entry["judged"]:
-                problems.append(f"{tag}: the control drifted {largest:+.1%} between its boots in this window "
-                                f"(limit {rule.max_control_drift:.0%}): the environment moved")
-        if len(boots) < 2 or len(common) < 2:
-            if entry["judged"]:
-                problems.append(f"{tag}: {len(boots)} control boot(s) measured on 2+ common prompts; the boot-"
-                                "to-boot noise a second boot of the same server shows is unmeasured")
-            return None
-        effects = [statistics.fmean((v[p] / baseline[p] if higher else baseline[p] / v[p]) - 1 for p in common)
-                   for v in boots.values()]
-        noise = boot_noise(effects, confidence=rule.confidence)
-        entry["boot_noise"] = {**noise.as_dict(), "effects": dict(zip([views[r].key for r in boots], effects))}
-        result.metrics[f"{tag}.boot_noise"] = Metric(
-            value=round(noise.half_width, 5), unit="fraction (prediction half-width for one more boot)",
-            denominator=noise.boots, note=f"SD of the control's boots {noise.sd:.2%}; t with {noise.boots - 1} df")
-        return noise
+            same.append(f"{role} ({view.key}) gave the same reply to all {len(first_texts)} prompts; "
+                        "it is not answering them")
+        return problems, same
 
     def _lane_level_metrics(self, result: GateResult, views: dict[str, _LaneView | None], level: int,
                             values: dict[str, dict[str, float]], unit: str) -> None:
@@ -440,19 +485,42 @@ class SpeedGate(Gate):
         return {"throughput.csv": table}
 
 
-def _prompt_rows(prompts: list[Prompt], views: dict[str, _LaneView | None], values: dict[str, dict[str, float]],
-                 baseline: dict[str, float], pairs: list[str], *, higher: bool) -> list[dict[str, Any]]:
-    """One row per prompt: each lane's value, the control's baseline and, where paired, the change."""
-    ctrl, cand = values["control"], values["candidate"]
-    rows = [{"prompt": p.id, "class": p.cls or "all", "control": ctrl.get(p.id), "candidate": cand.get(p.id),
-             **{role: values[role].get(p.id) for role in views if role.startswith("control_rerun")},
-             "baseline": baseline.get(p.id)} for p in prompts]
-    for row in rows:
-        if row["prompt"] in pairs:
-            base, new = baseline[row["prompt"]], cand[row["prompt"]]
-            row["change"] = new / base - 1 if higher else base / new - 1
+def _prompt_rows(prompts: list[Prompt], values: dict[str, dict[str, float]],
+                 est: Estimate | None) -> list[dict[str, Any]]:
+    """One row per prompt: each boot's value and, where the fit covers it, the prompt's own change."""
+    rows = []
+    for p in prompts:
+        row: dict[str, Any] = {"prompt": p.id, "class": p.cls or "all",
+                               **{role: per_prompt.get(p.id) for role, per_prompt in values.items()}}
+        if est is not None and p.id in est.per_prompt:
+            row["change"] = est.per_prompt[p.id]
             row["win"] = row["change"] > 0
+        rows.append(row)
     return rows
+
+
+def _control_drift(boots: list[BootValues], *, higher: bool) -> dict[str, Any] | None:
+    """Each counted control boot against the one before it: the mean per-prompt change over the prompts
+    both measured. A steady drift is in the fit; a jump this large means the environment moved."""
+    controls = sorted((b for b in boots if not b.candidate), key=lambda b: b.position)
+    steps = {}
+    for before, after in zip(controls, controls[1:]):
+        common = [p for p in before.values if p in after.values and before.values[p] > 0 and after.values[p] > 0]
+        if len(common) >= 2:
+            ratios = [(after.values[p] / before.values[p]) if higher else (before.values[p] / after.values[p])
+                      for p in common]
+            steps[after.key] = {"from": before.key, "mean_change": statistics.fmean(ratios) - 1, "prompts": len(common)}
+    if not steps:
+        return None
+    largest = max(steps.values(), key=lambda step: abs(step["mean_change"]))
+    return {"steps": steps, "largest": largest["mean_change"], "prompts": largest["prompts"]}
+
+
+def _look_row(row: dict[str, Any]) -> dict[str, Any]:
+    est: Estimate | None = row["estimate"]
+    decided: Look | None = row["look"]
+    return {"pairs": row["pairs"], "verdict": decided.verdict if decided else None,
+            **({"change": est.change, "ci": [est.low, est.high], "df": est.df} if est else {"change": None})}
 
 
 def _round(value: Any) -> Any:

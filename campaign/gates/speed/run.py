@@ -77,8 +77,9 @@ class SpeedMeasurement:
     def __init__(self, spec: SpeedSpec, prompts: list[Prompt], *, client: LaneClient, adapter: EngineAdapter,
                  model: str, sink: JsonlAppender, warm_sink: JsonlAppender,
                  request_defaults: dict[str, Any] | None = None,
-                 lane_cpu: Callable[[], float | None] | None = None) -> None:
+                 lane_cpu: Callable[[], float | None] | None = None, facts: dict[str, Any] | None = None) -> None:
         self.spec, self.client, self.adapter, self.model = spec, client, adapter, model
+        self.instrument_facts = facts or {}  # e.g. the CPUs the client and the lane ran on
         self.lane_cpu = lane_cpu  # the lane's CPU seconds so far, when the runtime can read them
         self.classes = by_class(prompts)
         self.request_defaults = dict(request_defaults or {})
@@ -96,7 +97,7 @@ class SpeedMeasurement:
                             "token_counter": self.facts.token_counter,
                             "count_by_tokenizer": self.facts.count_by_tokenizer,
                             "tokens_per_chunk": self.facts.tokens_per_chunk,
-                            "request_fields": self.adapter.stream_request_fields()})
+                            "request_fields": self.adapter.stream_request_fields(), **self.instrument_facts})
             for level in self.spec.concurrency:
                 for cls in self.classes:
                     await self._warm_wave(level, cls, "initial", 0)

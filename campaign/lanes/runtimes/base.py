@@ -25,6 +25,7 @@ class LaunchSpec:
     # the folder the engine's temp files and caches go to (its env points there); a container gets an
     # empty private tmpfs at the same path, since the host folder may not exist where docker runs
     scratch: str | None = None
+    cpus: str | None = None  # a cpuset the lane is pinned to (the contract's lane.cpus)
 
 
 class RunningLane(Protocol):

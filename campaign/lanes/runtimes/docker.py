@@ -199,6 +199,8 @@ def create_kwargs(lane: EffectiveLane, spec: LaunchSpec, image_id: str, name: st
         kwargs["tmpfs"] = {spec.scratch: "rw,mode=0700"}
     if lane.shm_size is not None:
         kwargs["shm_size"] = int(lane.shm_size)
+    if lane.cpus:
+        kwargs["cpuset_cpus"] = lane.cpus
     if lane.network == "host":
         kwargs["network_mode"] = "host"
     else:
@@ -278,6 +280,7 @@ class DockerLane:
                                "read_only": not m.get("RW", True), "type": m.get("Type")}
                               for m in attrs.get("Mounts") or []), key=lambda m: m["destination"] or ""),
             "shm_size": host_config.get("ShmSize"),
+            "cpuset_cpus": host_config.get("CpusetCpus") or None,
             "tmpfs": host_config.get("Tmpfs") or {},
             "device_requests": host_config.get("DeviceRequests") or [],
             "network_mode": host_config.get("NetworkMode"),
@@ -333,7 +336,8 @@ class DockerRuntime:
                     "mounts": sorted(({"source": m["Source"], "destination": m["Target"],
                                        "read_only": bool(m.get("ReadOnly")), "type": "bind"}
                                       for m in kwargs["mounts"]), key=lambda m: m["destination"]),
-                    "shm_size": kwargs.get("shm_size"), "device_requests": [dict(d) for d in kwargs["device_requests"]],
+                    "shm_size": kwargs.get("shm_size"), "cpuset_cpus": kwargs.get("cpuset_cpus"),
+                    "device_requests": [dict(d) for d in kwargs["device_requests"]],
                     "network_mode": kwargs.get("network_mode", "default"),
                     "port_bindings": {k: [{"HostIp": h, "HostPort": str(p)}] for k, (h, p) in kwargs.get("ports", {}).items()}}
         try:

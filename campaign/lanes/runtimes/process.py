@@ -7,6 +7,7 @@ boot.log through a pipe and the redactor, line by line, so a secret it echoes ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.errors import LaunchError
 from campaign.lanes.redact import RedactingLog, Redactor
 from campaign.lanes.runtimes.base import LaunchSpec
@@ -113,7 +115,9 @@ class ProcessLane:
         """What actually runs, read back from the kernel, not from what we meant to run."""
         snapshot: dict[str, Any] = {"runtime": "process", "pid": self.pid, "argv": list(self.spec.argv),
                                     "env": dict(self.spec.env), "launched_argv": list(self.spec.argv),
-                                    "launched_env": dict(self._env)}
+                                    "launched_env": dict(self._env),
+                                    "launched_cpus": format_cpuset(parse_cpuset(self.spec.cpus)) if self.spec.cpus
+                                    else None}
         try:
             with open(f"/proc/{self.pid}/cmdline", "rb") as handle:
                 snapshot["argv"] = [p.decode() for p in handle.read().split(b"\0") if p]
@@ -121,6 +125,7 @@ class ProcessLane:
                 pairs = [p.decode(errors="replace").split("=", 1) for p in handle.read().split(b"\0") if p]
                 snapshot["env"] = {k: v for k, v in (p for p in pairs if len(p) == 2)}
             snapshot["exe"] = os.readlink(f"/proc/{self.pid}/exe")
+            snapshot["cpus"] = format_cpuset(os.sched_getaffinity(self.pid))
         except OSError:
             snapshot["read_back"] = False  # exited already: keep what was launched
         return snapshot
@@ -170,4 +175,16 @@ class ProcessRuntime:
             log.close()
             raise LaunchError(f"lane {spec.lane}: cannot start {spec.argv[0]}: {exc.strerror}",
                               cause="cannot_execute") from exc
+        if spec.cpus:
+            # at once, before the engine loads its model and starts its threads (they inherit the mask);
+            # preexec_fn would run Python between fork and exec in a process that has threads
+            try:
+                os.sched_setaffinity(popen.pid, parse_cpuset(spec.cpus))
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait()
+                log.close()
+                raise LaunchError(f"lane {spec.lane}: cannot pin it to cpus {spec.cpus}: {exc.strerror}",
+                                  cause="cannot_execute") from exc
         return ProcessLane(spec, popen, log, env)

@@ -18,7 +18,8 @@ import pytest
 from campaign.fsutil import read_jsonl
 from campaign.window.state import WindowState, process_start_time
 from tests.support.cli import campaign
-from tests.support.daily import daily_pid, first_record_of_each_kind, serves
+from tests.support.daily import (daily_pid, first_record_of_each_kind, runner_past_the_daily_stop, serves,
+                                 watchdog_pids)
 
 pytestmark = pytest.mark.integration
 
@@ -211,21 +212,8 @@ def test_restore_twice_is_a_no_op_and_fenced(daily: dict) -> None:
 
 
 def _runner_past_the_daily_stop(daily: dict) -> tuple[subprocess.Popen, WindowState]:
-    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(daily["contract"]), "--out",
-                               str(daily["root"] / "runs")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        journals = list((daily["root"] / "runs").glob("*/journal.jsonl"))
-        if journals and any(r["step"] == "incumbent.stop" and r["event"] == "done" for r in read_jsonl(journals[0])):
-            return runner, _window_state(daily["root"])
-        time.sleep(0.05)
-    runner.kill()
-    raise AssertionError("the window never stopped the daily")
-
-
-def _watchdog_pids(state: WindowState) -> dict[str, int]:
-    gen = state.failsafe_generation
-    return {role: int((state.directory / f"watchdog-{gen}-{role}.pid").read_text().split()[0]) for role in "ab"}
+    runner, window = runner_past_the_daily_stop(daily["contract"], daily["root"] / "runs")
+    return runner, WindowState.load(window)
 
 
 def _wait_serving(port: int, seconds: float) -> bool:
@@ -239,7 +227,7 @@ def _wait_serving(port: int, seconds: float) -> bool:
 
 def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -> None:
     runner, state = _runner_past_the_daily_stop(daily)
-    pids = _watchdog_pids(state)
+    pids = watchdog_pids(state)
     os.kill(runner.pid, signal.SIGKILL)
     os.kill(pids["a"], signal.SIGKILL)  # the same moment: nobody left but the partner
     runner.wait()
@@ -259,7 +247,7 @@ def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -
 
 def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict) -> None:
     runner, state = _runner_past_the_daily_stop(daily)
-    pids = _watchdog_pids(state)
+    pids = watchdog_pids(state)
     for pid in (pids["a"], pids["b"]):
         os.kill(pid, signal.SIGSTOP)  # frozen first, so neither can start the other again in between
     for pid in (runner.pid, pids["a"], pids["b"]):

@@ -15,7 +15,7 @@ from tests.support.contracts import REPO, demo_like, write_contract
 
 def test_demo_contract_resolves_lanes_and_axis() -> None:
     loaded = load_contract(REPO / "examples" / "demo.yaml")
-    assert [lane.name for lane in loaded.lanes.values()] == ["baseline", "ngram-k4", "kv-q8"]
+    assert [lane.name for lane in loaded.lanes.values()] == ["baseline", "ngram-k4", "threads-2"]
     candidate = loaded.lanes["ngram-k4"]
     assert candidate.control == "baseline"
     assert candidate.args[-4:] == ["--spec-type", "ngram-simple", "--spec-draft-n-max", "4"]
@@ -158,3 +158,10 @@ def test_yaml_syntax_error_shows_where_the_brace_opened(tmp_path: Path) -> None:
     message = str(info.value)
     assert "near this line: '- name: b'" in message
     assert "flow mapping began at line 4: '- {name: a, role: control'" in message
+
+
+def test_a_cpuset_that_is_not_one_names_the_line_and_field(tmp_path: Path) -> None:
+    body = demo_like(18000).replace('          readiness:', '          cpus: "1-"\n          readiness:')
+    error = _error(tmp_path, body)
+    assert "lane_defaults.cpus" in str(error) and "'1-' is not a cpuset" in str(error)
+    assert str(error).startswith(str(tmp_path / "c.yaml") + ":")

@@ -8,7 +8,7 @@ import math
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from campaign.contracts.units import Duration, Size, parse_duration, parse_size
+from campaign.contracts.units import Duration, Size, format_cpuset, parse_cpuset, parse_duration, parse_size
 
 # Duration
 
@@ -144,3 +144,19 @@ def test_annotated_size_reports_nonpositive() -> None:
     errors = info.value.errors()
     assert [e["loc"] for e in errors] == [("shm",)]
     assert "a size must be positive" in errors[0]["msg"]
+
+
+# Cpusets
+
+
+@pytest.mark.parametrize("text,cpus,canonical", [("1", {1}, "1"), ("0-3", {0, 1, 2, 3}, "0-3"),
+                                                ("0,1,2,8,10-11", {0, 1, 2, 8, 10, 11}, "0-2,8,10-11"),
+                                                ("3, 1", {1, 3}, "1,3")])
+def test_cpuset_forms_and_one_canonical_spelling(text: str, cpus: set[int], canonical: str) -> None:
+    assert parse_cpuset(text) == cpus and format_cpuset(parse_cpuset(text)) == canonical
+
+
+@pytest.mark.parametrize("text", ["", "a", "1-", "3-1", "-2", "1,,2", "0x1"])
+def test_cpuset_rejects_what_is_not_one(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a cpuset"):
+        parse_cpuset(text)

@@ -36,8 +36,9 @@ def spec(tmp_path: Path) -> LaunchSpec:
 
 
 def test_create_kwargs_carry_the_lane_exactly(tmp_path: Path) -> None:
-    kwargs = create_kwargs(lane(shm_size=1 << 30), spec(tmp_path), DIGEST, "campaign-l-x")
+    kwargs = create_kwargs(lane(shm_size=1 << 30, cpus="2,3"), spec(tmp_path), DIGEST, "campaign-l-x")
     assert kwargs["image"] == DIGEST and kwargs["name"] == "campaign-l-x"
+    assert kwargs["cpuset_cpus"] == "2-3"  # the canonical spelling
     assert kwargs["entrypoint"] == ["/opt/srv/bin/server"]
     assert kwargs["command"] == ["-m", "/models/model.gguf", "--port", "18000"]
     assert kwargs["environment"] == {"A": "1"}

@@ -63,3 +63,11 @@ def test_unset_secret_reference_is_refused_before_anything_starts(tmp_path: Path
         preflight(load_contract(path))
     monkeypatch.setenv("T_UNSET_HF", "hf_" + "x" * 20)
     assert preflight(load_contract(path))
+
+
+def test_cpus_this_runner_cannot_use_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    _model_dir(tmp_path)
+    beyond = max(__import__("os").sched_getaffinity(0)) + 1
+    path = write_contract(tmp_path, CONTRACT.format(port=free_port(), extra=f'cpus: "0,{beyond}"'))
+    with pytest.raises(PreflightError, match=rf"lane a: cpus 0,{beyond} include {beyond}, which this runner cannot use"):
+        preflight(load_contract(path))

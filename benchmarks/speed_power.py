@@ -1,0 +1,153 @@
+"""How often does the speed gate decide, and how often wrongly? The old design against the new, by
+simulation with the noise measured here.
+
+The noise is read from real bundles (``--bundle``, default: every window under runs/ whose speed gate
+has 3+ control boots): per level, the control boots' log values give
+
+* boot-to-boot SD: the scatter of each boot's mean over prompts around a straight drift line;
+* prompt SD: what is left per prompt and boot once the boot and the prompt are taken out (the
+  rep-to-rep noise inside one boot's median is part of it);
+* drift: the slope per boot position.
+
+Then many windows are simulated from that model with a known true change, judged two ways:
+
+* old: one candidate boot, three control boots (first, then two after the candidates); per-prompt
+  change against the control boots' mean; bootstrap CI over prompts widened in quadrature by the
+  control boots' prediction half-width (t with 2 df);
+* new: the interleaved schedule of campaign/gates/speed/sequential.py with ``--max-pairs`` pairs,
+  looks after each pair from the second with a Bonferroni share, stopping at the first decision.
+
+Printed per design and true change: PASS / FAIL / INCONCLUSIVE rates (the old design's "FAIL" is
+"bar not met") and the mean number of boots. A/A (true change 0) PASS is the false-positive rate;
+nominal is 2.5% (one side of a 95% two-sided CI); at the +5% bar it is lower still.
+
+    python benchmarks/speed_power.py                       # the README's figures
+    python benchmarks/speed_power.py --runs 4000 --boot-sd 0.03 --prompt-sd 0.02
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from campaign.gates.common.stats import paired_bootstrap_ci  # noqa: E402
+from campaign.gates.speed.sequential import BootValues, estimate, look, look_confidence  # noqa: E402
+
+EFFECTS = (0.0, 0.05, 0.10, 0.25)
+
+
+def noise_from_bundles(paths: list[Path]) -> dict[str, float] | None:
+    """Pooled over every level of every speed result with 3+ control boots on 2+ prompts."""
+    boot_var, prompt_var, drifts, weights = [], [], [], []
+    for path in paths:
+        # one candidate's result per gate: every candidate's result repeats the same control boots
+        for result in [next(iter(sorted(d.glob("*.json"))), None) for d in sorted((path / "gates").glob("speed*"))]:
+            if result is None:
+                continue
+            levels = json.loads(result.read_text()).get("details", {}).get("levels", {})
+            for entry in levels.values():
+                rows = entry.get("prompts") or []
+                roles = [k for k in (rows[0] if rows else {}) if k == "control" or k.startswith("control_rerun")]
+                table = [[row.get(role) for role in roles] for row in rows]
+                table = [r for r in table if all(v and v > 0 for v in r)]
+                if len(roles) < 3 or len(table) < 2:
+                    continue
+                y = np.log(np.array(table)).T  # boots x prompts
+                means = y.mean(axis=1)
+                position = np.arange(len(means), dtype=float)
+                slope, intercept = np.polyfit(position, means, 1)
+                boot_var.append(float(np.sum((means - (intercept + slope * position)) ** 2) / (len(means) - 2)))
+                residual = y - means[:, None] - y.mean(axis=0)[None, :] + y.mean()
+                prompt_var.append(float(np.sum(residual ** 2) / ((y.shape[0] - 1) * (y.shape[1] - 1))))
+                drifts.append(float(slope) / 2)  # a control boot every second position
+                weights.append(len(means))
+    if not weights:
+        return None
+    w = np.array(weights, dtype=float)
+    return {"boot_sd": math.sqrt(float(np.average(boot_var, weights=w))),
+            "prompt_sd": math.sqrt(float(np.average(prompt_var, weights=w))),
+            "drift": float(np.average(drifts, weights=w)), "levels": len(weights)}
+
+
+def simulate_window(rng: np.random.Generator, effect: float, positions: int, prompts: int, noise: dict) -> np.ndarray:
+    """Log values, boots x prompts, in window order; odd positions are the candidate's."""
+    base = rng.normal(math.log(80), 0.2, prompts)
+    y = np.empty((positions, prompts))
+    for position in range(positions):
+        shift = noise["drift"] * position + rng.normal(0, noise["boot_sd"])
+        y[position] = base + shift + rng.normal(0, noise["prompt_sd"], prompts)
+        if position % 2 == 1:
+            y[position] += math.log1p(effect)
+    return y
+
+
+def old_design(rng: np.random.Generator, effect: float, prompts: int, noise: dict, bar: float) -> str:
+    # the old window's order: control, candidate, control again, control a third time
+    y = simulate_window(rng, effect, 4, prompts, noise)
+    controls, candidate = np.exp(y[[0, 2, 3]]), np.exp(y[1])
+    baseline = controls.mean(axis=0)
+    ci = paired_bootstrap_ci(list(baseline), list(candidate), relative=True, confidence=0.95, resamples=1000,
+                             seed=int(rng.integers(1 << 31)))
+    effects = [float(np.mean(c / baseline - 1)) for c in controls]
+    half = float(sps.t.ppf(0.975, 2)) * statistics.stdev(effects) * math.sqrt(1 + 1 / 3)
+    low = ci.mean - math.hypot(ci.mean - ci.low, half)
+    return "PASS" if ci.mean >= bar and low > 0 else "FAIL"
+
+
+def new_design(rng: np.random.Generator, effect: float, prompts: int, noise: dict, bar: float,
+               max_pairs: int) -> tuple[str, int]:
+    y = simulate_window(rng, effect, 2 * max_pairs + 1, prompts, noise)
+    confidence = look_confidence(0.95, max_pairs)
+    ids = [f"p{i}" for i in range(prompts)]
+    boots = [BootValues(f"b{k}", k, k % 2 == 1, dict(zip(ids, np.exp(y[k])))) for k in range(len(y))]
+    for pairs in range(2, max_pairs + 1):
+        est = estimate(boots[:2 * pairs + 1], higher_is_better=True, confidence=confidence)
+        decided = look(est, min_mean_change=bar, ci_lower_above=0.0)
+        if decided.verdict:
+            return decided.verdict, 2 * pairs + 1
+    return "INCONCLUSIVE", 2 * max_pairs + 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bundle", type=Path, action="append", help="bundles to read the noise from")
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--max-pairs", type=int, default=4)
+    parser.add_argument("--boot-sd", type=float, help="override the measured boot-to-boot SD (log)")
+    parser.add_argument("--prompt-sd", type=float, help="override the measured prompt SD (log)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    bundles = args.bundle or sorted(p for p in Path("runs").glob("*") if p.is_dir() and (p / "gates").is_dir())
+    noise = noise_from_bundles(bundles) or {"boot_sd": 0.04, "prompt_sd": 0.03, "drift": 0.0, "levels": 0}
+    noise["boot_sd"] = args.boot_sd if args.boot_sd is not None else noise["boot_sd"]
+    noise["prompt_sd"] = args.prompt_sd if args.prompt_sd is not None else noise["prompt_sd"]
+    print(f"noise: boot-to-boot SD {noise['boot_sd']:.3f}, prompt SD {noise['prompt_sd']:.3f}, drift "
+          f"{noise['drift']:+.4f} per position (log), from {noise['levels']} level(s) of {len(bundles)} bundle(s); "
+          f"{args.prompts} prompts, {args.runs} windows per cell")
+    rng = np.random.default_rng(args.seed)
+    for bar in (0.05, 0.0):
+        print(f"\nbar: change >= {bar:+.0%} and CI low > 0")
+        print(f"{'true change':>12} | {'old PASS':>9} {'old not met':>11} {'boots':>5} | "
+              f"{'new PASS':>9} {'new FAIL':>9} {'new INCONCL':>11} {'boots':>6}")
+        for effect in EFFECTS:
+            old = [old_design(rng, effect, args.prompts, noise, bar) for _ in range(args.runs)]
+            new = [new_design(rng, effect, args.prompts, noise, bar, args.max_pairs) for _ in range(args.runs)]
+            verdicts = [v for v, _ in new]
+            rate = {k: verdicts.count(k) / args.runs for k in ("PASS", "FAIL", "INCONCLUSIVE")}
+            print(f"{effect:>+12.0%} | {old.count('PASS') / args.runs:>9.1%} {old.count('FAIL') / args.runs:>11.1%} "
+                  f"{4:>5} | {rate['PASS']:>9.1%} {rate['FAIL']:>9.1%} {rate['INCONCLUSIVE']:>11.1%} "
+                  f"{statistics.fmean(b for _, b in new):>6.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The speed comparison over interleaved boots, and when it may stop.
+
+The boot is the unit whose luck is shared: every prompt of one boot runs on the same warm-up, the same
+page cache and the same neighbours, so a CI over prompts alone once called an identical lane +8% faster.
+The window boots the control and each candidate in turn (control, candidate, control, candidate, ...,
+control), so each candidate boot is bracketed by two control boots.
+
+The model, on the log of each prompt's value (its median request; negated where lower is better)::
+
+    y[boot, prompt] = a[prompt] + b * position[boot] + d * is_candidate[boot] + u[boot] + e[boot, prompt]
+
+``b`` takes a steady drift across the window out; ``u`` is the boot's luck. Averaged over the prompts
+(every boot measures the same prompts), ordinary least squares on the boot means gives ``d`` and its
+standard error from the boots' own scatter around the fit: control and candidate boots both count, so
+``2k + 1`` boots of ``k`` pairs leave ``2k - 2`` degrees of freedom. How much the change itself differs from
+prompt to prompt (one prompt's speculation hits, another's misses) is added in quadrature, with the
+degrees of freedom combined by Welch-Satterthwaite. Both terms hold the prompts' own noise once each, so
+the CI is a little conservative, never narrow.
+
+Repeated looks: after each pair (from the second on) the estimate is looked at, and the gate may stop
+with PASS or FAIL. Each look uses a Bonferroni share of the error rate (``1 - confidence`` over the looks
+that ``max_boot_pairs`` allows), so the chance of a false PASS over every look together stays at most
+``1 - confidence`` whatever the stopping. benchmarks/speed_power.py measures both error rates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+__all__ = ["BootValues", "Estimate", "Look", "estimate", "look", "look_confidence", "looks_allowed", "pairs_needed"]
+
+POWER = 0.8  # the power the minimum detectable effect is stated at
+
+
+@dataclass(frozen=True)
+class BootValues:
+    """One boot of one lane: its place in the window's order and each prompt's value."""
+
+    key: str
+    position: int
+    candidate: bool
+    values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The change (candidate over control, positive = better) and its CI at one look's confidence."""
+
+    change: float  # exp(d) - 1: the geometric mean change over prompts, drift taken out
+    low: float
+    high: float
+    log_change: float
+    se: float
+    se_boot: float
+    se_prompt: float
+    df: float
+    confidence: float
+    boots: int
+    candidate_boots: int
+    prompts: int
+    per_prompt: dict[str, float]  # each prompt's change, the same fit on that prompt alone
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+    def detectable(self, power: float = POWER) -> float:
+        """The smallest true change this look would call (CI low above zero) with ``power``."""
+        t_alpha = sps.t.ppf(1 - (1 - self.confidence) / 2, self.df)
+        return math.expm1((t_alpha + sps.t.ppf(power, self.df)) * self.se)
+
+
+def looks_allowed(max_boot_pairs: int) -> int:
+    """Looks after pair 2, 3, ..., max: one pair leaves no degree of freedom for the boots' scatter."""
+    return max(1, max_boot_pairs - 1)
+
+
+def look_confidence(confidence: float, max_boot_pairs: int) -> float:
+    return 1 - (1 - confidence) / looks_allowed(max_boot_pairs)
+
+
+def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence: float) -> Estimate | None:
+    """The fit over the prompts every boot measured; None when the boots leave no degree of freedom
+    (fewer than two candidate boots or two control boots, or under four boots) or share under 2 prompts."""
+    candidates = [b for b in boots if b.candidate]
+    controls = [b for b in boots if not b.candidate]
+    if len(candidates) < 2 or len(controls) < 2 or len(boots) < 4:
+        return None
+    prompts = sorted(set.intersection(*(set(p for p, v in b.values.items() if v > 0) for b in boots)))
+    if len(prompts) < 2:
+        return None
+    sign = 1.0 if higher_is_better else -1.0
+    y = sign * np.log(np.array([[b.values[p] for p in prompts] for b in boots]))  # boots x prompts
+    design = np.column_stack([np.ones(len(boots)), [float(b.position) for b in boots],
+                              [1.0 if b.candidate else 0.0 for b in boots]])
+    # the row of (X'X)^-1 X' that gives d: one linear contrast of the boots, applied to each prompt
+    contrast = np.linalg.pinv(design)[2]
+    per_prompt = contrast @ y
+    d = float(per_prompt.mean())
+    boot_means = y.mean(axis=1)
+    residuals = boot_means - design @ (np.linalg.pinv(design) @ boot_means)
+    df_boot = len(boots) - 3
+    se_boot = math.sqrt(float(residuals @ residuals) / df_boot * float(contrast @ contrast))
+    se_prompt = float(per_prompt.std(ddof=1)) / math.sqrt(len(prompts))
+    se = math.hypot(se_boot, se_prompt)
+    df = _satterthwaite((se_boot, df_boot), (se_prompt, len(prompts) - 1))
+    half = float(sps.t.ppf(1 - (1 - confidence) / 2, df)) * se
+    return Estimate(change=math.expm1(d), low=math.expm1(d - half), high=math.expm1(d + half), log_change=d,
+                    se=se, se_boot=se_boot, se_prompt=se_prompt, df=df, confidence=confidence, boots=len(boots),
+                    candidate_boots=len(candidates), prompts=len(prompts),
+                    per_prompt={p: math.expm1(float(v)) for p, v in zip(prompts, per_prompt)})
+
+
+def _satterthwaite(*terms: tuple[float, int]) -> float:
+    total = sum(se ** 2 for se, _ in terms) ** 2
+    parts = sum(se ** 4 / df for se, df in terms if df > 0 and se > 0)
+    return total / parts if parts > 0 else float(min(df for _, df in terms))
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one look decides: PASS or FAIL (clear: stop), or None (go on, or INCONCLUSIVE at the last)."""
+
+    verdict: str | None
+    reason: str
+
+
+def look(est: Estimate, *, min_mean_change: float, ci_lower_above: float) -> Look:
+    """PASS when the bar is met (change at least ``min_mean_change`` and CI low above ``ci_lower_above``);
+    FAIL when even the CI's high end is below the bar; otherwise undecided."""
+    if est.change >= min_mean_change and est.low > ci_lower_above:
+        return Look("PASS", "met")
+    if est.high < min_mean_change:
+        return Look("FAIL", f"not met: even the CI's high end is below {min_mean_change:+.0%}")
+    return Look(None, "undecided")
+
+
+def pairs_needed(est: Estimate, target: float, pairs: int, power: float = POWER) -> int | None:
+    """About how many pairs in all would detect ``target`` at this noise (the boot term shrinks with
+    pairs, the prompt term does not); None when no number of pairs would."""
+    if target <= 0:
+        return None
+    z = sps.norm.ppf(1 - (1 - est.confidence) / 2) + sps.norm.ppf(power)
+    room = (math.log1p(target) / z) ** 2 - est.se_prompt ** 2
+    if room <= 0:
+        return None
+    return max(pairs + 1, math.ceil(pairs * est.se_boot ** 2 / room))

@@ -1,0 +1,67 @@
+"""Which lanes a window boots, in what order, and which gates each boot runs.
+
+The fixed part first: every lane once in contract order (controls precede their candidates), then each
+compared control again as often as a gate asks (``control_reruns``), so drift across the window is
+measured and the control scores the candidates' outputs. Then boot pairs while a gate that pairs boots
+(speed) says a comparison is still open: candidate@k, then control@k+1, so each candidate boot sits
+between two control boots. What is open is decided from the raw records only, so a resumed window
+makes the same visits again.
+"""
+
+from __future__ import annotations
+
+from campaign.contracts.load import LoadedContract
+from campaign.gates.base import Gate, Visit
+
+__all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair"]
+
+Planned = list[tuple[Visit, list[Gate]]]
+
+
+def gates_for_visit(gates: list[Gate], visit: Visit) -> list[Gate]:
+    """The gates a visit of the fixed part runs: every gate on a lane's first boot, on a re-boot of the
+    control only those that asked for it."""
+    return [g for g in gates if g.control_reruns >= visit.index]
+
+
+def first_visits(loaded: LoadedContract, gates: list[Gate]) -> Planned:
+    visits = [Visit(lane) for lane in loaded.lanes.values()]
+    for index in range(1, _fixed_reruns(gates) + 1):
+        visits += [Visit(lane, index) for lane in _compared(loaded)]
+    return [(visit, gates_for_visit(gates, visit)) for visit in visits]
+
+
+def next_pair(loaded: LoadedContract, gates: list[Gate], pairs_done: int) -> Planned:
+    """After ``pairs_done`` pairs: each candidate some pairing gate still needs, then its control once."""
+    if pairs_done < _fixed_reruns(gates):
+        return []  # the fixed part's control re-boots are not yet behind us (a gate asked for more than 1)
+    planned: Planned = []
+    controls: dict[str, list[Gate]] = {}
+    for candidate in loaded.candidates():
+        control = loaded.lanes[candidate.control or ""]
+        wanting = [g for g in gates if g.wants_pair(candidate, control, pairs_done)]
+        if wanting:
+            planned.append((Visit(candidate, pairs_done), wanting))
+            into = controls.setdefault(control.name, [])
+            into += [g for g in wanting if g not in into]
+    planned += [(Visit(loaded.lanes[name], pairs_done + 1), wanting) for name, wanting in controls.items()]
+    return planned
+
+
+def most_steps(loaded: LoadedContract, gates: list[Gate], *, boots: bool = True) -> int:
+    """Gate runs (and boots) if every pairing gate goes to its last pair: the progress line's total."""
+    per_visit = 1 if boots else 0
+    steps = sum(per_visit + len(g) for _, g in first_visits(loaded, gates))
+    pairing = [g for g in gates if g.max_boot_pairs > 1]
+    extra = max((g.max_boot_pairs for g in pairing), default=1) - _fixed_reruns(gates)
+    if pairing and extra > 0:
+        steps += extra * (len(loaded.candidates()) + len(_compared(loaded))) * (per_visit + len(pairing))
+    return steps
+
+
+def _fixed_reruns(gates: list[Gate]) -> int:
+    return max((gate.control_reruns for gate in gates), default=0)
+
+
+def _compared(loaded: LoadedContract) -> list:
+    return [lane for lane in loaded.controls() if any(c.control == lane.name for c in loaded.candidates())]

@@ -1,0 +1,68 @@
+"""Hand-written speed records, as the live gate writes them: one lane visit's rows, reps and streams,
+with each prompt's decode rate chosen by the test (the judge reads only these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from campaign.fsutil import JsonlAppender
+
+PROMPTS = [("p1", "prose"), ("p2", "prose"), ("p3", "prose"), ("c1", "code"), ("c2", "code"), ("c3", "code")]
+TOKENS = 16
+
+
+def request(pid: str, cls: str, level: int, rep: int, user: int, attempt: int, rate: float,
+            text: str | None = None, cut: bool = False) -> dict[str, Any]:
+    events = [{"t": 0.01, "data": {"id": "s", "choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}}]
+    for i in range(TOKENS):
+        events.append({"t": 0.2 + i / rate, "data": {"id": "s", "timings": {"predicted_n": i + 1}, "choices": [
+            {"delta": {"content": (text or f"{pid} ")[i % len(text or pid)]}, "finish_reason": None}]}})
+        if cut and i == 3:
+            break
+    end = 0.2 + (TOKENS - 1) / rate
+    if not cut:
+        events.append({"t": end, "data": {"id": "s", "choices": [{"delta": {}, "finish_reason": "length"}]}})
+        events.append({"t": end, "data": {"id": "s", "choices": [], "usage": {"completion_tokens": TOKENS}}})
+    return {"status": 200, "events": events, "done_marker": True, "elapsed_s": end + 0.001,
+            "tags": {"phase": "measure", "level": level, "class": cls, "rep": rep, "user": user,
+                     "attempt": attempt, "prompt": pid}}
+
+
+def write_visit(gate, key: str, rates: dict[str, float], *, levels=(1, 2), void_attempts: int = 0,
+                always_void: bool = False, text: str | None = None, cut_level: int | None = None) -> None:
+    """One lane visit: every row measured with reps whose durations agree (or spread 60% when void)."""
+    with JsonlAppender(gate.ctx.raw_path(gate.gate_id, key)) as sink:
+        sink.append({"kind": "instrument", "engine": "llamacpp", "token_counter": "timings.predicted_n",
+                     "tokens_per_chunk": None})
+        for level in levels:
+            for cls in ("prose", "code"):
+                pids = [p for p, c in PROMPTS if c == cls]
+                attempts = 3 if always_void else void_attempts + 1
+                for attempt in range(attempts):
+                    void = always_void or attempt < void_attempts
+                    for rep in range(2):
+                        for position in range(max(len(pids), level)):
+                            pid = pids[position % len(pids)]
+                            sink.append(request(pid, cls, level, rep, position % level, attempt, rates[pid], text,
+                                                cut=cut_level == level and rep == 1))
+                        duration = (1.0 if rep == 0 else (1.6 if void else 1.02)) * len(pids)
+                        sink.append({"kind": "rep", "level": level, "class": cls, "attempt": attempt, "rep": rep,
+                                     "duration_s": duration, "client_cpu_s": 0.01})
+
+
+def rates(scale: float = 1.0, wobble: float = 0.0) -> dict[str, float]:
+    base = {"p1": 50.0, "p2": 60.0, "p3": 55.0, "c1": 70.0, "c2": 65.0, "c3": 75.0}
+    return {pid: value * scale * (1 + wobble * (-1) ** i) for i, (pid, value) in enumerate(base.items())}
+
+
+def write_boots(gate, control: list[dict[str, float]], candidate: list[dict[str, float]], *,
+                control_lane: str = "base", candidate_lane: str = "cand", **kwargs: Any) -> None:
+    """Boots as the window makes them: base, cand, base@rerun1, cand@rerun1, base@rerun2, ...; kwargs
+    (a void or cut row) go to the candidate's first boot."""
+    for j, values in enumerate(control):
+        write_visit(gate, control_lane if j == 0 else f"{control_lane}@rerun{j}", values)
+    for j, values in enumerate(candidate):
+        write_visit(gate, candidate_lane if j == 0 else f"{candidate_lane}@rerun{j}", values,
+                    **(kwargs if j == 0 else {}))
+
+

@@ -1,0 +1,84 @@
+"""The window's visit plan: every lane once, the control's second boot, then pairs (candidate@k, then
+the control) while a speed gate's comparison is open; decided from the raw records, so a resumed
+window plans the same visits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from campaign.contracts.load import load_contract
+from campaign.gates.base import GateContext
+from campaign.gates.registry import gate_for
+from campaign.window.schedule import first_visits, most_steps, next_pair
+from tests.support.contracts import MODEL_SHA256, write_contract
+from tests.support.speedrecords import PROMPTS, rates, write_visit
+
+BODY = f"""\
+    contract: t-schedule
+    version: 1
+    lane_defaults:
+      runtime: process
+      engine: llamacpp
+      executable: llama-server
+      port: 18000
+      model: {{path: m.gguf, sha256: {MODEL_SHA256}}}
+    lanes:
+      - {{name: base, role: control}}
+      - name: fast
+        role: candidate
+        axis: [args.threads]
+        set: {{args: {{--threads: "2"}}}}
+      - name: twin
+        role: candidate
+        axis: [args.seed]
+        set: {{args: {{--seed: "1"}}}}
+    inputs:
+      p: {{file: prompts/p.jsonl}}
+    gates:
+      - {{kind: greedy, input: p, repeats: 2, rule: {{self_identical: "6/6"}}}}
+      - {{kind: speed, input: p, concurrency: [1, 2], max_tokens: 16, reps: 2, max_boot_pairs: 3}}
+    """
+
+
+def plan(tmp_path: Path):
+    path = write_contract(tmp_path, BODY)
+    (tmp_path / "prompts" / "p.jsonl").write_text("".join(
+        json.dumps({"id": pid, "class": cls, "prompt": f"prompt {pid}"}) + "\n" for pid, cls in PROMPTS))
+    loaded = load_contract(path)
+    ctx = GateContext(bundle=tmp_path / "bundle", contract=loaded, input_paths={"p": tmp_path / "prompts" / "p.jsonl"})
+    return loaded, [gate_for(spec, ctx) for spec in loaded.contract.gates]
+
+
+def keys(planned) -> list[tuple[str, list[str]]]:
+    return [(str(visit.key), [g.gate_id for g in gates]) for visit, gates in planned]
+
+
+def test_pairs_continue_only_for_comparisons_still_open(tmp_path: Path) -> None:
+    loaded, gates = plan(tmp_path)
+    speed = gates[1]
+    assert keys(first_visits(loaded, gates)) == [("base", ["greedy", "speed"]), ("fast", ["greedy", "speed"]),
+                                                 ("twin", ["greedy", "speed"]), ("base@rerun1", ["speed"])]
+    for key, values in (("base", rates()), ("fast", rates(1.3)), ("twin", rates(1.02)), ("base@rerun1", rates(0.99))):
+        write_visit(speed, key, values)
+    # one pair decides nothing: both candidates again, then the control once for both
+    assert keys(next_pair(loaded, gates, 1)) == [("fast@rerun1", ["speed"]), ("twin@rerun1", ["speed"]),
+                                                 ("base@rerun2", ["speed"])]
+    for key, values in (("fast@rerun1", rates(1.31)), ("twin@rerun1", rates(0.97)), ("base@rerun2", rates(1.01))):
+        write_visit(speed, key, values)
+    # fast is decided (PASS); the twin is not: only it is booted again
+    assert keys(next_pair(loaded, gates, 2)) == [("twin@rerun2", ["speed"]), ("base@rerun3", ["speed"])]
+    for key, values in (("twin@rerun2", rates(1.03)), ("base@rerun3", rates(1.0))):
+        write_visit(speed, key, values)
+    assert next_pair(loaded, gates, 3) == []  # max_boot_pairs
+    # the progress total if every pair is needed: 4 first visits (8 gate runs), then 2 pairs x 3 boots
+    assert most_steps(loaded, gates) == 4 + 7 + 2 * 3 * 2
+    assert most_steps(loaded, gates, boots=False) == 7 + 2 * 3
+
+
+def test_a_candidate_without_records_is_not_booted_again(tmp_path: Path) -> None:
+    loaded, gates = plan(tmp_path)
+    speed = gates[1]
+    for key, values in (("base", rates()), ("twin", rates(1.02)), ("base@rerun1", rates(0.99))):
+        write_visit(speed, key, values)  # fast's first boot failed: nothing to bracket
+    assert keys(next_pair(loaded, gates, 1)) == [("twin@rerun1", ["speed"]), ("base@rerun2", ["speed"])]
