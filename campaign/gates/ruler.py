@@ -4,8 +4,10 @@ A flag can parse and do nothing; a dead flag yields identical numbers. On every 
 few greedy probes (text, top-k logprobs, speed) and snapshots the engine's metrics before and after;
 offline it compares the candidate with its control on each observable: outputs, logprobs, metric
 counters (time-valued ones excluded: they always differ), the boot log (timings, ports and paths
-stripped), the engine's own properties, and, opted in, speed (beyond a frozen tolerance with
-non-overlapping ranges: measured here, two probes differed by +259% from host noise alone). Indistinguishable on all of them: "axis may be inert", loudly, in SUMMARY.json.
+stripped), the engine's own properties, and, opted in, speed: the probes' own speeds beyond a frozen
+tolerance with non-overlapping ranges (measured here, two probes differed by +259% from host noise
+alone), or a speed gate of the same window whose comparison over interleaved boots excludes zero (an
+axis that acts only on speed, like a thread count, shows nowhere else). Indistinguishable on all of them: "axis may be inert", loudly, in SUMMARY.json.
 
 Boot log and properties show that a flag was parsed, not that it acted: they are weaker evidence and
 can be left out of ``observe``.
@@ -28,6 +30,7 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.speed.gate import SpeedGate
 from campaign.lanes.engines import prometheus
 from campaign.lanes.engines.prometheus import Samples, metric_name, parse_prometheus
 from campaign.lanes.session import LaneRun
@@ -218,6 +221,8 @@ class RulerGate(Gate):
         unavailable: list[str] = []
         for observable in self.spec.rule.observe:
             verdict = self._compare(observable, ctrl, cand)
+            if observable == "speed" and not verdict:
+                verdict = self._speed_gate_evidence(candidate, control) or verdict
             if verdict is None:
                 unavailable.append(observable)
             elif verdict:
@@ -324,6 +329,21 @@ class RulerGate(Gate):
             result.reasons = [warning]
             result.verdict = Verdict(rule.inert_verdict)
         result.warnings.append(warning)
+
+    def _speed_gate_evidence(self, candidate: EffectiveLane, control: EffectiveLane) -> str | None:
+        """A speed gate in the same window whose comparison excludes zero (at its Bonferroni-shared
+        confidence, over interleaved boots) shows the axis acting on speed: a dead flag does that at most
+        at the nominal error rate, where a few short probes on a shared host differ by 2-3x from noise."""
+        for spec in self.ctx.contract.contract.gates:
+            if spec.kind != "speed":
+                continue
+            gate = SpeedGate(spec, self.ctx)
+            for level, looks in sorted(gate.sequence(candidate, control).levels.items()):
+                est = looks[-1]["estimate"] if looks else None
+                if est is not None and (est.low > 0 or est.high < 0):
+                    return (f"the {gate.gate_id} gate's comparison at C{level}: {est.change:+.1%} "
+                            f"[{est.confidence:.1%} CI {est.low:+.1%}, {est.high:+.1%}] over {est.boots} boots")
+        return None
 
     def _compare(self, observable: str, ctrl: dict[str, Any], cand: dict[str, Any]) -> str | None | bool:
         """A sentence when the lanes differ, False when they do not, None when it cannot be observed."""

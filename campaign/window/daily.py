@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from campaign.contracts.load import LoadedContract
+from campaign.contracts.units import parse_cpuset
 from campaign.errors import InputError, RunError
 from campaign.fsutil import atomic_write_bytes
 from campaign.lanes.engines.registry import adapter_for
@@ -52,6 +53,8 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     with open(log_path, "ab") as log:
         popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
+    if lane.cpus:  # the daily's lane is pinned: so is the daily, from its first thread
+        os.sched_setaffinity(popen.pid, parse_cpuset(lane.cpus))
     atomic_write_bytes(pidfile, f"{popen.pid}\n".encode())
     key = adapter_for(lane.engine).api_key(lane)
     headers = {"Authorization": f"Bearer {key}"} if key else {}

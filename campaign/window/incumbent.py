@@ -10,6 +10,7 @@ own credentials.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 
 from campaign.contracts.hashing import sha256_file
+from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.errors import PreflightError, RunError
 from campaign.fsutil import atomic_write_bytes
 from campaign.window.state import process_start_time
@@ -72,7 +74,16 @@ def snapshot_pidfile(pidfile: Path, settings: dict[str, Any]) -> dict[str, Any]:
     env = dict(p.decode(errors="replace").split("=", 1) for p in environ.split(b"\0") if b"=" in p)
     return {"runtime": "process", "pid": pid, "start_time": process_start_time(pid), "argv": _cmdline(pid),
             "env": env, "cwd": cwd, "exe": exe, "exe_sha256": sha256_file(Path(exe)), "pidfile": str(pidfile),
-            **settings}
+            "cpus": _pinned_to(pid), **settings}
+
+
+def _pinned_to(pid: int) -> str | None:
+    """The daily's CPUs when it is pinned to fewer than this host has, so a restore pins it again."""
+    try:
+        cpus = os.sched_getaffinity(pid)
+    except OSError:
+        return None
+    return format_cpuset(cpus) if cpus != set(range(os.cpu_count() or 0)) else None
 
 
 def is_serving(snap: dict[str, Any]) -> bool:
@@ -144,6 +155,10 @@ def start(snap: dict[str, Any], log_path: Path) -> int | dict[str, Any]:
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         except OSError as exc:
             raise RunError(f"cannot start the incumbent {snap['argv'][0]}: {exc.strerror}") from exc
+    if snap.get("cpus"):
+        # pinned as it was; a CPU gone from this host leaves it unpinned rather than down
+        with contextlib.suppress(OSError, ValueError):
+            os.sched_setaffinity(popen.pid, parse_cpuset(snap["cpus"]))
     atomic_write_bytes(Path(snap["pidfile"]), f"{popen.pid}\n".encode())
     return popen.pid
 

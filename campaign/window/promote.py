@@ -133,6 +133,7 @@ def _candidate_launch(copy: Path, candidate: str, daily: dict[str, Any]) -> dict
     env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)
     return {"runtime": "process", "argv": argv, "env": env, "cwd": os.getcwd(), "exe": argv[0],
             "exe_sha256": inspect["executable_sha256"], "pidfile": daily["pidfile"],
+            "cpus": inspect.get("launched_cpus"),  # pinned as measured (None: as it was, unpinned)
             **{k: daily.get(k) for k in incumbent.SETTINGS}}
 
 

@@ -32,7 +32,10 @@ __all__ = ["Rejudged", "VerdictChange", "rejudge"]
 
 # What judges read (contract/: contract, freeze record, input copies; lanes/: spec.json, inspect.json,
 # boot.log), and the raw records. gates/, tables and SUMMARY.json are what a rejudge writes anew.
-COPIED = ("contract", "lanes", "raw")
+# what the source window measured and proved, unchanged: the contract, each lane's spec and inspect, the
+# raw records, the daily's snapshot and restore proof (promotion reads them). Not its journal: that is
+# the run's, and this command ran nothing.
+COPIED = ("contract", "lanes", "raw", "incumbent")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ def _signed_window(tmp_path: Path, *, old_verdict: str | None = None) -> Path:
         atomic_write_json(bundle / "gates" / "greedy" / "spec.json", {**result, "verdict": old_verdict})
     atomic_write_json(bundle / "SUMMARY.json", summary)
     atomic_write_json(bundle / "journal.jsonl", {"not": "read by a rejudge"})
+    atomic_write_json(bundle / "incumbent" / "snapshot.json", {"runtime": "process", "argv": ["srv"]})
     sign_bundle(bundle, load_signing_key(), predicate(loaded, bundle.name))
     return bundle
 
@@ -87,7 +88,8 @@ def test_a_changed_verdict_is_reported_and_the_new_bundle_names_its_source(tmp_p
     assert load_json_strict(new / "gates" / "greedy" / "spec.json")["verdict"] == "PASS"
     # what judges read came along, byte for byte; what the window alone wrote did not
     for name in ("contract/c.yaml", "contract/freeze.json", "contract/inputs/p.jsonl", "raw/greedy/spec.jsonl",
-                 "lanes/spec/spec.json", "lanes/spec/inspect.json"):
+                 "lanes/spec/spec.json", "lanes/spec/inspect.json",
+                 "incumbent/snapshot.json"):  # promotion reads the daily's snapshot
         assert (new / name).read_bytes() == (source / name).read_bytes(), name
     assert not (new / "journal.jsonl").exists() and (new / "source.json").is_file()
     envelope = json.loads((new / "receipt.dsse.json").read_text())
