@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
 from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, CountRule, StrictModel, valid_regexes
-from campaign.contracts.units import Duration, Size, parse_cpuset
+from campaign.contracts.units import Cpuset, Duration, Size
 
 __all__ = ["GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
            "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "SpeedRule",
@@ -391,7 +391,7 @@ class SpeedSpec(GateSpecBase):
     input: str = Field(description="Name of an input set of prompts; each prompt's `class` makes a row.")
     concurrency: list[int] = Field([1], min_length=1, description="Concurrency levels (users in flight).")
     max_tokens: int = Field(128, ge=2, le=65536, description="Tokens asked per request.")
-    client_cpus: str | None = Field(None, description="CPUs the speed client runs on while it measures, a cpuset "
+    client_cpus: Cpuset | None = Field(None, description="CPUs the speed client runs on while it measures, a cpuset "
                                                       "like '0': with the lanes' `cpus` elsewhere, the client and "
                                                       "the engine do not take turns on one core.")
     reps: int = Field(3, ge=2, le=50, description="Reps per row (lane x level x class); spread needs two.")
@@ -414,13 +414,6 @@ class SpeedSpec(GateSpecBase):
             if isinstance(data, dict) and name in data:
                 raise ValueError(f"{name} was replaced by {instead}; see the README's contract schema notes")
         return data
-
-    @field_validator("client_cpus")
-    @classmethod
-    def _cpuset(cls, cpus: str | None) -> str | None:
-        if cpus is not None:
-            parse_cpuset(cpus)
-        return cpus
 
     @field_validator("concurrency")
     @classmethod

@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_validator,
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.gatespecs import GateSpec
 from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, StrDict, StrictModel, StrList, stringify_scalars, valid_regexes
-from campaign.contracts.units import Duration, Size, parse_cpuset
+from campaign.contracts.units import Cpuset, Duration, Size
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -105,7 +105,7 @@ class LaneFields(StrictModel):
     mounts: list[Mount] | None = Field(None, description="Bind mounts (docker runtime).")
     shm_size: Size | None = Field(None, description="/dev/shm size (docker runtime), e.g. 64g.")
     gpus: str | int | None = Field(None, description="GPU request: 'all', a count, or device ids.")
-    cpus: str | None = Field(None, description="CPUs the lane runs on, a cpuset like '1' or '0-3,8': "
+    cpus: Cpuset | None = Field(None, description="CPUs the lane runs on, a cpuset like '1' or '0-3,8': "
                                                "sched_setaffinity for a process lane, cpuset_cpus for a "
                                                "container. Keeps the engine off the speed client's cores.")
     host: str | None = Field(None, description="Address the lane listens on.")
@@ -120,13 +120,6 @@ class LaneFields(StrictModel):
         None, description="docker runtime: the engine to run on (default: the contract's host.docker, then DOCKER_HOST).")
     context: int | None = Field(None, ge=1, description="Context tokens one request may use, for engines whose "
                                                        "args do not say it (must agree with them if they do).")
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpuset(cls, cpus: str | None) -> str | None:
-        if cpus is not None:
-            parse_cpuset(cpus)
-        return cpus
 
     @field_validator("image")
     @classmethod

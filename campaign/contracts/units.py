@@ -6,9 +6,9 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
-__all__ = ["format_cpuset", "parse_cpuset", "Duration", "Size", "parse_duration", "parse_size"]
+__all__ = ["Cpuset", "format_cpuset", "parse_cpuset", "Duration", "Size", "parse_duration", "parse_size"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -76,4 +76,12 @@ def format_cpuset(cpus: frozenset[int] | set[int]) -> str:
             out.append(str(start) if start == prev else f"{start}-{prev}")
             start = prev = cpu
     return ",".join(out)
+
+
+def _checked_cpuset(text: str) -> str:
+    parse_cpuset(text)
+    return text
+
+
+Cpuset = Annotated[str, AfterValidator(_checked_cpuset)]
 

@@ -3,12 +3,50 @@ with each prompt's decode rate chosen by the test (the judge reads only these)."
 
 from __future__ import annotations
 
+import json
+import textwrap
+from pathlib import Path
 from typing import Any
 
+from campaign.contracts.load import LoadedContract, load_contract
 from campaign.fsutil import JsonlAppender
+from campaign.gates.base import Gate, GateContext
+from campaign.gates.registry import gate_for
+from tests.support.contracts import MODEL_SHA256, write_contract
 
 PROMPTS = [("p1", "prose"), ("p2", "prose"), ("p3", "prose"), ("c1", "code"), ("c2", "code"), ("c3", "code")]
 TOKENS = 16
+
+
+def speed_contract(lanes: str, gates: str, name: str = "t-speed") -> str:
+    """A contract on a model nobody loads (the judge reads only records): the lanes and gates given."""
+    return f"""\
+contract: {name}
+version: 1
+lane_defaults:
+  runtime: process
+  engine: llamacpp
+  executable: llama-server
+  port: 18000
+  model: {{path: m.gguf, sha256: {MODEL_SHA256}}}
+lanes:
+{textwrap.indent(textwrap.dedent(lanes).strip(), "  ")}
+inputs:
+  p: {{file: prompts/p.jsonl}}
+gates:
+{textwrap.indent(textwrap.dedent(gates).strip(), "  ")}
+"""
+
+
+def load_gates(tmp_path: Path, body: str) -> tuple[LoadedContract, list[Gate]]:
+    """The contract and PROMPTS written under ``tmp_path``; every gate, its bundle under tmp_path/bundle."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = write_contract(tmp_path, body)
+    (tmp_path / "prompts" / "p.jsonl").write_text("".join(
+        json.dumps({"id": pid, "class": cls, "prompt": f"prompt {pid}"}) + "\n" for pid, cls in PROMPTS))
+    loaded = load_contract(path)
+    ctx = GateContext(bundle=tmp_path / "bundle", contract=loaded, input_paths={"p": tmp_path / "prompts" / "p.jsonl"})
+    return loaded, [gate_for(spec, ctx) for spec in loaded.contract.gates]
 
 
 def request(pid: str, cls: str, level: int, rep: int, user: int, attempt: int, rate: float,

@@ -268,9 +268,10 @@ class SpeedGate(Gate):
                     note=f"the largest of {len(final['drift']['steps'])} step(s)")
             if est is None:
                 entry["verdict"] = "INCONCLUSIVE"
-                entry["reason"] = (f"{tag}: {seq.pairs} boot pair(s) measured with 2+ counted boots of each lane; "
-                                   "the comparison needs 2 pairs (a pair's boots alone leave no degree of freedom "
-                                   "for the boot-to-boot noise)")
+                entry["reason"] = (f"{tag}: after {seq.pairs} boot pair(s), too few boots count at this level "
+                                   "(the caveats say why); the comparison needs 2 pairs, 2 counted boots of each "
+                                   "lane and 4 in all: a single pair leaves no degree of freedom for the "
+                                   "boot-to-boot noise")
                 entries[str(level)] = entry
                 continue
             entry["estimate"] = est.as_dict()

@@ -5,46 +5,24 @@ reads only the bundle)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from campaign.contracts.load import load_contract
-from campaign.gates.base import GateContext
-from campaign.gates.registry import gate_for
-from tests.support.contracts import MODEL_SHA256, write_contract
-from tests.support.speedrecords import PROMPTS, rates, write_boots
+from tests.support.speedrecords import load_gates, rates, speed_contract, write_boots
 
-BODY = f"""\
-    contract: t-ruler-speed
-    version: 1
-    lane_defaults:
-      runtime: process
-      engine: llamacpp
-      executable: llama-server
-      port: 18000
-      model: {{path: m.gguf, sha256: {MODEL_SHA256}}}
-    lanes:
-      - {{name: base, role: control}}
-      - name: cand
-        role: candidate
-        axis: [args.threads]
-        set: {{args: {{--threads: "2"}}}}
-    inputs:
-      p: {{file: prompts/p.jsonl}}
-    gates:
-      - {{kind: ruler, input: p, rule: {{observe: [outputs, speed]}}}}
-      - {{kind: speed, input: p, concurrency: [1, 2], max_tokens: 16, reps: 2, max_boot_pairs: 3}}
-    """
+BODY = speed_contract("""\
+    - {name: base, role: control}
+    - name: cand
+      role: candidate
+      axis: [args.threads]
+      set: {args: {--threads: "2"}}
+    """, """\
+    - {kind: ruler, input: p, rule: {observe: [outputs, speed]}}
+    - {kind: speed, input: p, concurrency: [1, 2], max_tokens: 16, reps: 2, max_boot_pairs: 3}
+    """, name="t-ruler-speed")
 
 
 def gates(tmp_path: Path):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = write_contract(tmp_path, BODY)
-    (tmp_path / "prompts" / "p.jsonl").write_text("".join(
-        json.dumps({"id": pid, "class": cls, "prompt": f"prompt {pid}"}) + "\n" for pid, cls in PROMPTS))
-    loaded = load_contract(path)
-    ctx = GateContext(bundle=tmp_path / "bundle", contract=loaded, input_paths={"p": tmp_path / "prompts" / "p.jsonl"})
-    ruler, speed = (gate_for(spec, ctx) for spec in loaded.contract.gates)
+    loaded, (ruler, speed) = load_gates(tmp_path, BODY)
     return ruler, speed, loaded.lanes["cand"], loaded.lanes["base"]
 
 

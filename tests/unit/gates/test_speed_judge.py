@@ -5,59 +5,42 @@ runs are in tests/integration/speed/)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from campaign.contracts.load import load_contract
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import GateContext
-from campaign.gates.registry import gate_for
 from campaign.gates.result import Verdict
 from campaign.gates.speed.rows import spread
-from tests.support.contracts import MODEL_SHA256, write_contract
-from tests.support.speedrecords import PROMPTS, TOKENS, rates, write_boots, write_visit
+from tests.support.contracts import write_contract
+from tests.support.speedrecords import TOKENS, load_gates, rates, speed_contract, write_boots, write_visit
+
+
+LANES = """\
+- {name: base, role: control}
+- name: cand
+  role: candidate
+  axis: [args.spec-type]
+  set: {args: {--spec-type: ngram-simple}}
+"""
 
 
 def contract_body(rule: str = "{}", levels: str = "[1, 2]", pairs: int = 3) -> str:
-    return f"""\
-        contract: t-speed
-        version: 1
-        lane_defaults:
-          runtime: process
-          engine: llamacpp
-          executable: llama-server
-          port: 18000
-          model: {{path: m.gguf, sha256: {MODEL_SHA256}}}
-        lanes:
-          - {{name: base, role: control}}
-          - name: cand
-            role: candidate
-            axis: [args.spec-type]
-            set: {{args: {{--spec-type: ngram-simple}}}}
-        inputs:
-          p: {{file: prompts/p.jsonl}}
-        gates:
-          - kind: speed
-            input: p
-            concurrency: {levels}
-            max_tokens: {TOKENS}
-            reps: 2
-            max_boot_pairs: {pairs}
-            rule: {rule}
-        """
+    return speed_contract(LANES, f"""\
+        - kind: speed
+          input: p
+          concurrency: {levels}
+          max_tokens: {TOKENS}
+          reps: 2
+          max_boot_pairs: {pairs}
+          rule: {rule}
+        """)
 
 
 def make_gate(tmp_path: Path, rule: str = "{}", pairs: int = 3):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = write_contract(tmp_path, contract_body(rule, pairs=pairs))
-    (tmp_path / "prompts" / "p.jsonl").write_text("".join(
-        json.dumps({"id": pid, "class": cls, "prompt": f"prompt {pid}"}) + "\n" for pid, cls in PROMPTS))
-    contract = load_contract(path)
-    ctx = GateContext(bundle=tmp_path / "bundle", contract=contract,
-                      input_paths={"p": tmp_path / "prompts" / "p.jsonl"})
-    return gate_for(contract.contract.gates[0], ctx), contract.lanes["cand"], contract.lanes["base"]
+    loaded, gates = load_gates(tmp_path, contract_body(rule, pairs=pairs))
+    return gates[0], loaded.lanes["cand"], loaded.lanes["base"]
 
 
 def test_spread_is_max_minus_min_over_mean() -> None:

@@ -4,50 +4,29 @@ window plans the same visits."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from campaign.contracts.load import load_contract
-from campaign.gates.base import GateContext
-from campaign.gates.registry import gate_for
 from campaign.window.schedule import first_visits, most_steps, next_pair
-from tests.support.contracts import MODEL_SHA256, write_contract
-from tests.support.speedrecords import PROMPTS, rates, write_visit
+from tests.support.speedrecords import load_gates, rates, speed_contract, write_visit
 
-BODY = f"""\
-    contract: t-schedule
-    version: 1
-    lane_defaults:
-      runtime: process
-      engine: llamacpp
-      executable: llama-server
-      port: 18000
-      model: {{path: m.gguf, sha256: {MODEL_SHA256}}}
-    lanes:
-      - {{name: base, role: control}}
-      - name: fast
-        role: candidate
-        axis: [args.threads]
-        set: {{args: {{--threads: "2"}}}}
-      - name: twin
-        role: candidate
-        axis: [args.seed]
-        set: {{args: {{--seed: "1"}}}}
-    inputs:
-      p: {{file: prompts/p.jsonl}}
-    gates:
-      - {{kind: greedy, input: p, repeats: 2, rule: {{self_identical: "6/6"}}}}
-      - {{kind: speed, input: p, concurrency: [1, 2], max_tokens: 16, reps: 2, max_boot_pairs: 3}}
-    """
+BODY = speed_contract("""\
+    - {name: base, role: control}
+    - name: fast
+      role: candidate
+      axis: [args.threads]
+      set: {args: {--threads: "2"}}
+    - name: twin
+      role: candidate
+      axis: [args.seed]
+      set: {args: {--seed: "1"}}
+    """, """\
+    - {kind: greedy, input: p, repeats: 2, rule: {self_identical: "6/6"}}
+    - {kind: speed, input: p, concurrency: [1, 2], max_tokens: 16, reps: 2, max_boot_pairs: 3}
+    """, name="t-schedule")
 
 
 def plan(tmp_path: Path):
-    path = write_contract(tmp_path, BODY)
-    (tmp_path / "prompts" / "p.jsonl").write_text("".join(
-        json.dumps({"id": pid, "class": cls, "prompt": f"prompt {pid}"}) + "\n" for pid, cls in PROMPTS))
-    loaded = load_contract(path)
-    ctx = GateContext(bundle=tmp_path / "bundle", contract=loaded, input_paths={"p": tmp_path / "prompts" / "p.jsonl"})
-    return loaded, [gate_for(spec, ctx) for spec in loaded.contract.gates]
+    return load_gates(tmp_path, BODY)
 
 
 def keys(planned) -> list[tuple[str, list[str]]]:
