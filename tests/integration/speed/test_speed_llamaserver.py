@@ -84,7 +84,9 @@ async def test_a_row_that_stays_void_is_rewarmed_rerun_then_inconclusive(server:
         assert [r.status for r in results[(2, "code")]] == ["VOID", "VOID"]
     result = gate.judge(contract.lanes["same"], contract.lanes["base"])
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert any("row C2/code stayed VOID after 2 attempt(s): spread" in r for r in result.reasons)
+    assert any(c.startswith("boot not counted at C2:") and "row C2/code stayed VOID after 2 attempt(s): spread" in c
+               for c in result.caveats), result.caveats
+    assert result.reasons[0].startswith("C2: ") and "too few boots count at this level" in result.reasons[0]
     table = gate.bundle_tables()["throughput.csv"]
     assert len(table) == 2 * 2 * 2  # visits x attempts x reps, every void row kept
     assert {row["row_status"] for row in table} == {"VOID"}
@@ -104,7 +106,7 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> dict:
     if not shutil.which("llama-server"):
         pytest.fail("llama-server is not on PATH: run the tests with `make test`")
     root = tmp_path_factory.mktemp("speedwindow")
-    gate = ("{kind: speed, input: p, concurrency: [1, 4], max_tokens: 16, reps: 2, max_boot_pairs: 3, "
+    gate = ("{kind: speed, input: p, concurrency: [1, 4], max_tokens: 16, reps: 2, max_boot_pairs: 2, "
             "rule: {confidence: 0.99, max_spread: 0.25, max_reruns: 1, max_control_drift: 0.15}}")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
