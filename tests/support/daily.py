@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -9,7 +11,8 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["daily_pid", "first_record_of_each_kind", "runner_past_the_daily_stop", "serves", "watchdog_pids"]
+__all__ = ["daily_pid", "first_record_of_each_kind", "kill_runner_and_watchdogs", "runner_past_the_daily_stop",
+           "serves", "watchdog_pids"]
 
 
 def serves(port: int) -> bool:
@@ -56,3 +59,14 @@ def watchdog_pids(state) -> dict[str, int]:  # noqa: ANN001 - a WindowState
     generation = state.failsafe_generation
     return {role: int((state.directory / f"watchdog-{generation}-{role}.pid").read_text().split()[0])
             for role in "ab"}
+
+
+def kill_runner_and_watchdogs(runner: subprocess.Popen, state) -> None:  # noqa: ANN001 - a WindowState
+    """SIGKILL the runner and both watchdogs of the window's failsafe, so nobody is left to restore."""
+    pids = watchdog_pids(state)
+    for pid in (pids["a"], pids["b"]):
+        os.kill(pid, signal.SIGSTOP)  # frozen first, so neither can start the other again in between
+    for pid in (runner.pid, pids["a"], pids["b"]):
+        os.kill(pid, signal.SIGKILL)
+    runner.wait()
+

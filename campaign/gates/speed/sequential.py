@@ -97,12 +97,13 @@ def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence:
     y = sign * np.log(np.array([[b.values[p] for p in prompts] for b in boots]))  # boots x prompts
     design = np.column_stack([np.ones(len(boots)), [float(b.position) for b in boots],
                               [1.0 if b.candidate else 0.0 for b in boots]])
-    # the row of (X'X)^-1 X' that gives d: one linear contrast of the boots, applied to each prompt
-    contrast = np.linalg.pinv(design)[2]
+    # (X'X)^-1 X': its third row gives d, one linear contrast of the boots applied to each prompt
+    solve = np.linalg.pinv(design)
+    contrast = solve[2]
     per_prompt = contrast @ y
     d = float(per_prompt.mean())
     boot_means = y.mean(axis=1)
-    residuals = boot_means - design @ (np.linalg.pinv(design) @ boot_means)
+    residuals = boot_means - design @ (solve @ boot_means)
     df_boot = len(boots) - 3
     se_boot = math.sqrt(float(residuals @ residuals) / df_boot * float(contrast @ contrast))
     se_prompt = float(per_prompt.std(ddof=1)) / math.sqrt(len(prompts))

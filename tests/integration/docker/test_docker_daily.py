@@ -6,7 +6,6 @@ runner is SIGKILLed at journal steps. The lanes are real llama-server processes 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import stat
 import subprocess
@@ -22,7 +21,7 @@ from campaign.fsutil import read_jsonl
 from campaign.window.state import WindowState
 from tests.support.cli import campaign
 from tests.support.contracts import demo_like, free_port, write_contract
-from tests.support.daily import first_record_of_each_kind, runner_past_the_daily_stop, serves, watchdog_pids
+from tests.support.daily import first_record_of_each_kind, runner_past_the_daily_stop, serves, kill_runner_and_watchdogs
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
 
 pytestmark = pytest.mark.integration
@@ -258,12 +257,7 @@ def test_a_daily_still_serving_with_its_policy_held_at_no_gets_its_policy_back(c
 def test_runner_and_both_watchdogs_killed_the_next_command_brings_the_container_back(container_daily: dict) -> None:
     runner, window = runner_past_the_daily_stop(container_daily["contract"], container_daily["root"] / "runs")
     state = WindowState.load(window)
-    pids = watchdog_pids(state)
-    for pid in (pids["a"], pids["b"]):
-        os.kill(pid, signal.SIGSTOP)  # frozen first, so neither can start the other again in between
-    for pid in (runner.pid, pids["a"], pids["b"]):
-        os.kill(pid, signal.SIGKILL)
-    runner.wait()
+    kill_runner_and_watchdogs(runner, state)
     assert not inspect(container_daily["name"])["State"]["Running"]  # down, and nobody left to bring it back
     status = campaign("status")  # any command: it finds the orphaned window first
     assert "the runner and both watchdogs are gone; the daily was restored" in status.stderr, status.stderr

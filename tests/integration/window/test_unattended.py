@@ -19,7 +19,7 @@ from campaign.fsutil import read_jsonl
 from campaign.window.state import WindowState, process_start_time
 from tests.support.cli import campaign
 from tests.support.daily import (daily_pid, first_record_of_each_kind, runner_past_the_daily_stop, serves,
-                                 watchdog_pids)
+                                 kill_runner_and_watchdogs, watchdog_pids)
 
 pytestmark = pytest.mark.integration
 
@@ -247,12 +247,7 @@ def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -
 
 def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict) -> None:
     runner, state = _runner_past_the_daily_stop(daily)
-    pids = watchdog_pids(state)
-    for pid in (pids["a"], pids["b"]):
-        os.kill(pid, signal.SIGSTOP)  # frozen first, so neither can start the other again in between
-    for pid in (runner.pid, pids["a"], pids["b"]):
-        os.kill(pid, signal.SIGKILL)
-    runner.wait()
+    kill_runner_and_watchdogs(runner, state)
     time.sleep(0.5)
     status = campaign("status")  # any command: it finds the orphaned window first
     assert "the runner and both watchdogs are gone; the daily was restored" in status.stderr, \
