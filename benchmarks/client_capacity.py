@@ -132,25 +132,106 @@ class Server:
         self.proc.wait(timeout=10)
 
 
-async def drive(port: int, level: int, requests_per_user: int, tokens: int, sink_dir: Path) -> dict[str, Any]:
+async def _peer_aiohttp(port: int) -> Any:
+    """A plain aiohttp client, as a user would write one: each SSE line stamped and decoded as it arrives."""
+    import aiohttp
+
+    session = aiohttp.ClientSession(f"http://127.0.0.1:{port}", connector=aiohttp.TCPConnector(limit=0))
+
+    async def stream(body: dict[str, Any]) -> dict[str, Any]:
+        events, done, start = [], False, time.perf_counter()
+        async with session.post("/v1/chat/completions", json={**body, "stream": True}) as response:
+            async for line in response.content:
+                now = time.perf_counter() - start
+                if line.startswith(b"data:"):
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                    else:
+                        events.append({"t": now, "data": json.loads(payload)})
+        return {"status": response.status, "events": events, "done_marker": done,
+                "elapsed_s": time.perf_counter() - start}
+
+    return stream, session.close
+
+
+async def _peer_raw(port: int) -> Any:
+    """The floor: a raw socket per request, the request bytes written by hand, each read stamped, complete
+    lines decoded from a buffer (the benchmark's server writes whole events, so chunk framing is skipped)."""
+
+    async def stream(body: dict[str, Any]) -> dict[str, Any]:
+        payload = json.dumps({**body, "stream": True}).encode()
+        start = time.perf_counter()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        events, done, buffer = [], False, b""
+        while not done:
+            data = await reader.read(65536)
+            if not data:
+                break
+            now = time.perf_counter() - start
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.startswith(b"data:"):
+                    if line[5:].strip() == b"[DONE]":
+                        done = True
+                    else:
+                        events.append({"t": now, "data": json.loads(line[5:])})
+        writer.close()
+        return {"status": 200, "events": events, "done_marker": done, "elapsed_s": time.perf_counter() - start}
+
+    async def close() -> None:
+        return None
+
+    return stream, close
+
+
+async def _gate_client(port: int, writer: RecordWriter) -> Any:
+    client = LaneClient(f"http://127.0.0.1:{port}", lane="bench")
+
+    async def stream(body: dict[str, Any]) -> dict[str, Any]:
+        record = await client.stream("/v1/chat/completions", body)
+        writer.put(record)  # written as the gate writes them, off the event loop
+        return record
+
+    return stream, client.aclose
+
+
+CLIENTS = {"campaign": _gate_client, "aiohttp": _peer_aiohttp, "raw-socket": _peer_raw}
+
+
+def available_clients() -> list[str]:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        print("aiohttp is not installed: the plain aiohttp peer is skipped (pip install aiohttp)")
+        return ["campaign", "raw-socket"]
+    return list(CLIENTS)
+
+
+async def drive(port: int, level: int, requests_per_user: int, tokens: int, sink_dir: Path,
+                client: str = "campaign") -> dict[str, Any]:
     records: list[dict[str, Any]] = []
-    with JsonlAppender(sink_dir / f"c{level}-{time.monotonic_ns()}.jsonl") as sink:
+    with JsonlAppender(sink_dir / f"{client}-c{level}-{time.monotonic_ns()}.jsonl") as sink:
         writer = RecordWriter(sink)
-        async with LaneClient(f"http://127.0.0.1:{port}", lane="bench") as client:
-            await client.stream("/v1/chat/completions", {"max_tokens": 2})  # connect once, outside the clock
+        factory = CLIENTS[client]
+        stream, close = await (factory(port, writer) if client == "campaign" else factory(port))
+        try:
+            await stream({"max_tokens": 2})  # imports and first connection outside the clock
 
             async def user() -> None:
                 for _ in range(requests_per_user):
-                    record = await client.stream("/v1/chat/completions", {"model": "x", "max_tokens": tokens,
-                                                                           "messages": []})
-                    records.append(record)
-                    writer.put(record)
+                    records.append(await stream({"model": "x", "max_tokens": tokens, "messages": []}))
 
             cpu, start = time.process_time(), time.perf_counter()
             await asyncio.gather(*(user() for _ in range(level)))
             await writer.drain()
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        writer.close()
+        finally:
+            await close()
+            writer.close()
     stats = [analyze_stream(r, tokens, FACTS) for r in records]
     bad = [problem for s, problem in stats if s is None]
     good = [s for s, _ in stats if s is not None]
@@ -164,34 +245,36 @@ def _srv_times(record: dict[str, Any]) -> list[tuple[float, float]]:
     return [(e["t"], e["data"]["srv_t"]) for e in record["events"] if "srv_t" in e.get("data", {})]
 
 
-def capacity(levels: list[int], tokens: int, budget_tokens: int, sink_dir: Path) -> list[dict[str, Any]]:
+def capacity(levels: list[int], tokens: int, budget_tokens: int, sink_dir: Path,
+             clients: list[str]) -> list[dict[str, Any]]:
     rows = []
     for level in levels:
-        server = Server()
-        try:
-            per_user = max(2, budget_tokens // (tokens * level))
-            srv_cpu = _cpu_seconds(server.proc.pid)
-            result = asyncio.run(drive(server.port, level, per_user, tokens, sink_dir))
-            srv_cpu = _cpu_seconds(server.proc.pid) - srv_cpu
-        finally:
-            server.stop()
-        ttfts = [s.ttft_s for s in result["stats"]]
-        rows.append({"level": level, "requests": len(result["records"]), "errors": len(result["errors"]),
-                     "tok_s": round(result["tok_s"]),
-                     "client_cpu_ms_per_1k_tokens": round(1e6 * result["client_cpu_s"] / result["tokens"], 1),
-                     "client_cpu_share": round(result["client_cpu_s"] / result["wall_s"], 2),
-                     "server_cpu_share": round(srv_cpu / result["wall_s"], 2),
-                     "median_ttft_ms": round(1000 * statistics.median(ttfts), 1)})
+        for client in clients:  # one server per client and level: none inherits another's state
+            server = Server()
+            try:
+                per_user = max(2, budget_tokens // (tokens * level))
+                srv_cpu = _cpu_seconds(server.proc.pid)
+                result = asyncio.run(drive(server.port, level, per_user, tokens, sink_dir, client))
+                srv_cpu = _cpu_seconds(server.proc.pid) - srv_cpu
+            finally:
+                server.stop()
+            ttfts = [s.ttft_s for s in result["stats"]]
+            rows.append({"client": client, "level": level, "requests": len(result["records"]),
+                         "errors": len(result["errors"]), "tok_s": round(result["tok_s"]),
+                         "client_cpu_ms_per_1k_tokens": round(1e6 * result["client_cpu_s"] / result["tokens"], 1),
+                         "client_cpu_share": round(result["client_cpu_s"] / result["wall_s"], 2),
+                         "server_cpu_share": round(srv_cpu / result["wall_s"], 2),
+                         "median_ttft_ms": round(1000 * statistics.median(ttfts), 1)})
     return rows
 
 
 def timing(levels: list[int], ttft: float, itl: float, tokens: int, requests: int,
-           sink_dir: Path) -> list[dict[str, Any]]:
+           sink_dir: Path, clients: list[str]) -> list[dict[str, Any]]:
     rows = []
-    for level in levels:
+    for level, client in [(level, client) for level in levels for client in clients]:
         server = Server(ttft, itl)
         try:
-            result = asyncio.run(drive(server.port, level, max(2, requests // level), tokens, sink_dir))
+            result = asyncio.run(drive(server.port, level, max(2, requests // level), tokens, sink_dir, client))
         finally:
             server.stop()
         ttft_err, server_late, client_late, itl_err, decode_err = [], [], [], [], []
@@ -205,8 +288,8 @@ def timing(levels: list[int], ttft: float, itl: float, tokens: int, requests: in
             server_rate = (len(times) - 1) / (times[-1][1] - times[0][1])
             decode_err.append(stats.decode_tok_s / server_rate - 1)
         ms = lambda values: round(1000 * statistics.median(values), 2)  # noqa: E731
-        rows.append({"level": level, "requests": len(result["records"]), "errors": len(result["errors"]),
-                     "ttft_error_ms": ms(ttft_err),
+        rows.append({"client": client, "level": level, "requests": len(result["records"]),
+                     "errors": len(result["errors"]), "ttft_error_ms": ms(ttft_err),
                      "ttft_error_ms_p95": round(1000 * sorted(ttft_err)[int(0.95 * (len(ttft_err) - 1))], 2),
                      "of_which_server_ms": ms(server_late), "of_which_client_ms": ms(client_late),
                      "itl_jitter_ms": round(1000 * statistics.fmean(itl_err), 3),
@@ -232,6 +315,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per reply (capacity run)")
     parser.add_argument("--budget-tokens", type=int, default=200_000, help="tokens per capacity level")
     parser.add_argument("--timing-requests", type=int, default=48, help="requests per timing level")
+    parser.add_argument("--clients", default=",".join(CLIENTS), help="clients compared (campaign is the gate's)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.serve:
@@ -240,15 +324,37 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     with tempfile.TemporaryDirectory(prefix="client-capacity-") as tmp:
         load = os.getloadavg()[0]
-        cap = capacity(levels, args.tokens, args.budget_tokens, Path(tmp))
-        tim = timing(levels, args.ttft_ms / 1000, args.itl_ms / 1000, 64, args.timing_requests, Path(tmp))
+        clients = [c for c in available_clients() if c in args.clients.split(",")]
+        cap = capacity(levels, args.tokens, args.budget_tokens, Path(tmp), clients)
+        tim = timing(levels, args.ttft_ms / 1000, args.itl_ms / 1000, 64, args.timing_requests, Path(tmp), clients)
     print(f"host: {os.cpu_count()} cores, load average {load:.2f} at start; python {sys.version.split()[0]}")
     print(f"\ncapacity: server streams {args.tokens}-token replies as fast as it can")
     print(_table(cap))
     print(f"\ntiming: injected TTFT {args.ttft_ms:g} ms, inter-token delay {args.itl_ms:g} ms, 64-token replies")
     print(_table(tim))
+    print("\nthe gate's client against its peers, measured in this run:")
+    for line in _ratios(cap, tim):
+        print("  " + line)
     if args.json:
         args.json.write_text(json.dumps({"load_average": load, "capacity": cap, "timing": tim}, indent=2))
+
+
+def _ratios(cap: list[dict[str, Any]], tim: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for level in sorted({r["level"] for r in cap}):
+        at = {r["client"]: r for r in cap if r["level"] == level}
+        mine = at.get("campaign")
+        for peer in [c for c in at if c != "campaign"]:
+            if mine:
+                lines.append(f"C{level}: tok/s {mine['tok_s'] / at[peer]['tok_s']:.2f}x {peer}'s; CPU per 1k tokens "
+                             f"{mine['client_cpu_ms_per_1k_tokens']} ms vs {at[peer]['client_cpu_ms_per_1k_tokens']} ms")
+    for level in sorted({r["level"] for r in tim}):
+        at = {r["client"]: r for r in tim if r["level"] == level}
+        if "campaign" in at and "raw-socket" in at:
+            lines.append(f"C{level}: TTFT error {at['campaign']['ttft_error_ms']} ms, the raw socket's "
+                         f"{at['raw-socket']['ttft_error_ms']} ms: "
+                         f"{at['campaign']['ttft_error_ms'] - at['raw-socket']['ttft_error_ms']:+.2f} ms")
+    return lines
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from campaign.errors import InputError
 
 __all__ = ["DuplicateKeyError", "JsonlAppender", "atomic_write_bytes", "atomic_write_json", "fsync_dir",
-           "load_json_strict", "loads_strict", "read_jsonl"]
+           "jsonl_line", "load_json_strict", "loads_strict", "read_jsonl"]
 
 
 class DuplicateKeyError(ValueError):
@@ -109,6 +111,17 @@ def _set_aside_torn_tail(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
+_JSONL_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
+
+
+def jsonl_line(record: dict[str, Any]) -> bytes:
+    """A record as one JSONL line. orjson: a speed rep writes thousands of streamed events a second."""
+    try:
+        return orjson.dumps(record, option=_JSONL_OPTIONS)
+    except orjson.JSONEncodeError:  # what orjson refuses (an integer past 64 bits) the stdlib writes
+        return (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
 class JsonlAppender:
     """One JSON object per line, flushed and fsynced per record: a crash loses at most the line being written."""
 
@@ -116,10 +129,14 @@ class JsonlAppender:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         _set_aside_torn_tail(path)
-        self._handle = open(path, "a", encoding="utf-8")
+        self._handle = open(path, "ab")
 
     def append(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+        self.append_line(jsonl_line(record))
+
+    def append_line(self, line: bytes) -> None:
+        """One line already encoded by ``jsonl_line`` (so a caller can encode on its own thread)."""
+        self._handle.write(line)
         self._handle.flush()
         os.fsync(self._handle.fileno())
 

@@ -383,6 +383,14 @@ class SpeedRule(StrictModel):
                                   "mean per-prompt change; more means the environment moved (INCONCLUSIVE). "
                                   "Smaller jumps need no limit: a steady drift is taken out by the fit and "
                                   "the boots' scatter is in the CI. Null reports it without a limit.")
+    max_client_cpu_share: float | None = Field(
+        0.9, gt=0.0, le=1.0, description="Share of one core the speed client's event loop may use during a rep; "
+                                         "more means the client, not the lane, may be what was measured (VOID). "
+                                         "Null disables it.")
+    max_loop_lag_ms: float | None = Field(
+        20.0, gt=0.0, description="How late (99th percentile) the client's event loop may wake up during a rep; "
+                                  "later means arrivals waited to be timed, so the client was the bottleneck "
+                                  "(VOID). Null disables it.")
 
 
 

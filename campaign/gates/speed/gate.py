@@ -40,11 +40,8 @@ from campaign.gates.common.streams import StreamStats
 from campaign.lanes.runtimes.hostcpu import pinned_threads
 from campaign.lanes.session import LaneRun
 
-__all__ = ["MAX_CLIENT_CPU_SHARE", "SpeedGate"]
+__all__ = ["SpeedGate"]
 
-# The client's CPU time over a rep's wall time. benchmarks/client_capacity.py puts this client's
-# ceiling far above what it is asked here; a rep where it was this busy may have been client-bound.
-MAX_CLIENT_CPU_SHARE = 0.8
 _UNITS = {"decode_tok_s": "tok/s", "effective_tok_s": "tok/s", "ttft_s": "s"}
 _FOREIGN = "another client on the port"
 _POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include other traffic
@@ -343,12 +340,6 @@ class SpeedGate(Gate):
                     problems.setdefault(level, []).append(
                         f"{role} ({view.key}) row C{level}/{cls} stayed VOID after {len(attempts)} attempt(s): {last}")
                     continue
-                for rep in chosen.rep_rows:
-                    share = rep["client_cpu_share"]
-                    if share is not None and share > MAX_CLIENT_CPU_SHARE:
-                        problems.setdefault(level, []).append(
-                            f"{role} ({view.key}) row C{level}/{cls} rep {rep['rep']}: the client used {share:.0%} "
-                            "of a core; it may have limited the rate")
                 for tags, stats in chosen.stats:
                     first_texts.setdefault(str(tags.get("prompt")), stats.text)
         same = []

@@ -144,11 +144,13 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
             "client_cpu_s": cpu, "client_cpu_share": cpu / duration if duration > 0 else None,
             "client_cpu_ms_per_1k_tokens": 1e6 * cpu / tokens if tokens else None,
             "host_other_share": _others(rep_record, cpu),
+            "client_loop_lag_p99_ms": rep_record.get("loop_lag_p99_ms"),
         })
     busy = [r for r in rep_rows if rule.max_host_busy is not None and (r["host_other_share"] or 0) > rule.max_host_busy]
     if busy:
         reasons.append(f"other processes used {busy[0]['host_other_share']:.0%} of the host's CPUs during rep "
                        f"{busy[0]['rep']} (limit {rule.max_host_busy:.0%}): another tenant on the host")
+    reasons += _client_bottleneck(rep_rows, rule)
     if len(rep_rows) != reps:
         reasons.append(f"{len(rep_rows)} reps recorded, expected {reps}")
     row_spread = spread([r["aggregate_tok_s"] for r in rep_rows])
@@ -160,6 +162,22 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
     reasons += traffic
     return RowResult(status="VOID" if reasons else "valid", reasons=reasons, spread=row_spread, rep_rows=rep_rows,
                      stats=stats, errors=errors, engine=engine)
+
+
+def _client_bottleneck(rep_rows: list[dict[str, Any]], rule: SpeedRule) -> list[str]:
+    """A client near a full core, or whose loop woke up late, timed its own queue, not the lane."""
+    reasons = []
+    for row in rep_rows:
+        share, lag = row["client_cpu_share"], row["client_loop_lag_p99_ms"]
+        if rule.max_client_cpu_share is not None and share is not None and share > rule.max_client_cpu_share:
+            reasons.append(f"the client was the bottleneck: it used {share:.0%} of a core during rep {row['rep']} "
+                           f"(limit {rule.max_client_cpu_share:.0%})")
+            break
+        if rule.max_loop_lag_ms is not None and lag is not None and lag > rule.max_loop_lag_ms:
+            reasons.append(f"the client was the bottleneck: its event loop woke up {lag:.1f} ms late (p99) during "
+                           f"rep {row['rep']} (limit {rule.max_loop_lag_ms:g} ms)")
+            break
+    return reasons
 
 
 def _others(rep: dict[str, Any], client_cpu: float) -> float | None:

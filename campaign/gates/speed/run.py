@@ -8,8 +8,8 @@ its last one ends), scrape again, judge the row
 with the same function the offline judge uses; a VOID row is re-warmed and re-run up to the frozen
 count. Every record is kept, void attempts included.
 
-Records are written by one background thread, so a disk flush never stalls the event loop while
-other streams' chunks are being timed.
+Records are encoded on the event loop and written by one background thread, so a disk flush never
+stalls the loop while other streams' chunks are being timed.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from campaign.contracts.gatespecs import SpeedSpec
 from campaign.errors import EngineError
-from campaign.fsutil import JsonlAppender
+from campaign.fsutil import JsonlAppender, jsonl_line
 from campaign.gates.common.inputs import Prompt
 from campaign.gates.speed.rows import RowAttempt, RowResult, evaluate_row
 from campaign.gates.common.streams import StreamFacts, streamed_text
@@ -51,6 +51,27 @@ def by_class(prompts: list[Prompt]) -> dict[str, list[Prompt]]:
     return classes
 
 
+_LAG_TICK_S = 0.005
+
+
+async def _watch_loop(lags: list[float]) -> None:
+    """How late the event loop wakes up for a timer, every few ms: an arrival waits at least that long to
+    be timed, so a loop that lags is a client that measures its own queue."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + _LAG_TICK_S
+        await asyncio.sleep(_LAG_TICK_S)
+        lags.append(max(0.0, loop.time() - due))
+
+
+def _lag_figures(lags: list[float]) -> dict[str, Any]:
+    if not lags:
+        return {}
+    ordered = sorted(lags)
+    return {"loop_lag_p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+            "loop_lag_max_ms": 1000 * ordered[-1], "loop_lag_samples": len(ordered)}
+
+
 class RecordWriter:
     """Appends records in order on one worker thread; ``drain`` waits for all of them."""
 
@@ -60,7 +81,11 @@ class RecordWriter:
         self._pending: list[asyncio.Future[None]] = []
 
     def put(self, record: dict[str, Any]) -> None:
-        self._pending.append(asyncio.get_running_loop().run_in_executor(self._pool, self._sink.append, record))
+        # encoded here, on the loop's thread (tens of microseconds with orjson): an encoder running on the
+        # writer's thread would hold the GIL, and the loop would wait up to a switch interval (5 ms) to
+        # time the next arrival. The write and its fsync release the GIL.
+        line = jsonl_line(record)
+        self._pending.append(asyncio.get_running_loop().run_in_executor(self._pool, self._sink.append_line, line))
 
     async def drain(self) -> None:
         pending, self._pending = self._pending, []
@@ -86,14 +111,13 @@ class SpeedMeasurement:
         self.facts = StreamFacts(token_counter=adapter.stream_token_counter,
                                  tokens_per_chunk=adapter.stream_tokens_per_chunk,
                                  count_by_tokenizer=adapter.stream_count_by_tokenizer)
-        self.new_connection = adapter.stream_new_connection
         self._sink, self._warm = RecordWriter(sink), RecordWriter(warm_sink)
         self.results: dict[tuple[int, str], list[RowResult]] = {}
 
     async def run(self) -> dict[tuple[int, str], list[RowResult]]:
         try:
-            self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "httpx",
-                            "new_connection_per_stream": self.new_connection,
+            self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "campaign.lanes.engines.sse",
+                            "new_connection_per_stream": True,
                             "token_counter": self.facts.token_counter,
                             "count_by_tokenizer": self.facts.count_by_tokenizer,
                             "tokens_per_chunk": self.facts.tokens_per_chunk,
@@ -122,8 +146,7 @@ class SpeedMeasurement:
             prompt = prompts[user % len(prompts)]
             tags = {"phase": "warmup", "wave": wave, "level": level, "class": cls, "attempt": attempt,
                     "user": user, "prompt": prompt.id}
-            record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags,
-                                              new_connection=self.new_connection)
+            record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags)
             self._warm.put(record)
 
         await asyncio.gather(*(one(user) for user in range(level)))
@@ -160,8 +183,7 @@ class SpeedMeasurement:
                 prompt = queue[position]
                 tags = {"phase": "measure", "level": row.level, "class": row.cls, "attempt": row.attempt,
                         "rep": rep, "user": index, "position": position, "prompt": prompt.id}
-                record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags,
-                                                  new_connection=self.new_connection)
+                record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags)
                 row.requests.append(record)
                 if self.facts.count_by_tokenizer:
                     held.append(record)  # written once counted, after the clock stops (seconds later)
@@ -177,6 +199,8 @@ class SpeedMeasurement:
         window, cpu, wall = time.perf_counter(), time.thread_time(), time.time()
         process_cpu = time.process_time()
         host, lane = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
+        lags: list[float] = []
+        watch = asyncio.create_task(_watch_loop(lags))
         start = time.perf_counter()
         try:
             await asyncio.gather(*(user(index) for index in range(row.level)))
@@ -184,12 +208,15 @@ class SpeedMeasurement:
             for request in held:  # cut short: what arrived is still written, uncounted
                 self._sink.put(request)
             raise
+        finally:
+            watch.cancel()
         duration = time.perf_counter() - start
         host_after, lane_after = host_busy_seconds(), self.lane_cpu() if self.lane_cpu else None
         record = {"kind": "rep", "level": row.level, "class": row.cls, "attempt": row.attempt, "rep": rep,
                   "wall_start": wall, "duration_s": duration, "client_cpu_s": time.thread_time() - cpu,
                   "runner_other_cpu_s": max(0.0, time.process_time() - process_cpu - (time.thread_time() - cpu)),
-                  "host_cpus": os.cpu_count(), "host_window_s": time.perf_counter() - window}
+                  "host_cpus": os.cpu_count(), "host_window_s": time.perf_counter() - window,
+                  **_lag_figures(lags)}
         if None not in (host, lane, host_after, lane_after):
             record["host_busy_s"], record["lane_cpu_s"] = host_after - host, lane_after - lane
         for request in held:

@@ -137,7 +137,6 @@ class EngineAdapter(ABC):
     # usage on request and exports no metrics; an adapter overrides what its engine does better.
     stream_token_counter: str | None = None  # dotted path in a chunk to the engine's running token count
     stream_tokens_per_chunk: int | None = None  # set only if every content chunk is exactly this many tokens
-    stream_new_connection: bool = True  # False only for an engine known to keep streamed connections open
     # an engine that streams no usage and no counter: its tokenizer counts the streamed text (count_tokens)
     stream_count_by_tokenizer: bool = False
 

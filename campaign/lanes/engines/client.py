@@ -8,7 +8,6 @@ headers (which may carry an API key) are never recorded.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ import httpx
 
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
+from campaign.lanes.engines.sse import post_stream
 
 __all__ = ["LaneClient", "RawRecord"]
 
@@ -30,6 +30,7 @@ KEEPALIVE_EXPIRY_S = 2.0
 class LaneClient:
     def __init__(self, base_url: str, *, lane: str, api_key: str | None = None, timeout: float = 600.0) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers, self._timeout = headers, timeout
         self.lane = lane
         self.base_url = base_url
         self._http = httpx.AsyncClient(base_url=base_url, headers=headers,
@@ -87,44 +88,28 @@ class LaneClient:
         return record
 
     async def stream(self, path: str, body: dict[str, Any], *, sink: JsonlAppender | None = None,
-                     tags: dict[str, Any] | None = None, new_connection: bool = True) -> RawRecord:
+                     tags: dict[str, Any] | None = None) -> RawRecord:
         """A streaming POST; every SSE event is kept with its arrival time (seconds after sending).
 
-        ``new_connection``: llama-server closes the connection after every streamed response while
-        advertising keep-alive (seen on this build with a raw socket), so a request sent right after a
-        stream on the pooled connection fails with "Server disconnected without sending a response".
-        A fresh connection per stream costs one local TCP handshake inside the TTFT, the same on
-        every lane; an engine known to keep streamed connections may pass False."""
+        Sent through the load path of ``sse.py`` (bytes kept with their arrival time, framed after the
+        response ends), on a fresh connection per stream: llama-server closes the connection after every
+        streamed response while advertising keep-alive, and a connection per stream costs every lane the
+        same local handshake inside its TTFT."""
         body = {**body, "stream": True}
-        headers = {"Connection": "close"} if new_connection else None
         record: RawRecord = {"seq": next(self._seq), "lane": self.lane, "path": path, "request": body,
-                             "tags": tags or {}, "wall_start": time.time(), "events": []}
-        events: list[dict[str, Any]] = record["events"]
-        done = False
+                             "tags": tags or {}, "wall_start": time.time()}
         start = time.perf_counter()
-        try:
-            async with self._http.stream("POST", path, json=body, headers=headers) as response:
-                record["status"] = response.status_code
-                if response.status_code >= 400:
-                    record["response_text"] = (await response.aread()).decode(errors="replace")[:4000]
-                    record["error"] = f"HTTP {response.status_code}"
-                else:
-                    async for line in response.aiter_lines():
-                        now = time.perf_counter() - start
-                        if not line.startswith("data:"):
-                            continue
-                        payload = line[5:].strip()
-                        if payload == "[DONE]":
-                            done = True
-                            continue
-                        try:
-                            events.append({"t": now, "data": json.loads(payload)})
-                        except ValueError:
-                            events.append({"t": now, "raw": payload[:2000]})
-        except httpx.HTTPError as exc:
-            record["error"] = f"{type(exc).__name__}: {exc}"
+        response = await post_stream(self.base_url, path, body, headers=self._headers, timeout=self._timeout,
+                                     start=start)
         record["elapsed_s"] = time.perf_counter() - start
-        record["done_marker"] = done
+        record["events"] = response.events
+        if response.status is not None:
+            record["status"] = response.status
+        if response.response_text is not None:
+            record["response_text"] = response.response_text
+        if response.error is not None:
+            record["error"] = response.error
+        record["done_marker"] = response.done_marker
         if sink is not None:
             sink.append(record)
         return record

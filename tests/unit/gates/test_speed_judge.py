@@ -257,3 +257,28 @@ def test_a_busy_host_voids_the_row(tmp_path: Path) -> None:
     assert "other processes used 17% of the host's CPUs during rep 0 (limit 10%): another tenant" in row.reasons[0]
 
 
+
+
+@pytest.mark.parametrize("measured, rule, reason", [
+    ({"client_cpu_s": 2.9}, "{}", "the client was the bottleneck: it used 9"),
+    ({"loop_lag_p99_ms": 35.0}, "{}", "the client was the bottleneck: its event loop woke up 35.0 ms late (p99)"),
+    ({"loop_lag_p99_ms": 35.0}, "{max_loop_lag_ms: 50}", None),
+    ({"client_cpu_s": 2.9}, "{max_client_cpu_share: null}", None),
+])
+def test_a_client_that_was_the_bottleneck_voids_the_row(tmp_path: Path, measured: dict, rule: str,
+                                                         reason: str | None) -> None:
+    gate, _, _ = make_gate(tmp_path, rule=rule)
+    write_visit(gate, "cand", rates())
+    records = gate.ctx.raw_records("speed", "cand")
+    gate.ctx.raw_path("speed", "cand").unlink()
+    with JsonlAppender(gate.ctx.raw_path("speed", "cand")) as sink:
+        for record in records:
+            if record.get("kind") == "rep" and record["rep"] == 1:
+                record.update(measured)
+            sink.append(record)
+    row = gate.view("cand").rows[(1, "code")][0]
+    if reason is None:
+        assert row.valid, row.reasons
+    else:
+        assert row.status == "VOID" and any(r.startswith(reason) for r in row.reasons), row.reasons
+        assert "rep 1" in next(r for r in row.reasons if r.startswith(reason))

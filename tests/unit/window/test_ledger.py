@@ -105,7 +105,7 @@ def test_an_edited_entry_is_refused(ledger: Ledger, key: SigningKey) -> None:
     ledger.append(key, "promote", {"lane": "a"})
     ledger.append(key, "promote", {"lane": "b"})
     lines = raw_lines(ledger)
-    lines[1] = lines[1].replace(b'"lane": "b"', b'"lane": "evil"')
+    lines[1] = lines[1].replace(b'"b"', b'"evil"')  # the lane's name, whatever the spacing
     assert b"evil" in lines[1]
     ledger.path.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(VerifyError, match=r"ledger.jsonl:2: ledger entry signature invalid"):
@@ -118,7 +118,7 @@ def test_an_edit_to_an_earlier_entry_breaks_the_chain_even_if_its_signature_hold
     ledger.append(key, "promote", {"lane": "b"})
     lines = raw_lines(ledger)
     # the same JSON, spaced differently: the signature (over canonical JSON) still holds, the bytes do not
-    lines[0] = json.dumps(json.loads(lines[0]), indent=None, separators=(",", ":")).encode()
+    lines[0] = json.dumps(json.loads(lines[0]), indent=1).replace("\n", "").encode()
     ledger.path.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(VerifyError, match=r"ledger.jsonl:2: ledger chain broken"):
         ledger.verify(load_trusted())

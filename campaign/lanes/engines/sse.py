@@ -1,0 +1,243 @@
+"""The load path of streamed requests: one POST per connection on asyncio's protocol layer.
+
+Measured in one run by ``benchmarks/client_capacity.py`` (README, "The speed client"): through httpx
+the gate's client was the slowest of the clients compared at 64 users, and its own TTFT grew to three
+times the server's, so under load the instrument measured itself. The cost was per chunk: httpx's
+stream layers, a line iterator, a JSON decode and a dict per event, all while other streams were being
+timed. Here the hot path does one thing per socket read: it keeps the bytes with their arrival time.
+The HTTP framing (head, chunked body), the SSE events and their JSON are read after the response has
+ended, with each event stamped with the arrival of the read that completed its line.
+
+A fresh connection per stream (``Connection: close``): llama-server closes a streamed response's
+connection while advertising keep-alive, so reuse fails there anyway; one local handshake sits inside
+every lane's TTFT alike. httpx stays for everything else (health, metrics, scoring requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+__all__ = ["StreamedResponse", "post_stream"]
+
+_MAX_ERROR_BODY = 4000
+
+
+@dataclass
+class StreamedResponse:
+    """What came back: the status, the SSE data payloads with their arrival times (seconds after the
+    request started), whether ``[DONE]`` came, and an error when the response was not whole."""
+
+    status: int | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    done_marker: bool = False
+    error: str | None = None
+    response_text: str | None = None
+
+
+class _Reads(asyncio.Protocol):
+    """Keeps every read with its arrival time. Besides that, only what tells the end of the response: its
+    framing, learnt once from the head, then a length count or a look at each read's last bytes, so a
+    server that keeps the connection open despite ``Connection: close`` still ends the stream."""
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.times: list[float] = []
+        self.chunks: list[bytes] = []
+        self.done = done
+        self.lost: Exception | None = None
+        self.transport: asyncio.Transport | None = None
+        self._framing: str | None = None  # "chunked", "length" or "close", once the head has arrived
+        self._remaining = 0  # bytes of a content-length body still to come
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.times.append(time.perf_counter())
+        self.chunks.append(data)
+        if self._framing == "chunked":
+            if data.endswith(b"0\r\n\r\n") and self._whole():
+                self._finish()
+        elif self._framing == "length":
+            self._remaining -= len(data)
+            if self._remaining <= 0:
+                self._finish()
+        elif self._framing is None:
+            self._learn_framing()
+
+    def _learn_framing(self) -> None:
+        raw = b"".join(self.chunks)
+        head_end = raw.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        fields = _fields(raw[:head_end])
+        if "chunked" in fields.get("transfer-encoding", ""):
+            self._framing = "chunked"
+            if raw.endswith(b"0\r\n\r\n") and self._whole():
+                self._finish()
+        elif fields.get("content-length", "").isdigit():
+            self._framing, self._remaining = "length", int(fields["content-length"]) - (len(raw) - head_end - 4)
+            if self._remaining <= 0:
+                self._finish()
+        else:
+            self._framing = "close"
+
+    def _whole(self) -> bool:
+        raw = b"".join(self.chunks)
+        head_end = raw.find(b"\r\n\r\n")
+        return _body_pieces(raw, head_end + 4, {"transfer-encoding": "chunked"})[1]
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too: the response ends with the connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = exc
+        self._finish()
+
+
+def _fields(head: bytes) -> dict[str, str]:
+    fields = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        fields[name.strip().lower()] = value.strip()
+    return fields
+
+
+def _request_bytes(url: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[bytes, Any]:
+    parts = urlsplit(url)
+    target = (parts.path.rstrip("/") + path) or "/"
+    payload = orjson.dumps(body)
+    host = parts.hostname or "localhost"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    lines = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}", "Content-Type: application/json",
+             f"Content-Length: {len(payload)}", "Accept: text/event-stream", "Connection: close",
+             *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload, (host, port, parts.scheme == "https")
+
+
+async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float,
+                      connect_timeout: float = 10.0, start: float | None = None) -> StreamedResponse:
+    """POST ``body`` and read the whole streamed response. ``start`` (a ``perf_counter`` value) is the
+    zero of the events' times; failures come back in ``error``, never raised (a gate decides)."""
+    start = time.perf_counter() if start is None else start
+    request, (host, port, tls) = _request_bytes(url, path, body, headers)
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    reads = _Reads(done)
+    try:
+        transport, _ = await asyncio.wait_for(loop.create_connection(
+            lambda: reads, host, port, ssl=ssl.create_default_context() if tls else None), connect_timeout)
+    except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+        return StreamedResponse(error=f"ConnectError: {exc or 'connect timed out'}")
+    try:
+        transport.write(request)
+        await asyncio.wait_for(done, max(0.0, timeout - (time.perf_counter() - start)))
+    except asyncio.TimeoutError:
+        transport.abort()
+        response = _read(reads, start)
+        response.error = response.error or f"ReadTimeout: no end of response within {timeout:g}s"
+        return response
+    finally:
+        transport.close()
+    return _read(reads, start)
+
+
+def _read(reads: _Reads, start: float) -> StreamedResponse:
+    """Frames the bytes kept by ``_Reads``: the status line, the (chunked) body, the SSE data lines."""
+    raw = b"".join(reads.chunks)
+    ends: list[int] = []
+    total = 0
+    for chunk in reads.chunks:
+        total += len(chunk)
+        ends.append(total)
+    head_end = raw.find(b"\r\n\r\n")
+    if head_end < 0:
+        reason = f" ({reads.lost})" if reads.lost else ""
+        return StreamedResponse(error=f"RemoteProtocolError: Server disconnected without sending a response{reason}")
+    status_line = raw[:raw.find(b"\r\n")].decode("latin-1")
+    try:
+        status = int(status_line.split(" ", 2)[1])
+    except (IndexError, ValueError):
+        return StreamedResponse(error=f"RemoteProtocolError: malformed status line {status_line[:80]!r}")
+    fields = _fields(raw[:head_end])
+    pieces, whole = _body_pieces(raw, head_end + 4, fields)
+    body = b"".join(raw[begin:end] for begin, end in pieces)
+    response = StreamedResponse(status=status)
+    if not whole:
+        response.error = ("RemoteProtocolError: peer closed connection without sending complete message body "
+                          "(incomplete chunked read)" if "chunked" in fields.get("transfer-encoding", "") else
+                          "RemoteProtocolError: peer closed connection without sending complete message body")
+    if status >= 400:
+        response.response_text = body.decode(errors="replace")[:_MAX_ERROR_BODY]
+        response.error = f"HTTP {status}"
+        return response
+    _events(response, body, pieces, ends, [t - start for t in reads.times])
+    return response
+
+
+def _body_pieces(raw: bytes, begin: int, fields: dict[str, str]) -> tuple[list[tuple[int, int]], bool]:
+    """(start, end) offsets in ``raw`` of the body's bytes, and whether the body arrived whole."""
+    if "chunked" not in fields.get("transfer-encoding", ""):
+        length = fields.get("content-length", "")
+        if not length.isdigit():
+            return [(begin, len(raw))], True  # delimited by the close
+        end = begin + int(length)
+        return [(begin, min(end, len(raw)))], end <= len(raw)
+    pieces, position = [], begin
+    while True:
+        line_end = raw.find(b"\r\n", position)
+        if line_end < 0:
+            return pieces, False
+        try:
+            size = int(raw[position:line_end].split(b";", 1)[0], 16)
+        except ValueError:
+            return pieces, False
+        if size == 0:
+            return pieces, True
+        data_start = line_end + 2
+        if data_start + size > len(raw):
+            pieces.append((data_start, len(raw)))
+            return pieces, False
+        pieces.append((data_start, data_start + size))
+        position = data_start + size + 2
+
+
+def _events(response: StreamedResponse, body: bytes, pieces: list[tuple[int, int]], ends: list[int],
+            times: list[float]) -> None:
+    """Each ``data:`` line becomes an event stamped with the arrival of the read holding its newline."""
+    piece_starts, offset = [], 0
+    for begin, end in pieces:
+        piece_starts.append(offset)
+        offset += end - begin
+    events = response.events
+    position = 0
+    while True:
+        newline = body.find(b"\n", position)
+        if newline < 0:
+            break
+        line = body[position:newline].rstrip(b"\r")
+        position = newline + 1
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            response.done_marker = True
+            continue
+        index = bisect_right(piece_starts, newline) - 1
+        raw_offset = pieces[index][0] + (newline - piece_starts[index])
+        arrived = times[bisect_right(ends, raw_offset)]  # the read whose bytes end past the newline
+        try:
+            events.append({"t": arrived, "data": orjson.loads(payload)})
+        except orjson.JSONDecodeError:
+            events.append({"t": arrived, "raw": payload[:2000].decode(errors="replace")})

@@ -1,0 +1,82 @@
+"""Stopping a window's lanes before the daily comes back: fenced to this window's processes, and each one
+gone (its port released) by the time the daily is started on that port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from campaign.window.restore import stop_window_lanes
+from campaign.window.state import LaneProcess, WindowState, process_start_time
+
+# binds a port, says so, ignores SIGTERM (a lane that will not stop politely) and holds the port
+_HOLDER = """
+import signal, socket, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+print("bound", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _holder(port: int, window: str | None) -> subprocess.Popen:
+    env = {**os.environ, **({"CAMPAIGN_WINDOW": window} if window else {})}
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(port)], env=env, stdout=subprocess.PIPE,
+                            start_new_session=True, text=True)
+    assert proc.stdout.readline().strip() == "bound"
+    return proc
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _state(window: str, lanes: list[LaneProcess]) -> WindowState:
+    return WindowState(window=window, bundle="/nonexistent", contract="/c.yaml", record="/c.freeze.json",
+                       runner_pid=os.getpid(), boot_id="b", lanes=lanes)
+
+
+def test_a_tracked_lane_that_ignores_sigterm_is_killed_and_gone_before_it_returns() -> None:
+    port = _free_port()
+    lane = _holder(port, "w-tracked")
+    state = _state("w-tracked", [LaneProcess(visit="spec@1", pid=lane.pid,
+                                             start_time=process_start_time(lane.pid))])
+    started = time.monotonic()
+    assert stop_window_lanes(state, grace=0.5) == ["spec@1"]
+    assert time.monotonic() - started >= 0.5  # it was given its grace first
+    assert process_start_time(lane.pid) is None and _port_free(port)
+
+
+def test_an_untracked_lane_of_this_window_is_gone_before_it_returns_and_others_are_untouched() -> None:
+    ours_port, theirs_port = _free_port(), _free_port()
+    ours = _holder(ours_port, "w-ours")  # started in the instant before the runner could record it
+    theirs = _holder(theirs_port, "w-theirs")
+    try:
+        assert stop_window_lanes(_state("w-ours", []), grace=0.5) == [f"untracked pid {ours.pid}"]
+        assert process_start_time(ours.pid) is None and _port_free(ours_port)
+        assert process_start_time(theirs.pid) is not None and not _port_free(theirs_port)
+    finally:
+        theirs.kill()
+        theirs.wait()
