@@ -16,6 +16,9 @@ every lane's TTFT alike. httpx stays for everything else (health, metrics, scori
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import os
 import ssl
 import time
 from bisect import bisect_right
@@ -24,6 +27,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
+
+from campaign.fsutil import jsonl_line
 
 __all__ = ["StreamedResponse", "post_stream"]
 
@@ -40,11 +45,12 @@ class StreamedResponse:
     done_marker: bool = False
     error: str | None = None
     response_text: str | None = None
+    elapsed_s: float | None = None  # to the last byte received (framing it afterwards is not the server's time)
 
 
 class _Reads(asyncio.Protocol):
     """Keeps every read with its arrival time. Besides that, only what tells the end of the response: its
-    framing, learnt once from the head, then a length count or a look at each read's last bytes, so a
+    framing, learnt once from the head, then a length count or a walk over the chunk-size lines, so a
     server that keeps the connection open despite ``Connection: close`` still ends the stream."""
 
     def __init__(self, done: asyncio.Future[None]) -> None:
@@ -52,19 +58,18 @@ class _Reads(asyncio.Protocol):
         self.chunks: list[bytes] = []
         self.done = done
         self.lost: Exception | None = None
-        self.transport: asyncio.Transport | None = None
         self._framing: str | None = None  # "chunked", "length" or "close", once the head has arrived
         self._remaining = 0  # bytes of a content-length body still to come
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self._buffer = bytearray()  # the chunked body so far: the walk needs it contiguous
+        self._position = 0  # where the walk over the chunked body stands
+        self._skip = 0  # bytes of chunk data (and its CRLF) still to pass over
 
     def data_received(self, data: bytes) -> None:
         self.times.append(time.perf_counter())
         self.chunks.append(data)
         if self._framing == "chunked":
-            if data.endswith(b"0\r\n\r\n") and self._whole():
-                self._finish()
+            self._buffer += data
+            self._walk_chunks()
         elif self._framing == "length":
             self._remaining -= len(data)
             if self._remaining <= 0:
@@ -80,8 +85,8 @@ class _Reads(asyncio.Protocol):
         fields = _fields(raw[:head_end])
         if "chunked" in fields.get("transfer-encoding", ""):
             self._framing = "chunked"
-            if raw.endswith(b"0\r\n\r\n") and self._whole():
-                self._finish()
+            self._buffer += raw[head_end + 4:]
+            self._walk_chunks()
         elif fields.get("content-length", "").isdigit():
             self._framing, self._remaining = "length", int(fields["content-length"]) - (len(raw) - head_end - 4)
             if self._remaining <= 0:
@@ -89,10 +94,30 @@ class _Reads(asyncio.Protocol):
         else:
             self._framing = "close"
 
-    def _whole(self) -> bool:
-        raw = b"".join(self.chunks)
-        head_end = raw.find(b"\r\n\r\n")
-        return _body_pieces(raw, head_end + 4, {"transfer-encoding": "chunked"})[1]
+    def _walk_chunks(self) -> None:
+        """Skip whole chunks as they arrive; the response ends at the zero-size chunk and its trailers."""
+        buffer, position = self._buffer, self._position
+        while True:
+            if self._skip:
+                taken = min(self._skip, len(buffer) - position)
+                position += taken
+                self._skip -= taken
+                if self._skip:
+                    break
+            line_end = buffer.find(b"\r\n", position)
+            if line_end < 0:
+                break
+            try:
+                size = int(bytes(buffer[position:line_end]).split(b";", 1)[0], 16)
+            except ValueError:  # not chunked after all: the close will end it
+                self._framing = "close"
+                return
+            if size == 0:  # the last chunk: trailer lines (usually none), then an empty line
+                if buffer.find(b"\r\n\r\n", line_end) >= 0:
+                    self._finish()
+                break
+            position, self._skip = line_end + 2, size + 2
+        self._position = position
 
     def _finish(self) -> None:
         if not self.done.done():
@@ -117,19 +142,33 @@ def _fields(head: bytes) -> dict[str, str]:
 def _request_bytes(url: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[bytes, Any]:
     parts = urlsplit(url)
     target = (parts.path.rstrip("/") + path) or "/"
-    payload = orjson.dumps(body)
+    payload = jsonl_line(body)[:-1]  # orjson, the stdlib where orjson refuses (an integer past 64 bits)
     host = parts.hostname or "localhost"
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    lines = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}", "Content-Type: application/json",
-             f"Content-Length: {len(payload)}", "Accept: text/event-stream", "Connection: close",
-             *(f"{k}: {v}" for k, v in headers.items())]
+    authority = host if ":" not in host else f"[{host}]"
+    lines = [f"POST {target} HTTP/1.1", f"Host: {authority}{f':{parts.port}' if parts.port else ''}",
+             "Content-Type: application/json", f"Content-Length: {len(payload)}", "Accept: text/event-stream",
+             "Accept-Encoding: identity", "Connection: close", *(f"{k}: {v}" for k, v in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload, (host, port, parts.scheme == "https")
+
+
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """Built once: loading the CA bundle takes ~20 ms, which would sit inside every https stream's TTFT.
+    The same CAs httpx trusts (certifi, or SSL_CERT_FILE / SSL_CERT_DIR when set)."""
+    import certifi
+
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    if cafile or capath:
+        return ssl.create_default_context(cafile=cafile, capath=capath)
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float,
                       connect_timeout: float = 10.0, start: float | None = None) -> StreamedResponse:
     """POST ``body`` and read the whole streamed response. ``start`` (a ``perf_counter`` value) is the
-    zero of the events' times; failures come back in ``error``, never raised (a gate decides)."""
+    zero of the events' times; ``timeout`` is the longest silence tolerated (as httpx's read timeout);
+    failures come back in ``error``, never raised (a gate decides)."""
     start = time.perf_counter() if start is None else start
     request, (host, port, tls) = _request_bytes(url, path, body, headers)
     loop = asyncio.get_running_loop()
@@ -137,20 +176,27 @@ async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dic
     reads = _Reads(done)
     try:
         transport, _ = await asyncio.wait_for(loop.create_connection(
-            lambda: reads, host, port, ssl=ssl.create_default_context() if tls else None), connect_timeout)
+            lambda: reads, host, port, ssl=_tls_context() if tls else None), connect_timeout)
     except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-        return StreamedResponse(error=f"ConnectError: {exc or 'connect timed out'}")
+        return StreamedResponse(error=f"ConnectError: {str(exc) or f'no connection within {connect_timeout:g}s'}")
     try:
         transport.write(request)
-        await asyncio.wait_for(done, max(0.0, timeout - (time.perf_counter() - start)))
-    except asyncio.TimeoutError:
-        transport.abort()
-        response = _read(reads, start)
-        response.error = response.error or f"ReadTimeout: no end of response within {timeout:g}s"
-        return response
+        while not done.done():
+            quiet_since = reads.times[-1] if reads.times else start
+            left = quiet_since + timeout - time.perf_counter()
+            if left <= 0:
+                transport.abort()
+                response = _read(reads, start)
+                response.error = (f"ReadTimeout: nothing received for {timeout:g}s"
+                                  f"{f' ({response.error})' if response.error else ''}")
+                return response
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(done), left)
     finally:
         transport.close()
-    return _read(reads, start)
+    response = _read(reads, start)
+    response.elapsed_s = (reads.times[-1] if reads.times else time.perf_counter()) - start
+    return response
 
 
 def _read(reads: _Reads, start: float) -> StreamedResponse:

@@ -141,19 +141,21 @@ def test_a_daily_removed_mid_window_is_recreated_from_its_snapshot(container_dai
 
 
 def test_runner_killed_at_each_journal_step_the_daily_container_comes_back(container_daily: dict) -> None:
-    # the first record of each kind of step up to the lanes' end (snapshot, arm, stop, boot, gate, lane
-    # stop), then the first after the restore: every state a dead runner can leave a container daily in.
-    # Past the restore the daily serves again and the runner's remaining steps are the same for any daily:
-    # test_unattended kills at each of those for a process daily.
+    # each state a dead runner can leave a container daily in: untouched, failsafe armed, being stopped
+    # (restart policy held at no), stopped, a lane container being created, serving, removed, and the
+    # first step after the restore. The runner's other steps are the same for any daily: test_unattended
+    # kills at each of them for a process daily.
     probe = container_daily["root"] / "probe"
     ran = campaign("run", str(container_daily["contract"]), "--out", str(probe))
     assert ran.returncode == 0, ran.stderr
     every = first_record_of_each_kind(_bundle(probe) / "journal.jsonl")
-    last_lane_step = max(k for k, (step, _) in every if step == "stop")
-    kinds = {k: step for k, step in every if k <= last_lane_step}
+    states = {("start", "done"), ("failsafe.arm", "done"), ("incumbent.stop", "intent"), ("incumbent.stop", "done"),
+              ("boot", "intent"), ("boot", "done"), ("stop", "done")}
+    kinds = {k: step for k, step in every if step in states}
+    last_lane_step = max(kinds)
     first_after, step_after = next((k, step) for k, step in every if k > last_lane_step)
     kinds[first_after] = step_after
-    assert len(kinds) >= 12 and ("stop", "done") in kinds.values()
+    assert set(kinds.values()) == states | {step_after}
     for k, step in kinds.items():
         out = container_daily["root"] / f"runs-{k}"
         killed = campaign("run", str(container_daily["contract"]), "--out", str(out),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign.fsutil import load_json_strict
+from campaign.fsutil import read_jsonl, load_json_strict
 from tests.support.windows import window_bundle
 from tests.support.contracts import DEFAULT_PYTHON, EXAMPLES, MODEL, MODEL_SHA256, free_port
 
@@ -111,5 +111,7 @@ def test_engine_shaped_structured_and_real_tool_calls(bundle: Path) -> None:
     # arguments is the measurement, and the verdict follows the frozen rule from it
     assert "passed" in outcomes and not {"no_call", "error"} & set(outcomes), tools["details"]
     assert tools["verdict"] == ("PASS" if tools["metrics"]["passed"]["value"] >= 1 else "FAIL")
-    raw = (bundle / "raw" / "tools" / "fa.jsonl").read_text()
-    assert '"tool_calls"' in raw and '"role": "tool"' in raw  # the scripted result went back to the model
+    sent = [message for record in read_jsonl(bundle / "raw" / "tools" / "fa.jsonl")
+            for message in (record.get("request") or {}).get("messages", [])]
+    assert any(m.get("tool_calls") for m in sent)  # the model's call went back in the conversation,
+    assert any(m.get("role") == "tool" for m in sent)  # and the scripted result with it

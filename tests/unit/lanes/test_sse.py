@@ -98,3 +98,76 @@ async def test_nothing_listening_is_a_connect_error_not_an_exception() -> None:
         response = await post_stream(f"http://127.0.0.1:{port}", "/v1/chat/completions", {}, headers={},
                                      timeout=5.0)
     assert response.status is None and response.error.startswith("ConnectError")
+
+
+def _feed(pieces: list[bytes]) -> bool:
+    """Whether the protocol saw the end of the response from these reads alone (no close)."""
+    loop = asyncio.new_event_loop()
+    try:
+        reads = _Reads(loop.create_future())
+        for piece in pieces:
+            reads.data_received(piece)
+        return reads.done.done()
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("cut", [1, 3, 5, 7])
+def test_the_end_of_a_chunked_body_is_seen_however_the_reads_split_it(cut: int) -> None:
+    # cpp-httplib writes "0\r\n" and "\r\n" apart; a server that keeps the connection open must still end
+    wire = HEAD + _chunk(_event("a", 1)) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    assert _feed([wire[:-cut], wire[-cut:]])
+    assert not _feed([wire[:-cut]])
+
+
+def test_trailers_after_the_last_chunk_end_the_body_and_a_data_chunk_ending_like_it_does_not() -> None:
+    assert _feed([HEAD + _chunk(_event("a", 1)) + b"0\r\nx-trailer: 1\r\n\r\n"])
+    assert not _feed([HEAD + _chunk(b"data: 10\r\n\r\n")])  # the data's own bytes end in "0\r\n\r\n"
+
+
+def test_a_content_length_body_ends_when_its_length_arrived() -> None:
+    body = b'{"error": "no"}'
+    head = b"HTTP/1.1 400 Bad Request\r\ncontent-length: %d\r\n\r\n" % len(body)
+    assert _feed([head, body[:5], body[5:]]) and not _feed([head, body[:5]])
+
+
+def test_the_request_names_the_host_and_joins_a_path_prefix() -> None:
+    from campaign.lanes.engines.sse import _request_bytes
+
+    request, (host, port, tls) = _request_bytes("https://user:secret@gpu.example:8443/proxy/", "/v1/chat/completions",
+                                                {"logit_bias": {15043: -100}}, {"Authorization": "Bearer k"})
+    head = request.split(b"\r\n\r\n")[0].decode()
+    assert head.startswith("POST /proxy/v1/chat/completions HTTP/1.1\r\n")
+    assert "Host: gpu.example:8443\r\n" in head and "secret" not in head  # never the URL's credentials
+    assert (host, port, tls) == ("gpu.example", 8443, True)
+    assert request.endswith(b'{"logit_bias":{"15043":-100}}')
+
+
+# A fake server, to inject what real engines will not do on demand: keep the connection open after the
+# response, or fall silent mid-stream.
+async def _serve(wire: bytes, then_wait: float):
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(wire)
+        await writer.drain()
+        await asyncio.sleep(then_wait)  # neither closing nor sending
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_a_server_that_keeps_the_connection_open_still_ends_the_stream() -> None:
+    server, port = await _serve(HEAD + _chunk(_event("a", 1)) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n", 30)
+    async with server:
+        response = await asyncio.wait_for(post_stream(f"http://127.0.0.1:{port}", "/x", {}, headers={},
+                                                      timeout=20.0), 5.0)
+    assert response.error is None and response.done_marker and len(response.events) == 1
+
+
+async def test_a_silent_server_is_a_read_timeout_with_what_arrived_kept() -> None:
+    server, port = await _serve(HEAD + _chunk(_event("a", 1)), 30)
+    async with server:
+        response = await post_stream(f"http://127.0.0.1:{port}", "/x", {}, headers={}, timeout=0.5)
+    assert response.error.startswith("ReadTimeout: nothing received for 0.5s")
+    assert [e["data"]["n"] for e in response.events] == [1]
