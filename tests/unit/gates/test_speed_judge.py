@@ -237,26 +237,30 @@ def test_contract_errors_name_the_line_and_field(tmp_path: Path) -> None:
         load_contract(path)
 
 
+def _row_with_reps_measuring(where: Path, rule: str, measured: dict, reps: tuple[int, ...] = (0, 1)):
+    """The candidate's C1/code row judged after its rep records were given ``measured`` (for ``reps``)."""
+    gate, _, _ = make_gate(where, rule=rule)
+    write_visit(gate, "cand", rates())
+    records = gate.ctx.raw_records("speed", "cand")
+    gate.ctx.raw_path("speed", "cand").unlink()
+    with JsonlAppender(gate.ctx.raw_path("speed", "cand")) as sink:
+        for record in records:
+            if record.get("kind") == "rep" and record["rep"] in reps:
+                record.update(measured)
+            sink.append(record)
+    return gate.view("cand").rows[(1, "code")][0]
+
+
 def test_a_busy_host_voids_the_row(tmp_path: Path) -> None:
     def busy_visit(rule: str, where: Path):
-        gate, _, _ = make_gate(where, rule=rule)
-        write_visit(gate, "cand", rates())
-        records = gate.ctx.raw_records("speed", "cand")
-        gate.ctx.raw_path("speed", "cand").unlink()
-        with JsonlAppender(gate.ctx.raw_path("speed", "cand")) as sink:
-            for record in records:
-                if record.get("kind") == "rep":  # 2 CPUs for ~3 s: lane 1 s, client 0.01 s, others ~1 s
-                    record.update(host_cpus=2, lane_cpu_s=1.0, host_busy_s=2.01)
-                sink.append(record)
-        return gate.view("cand").rows[(1, "code")][0]
+        # 2 CPUs for ~3 s: lane 1 s, client 0.01 s, others ~1 s
+        return _row_with_reps_measuring(where, rule, {"host_cpus": 2, "lane_cpu_s": 1.0, "host_busy_s": 2.01})
 
     row = busy_visit("{}", tmp_path / "default")
     assert row.valid and row.rep_rows[0]["host_other_share"] == pytest.approx(1.0 / 6.0)  # under 25%
     row = busy_visit("{max_host_busy: 0.1}", tmp_path / "strict")
     assert row.status == "VOID"
     assert "other processes used 17% of the host's CPUs during rep 0 (limit 10%): another tenant" in row.reasons[0]
-
-
 
 
 @pytest.mark.parametrize("measured, rule, reason", [
@@ -267,16 +271,7 @@ def test_a_busy_host_voids_the_row(tmp_path: Path) -> None:
 ])
 def test_a_client_that_was_the_bottleneck_voids_the_row(tmp_path: Path, measured: dict, rule: str,
                                                          reason: str | None) -> None:
-    gate, _, _ = make_gate(tmp_path, rule=rule)
-    write_visit(gate, "cand", rates())
-    records = gate.ctx.raw_records("speed", "cand")
-    gate.ctx.raw_path("speed", "cand").unlink()
-    with JsonlAppender(gate.ctx.raw_path("speed", "cand")) as sink:
-        for record in records:
-            if record.get("kind") == "rep" and record["rep"] == 1:
-                record.update(measured)
-            sink.append(record)
-    row = gate.view("cand").rows[(1, "code")][0]
+    row = _row_with_reps_measuring(tmp_path, rule, measured, reps=(1,))
     if reason is None:
         assert row.valid, row.reasons
     else:
