@@ -19,6 +19,7 @@ from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.common.stats import percentile
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import select
 from campaign.lanes.engines.registry import adapter_for
@@ -55,13 +56,6 @@ def kl_topk(oracle: Position, lane: Position) -> tuple[float, int]:
     if p_tail > _EPS:
         kl += p_tail * (math.log(p_tail) - math.log(q_tail))
     return max(kl, 0.0), missing
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (no interpolation: every reported value was observed)."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[rank - 1]
 
 
 class KlGate(Gate):

@@ -24,7 +24,7 @@ from campaign.contracts.hashing import sha256_file
 from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.errors import PreflightError, RunError
 from campaign.fsutil import atomic_write_bytes
-from campaign.window.state import process_start_time
+from campaign.window.state import EXIT_WAIT_S, process_start_time, wait_gone
 
 __all__ = ["SETTINGS", "is_serving", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
 
@@ -116,29 +116,12 @@ def stop(snap: dict[str, Any], *, escalate_after: float | None = None) -> int | 
     kill = (lambda sig: os.killpg(pid, sig)) if group else (lambda sig: os.kill(pid, sig))
     try:
         kill(signal.SIGTERM)
-        deadline = time.monotonic() + (snap["stop_timeout"] if escalate_after is None else escalate_after)
-        while time.monotonic() < deadline and _cmdline(pid) is not None and not _zombie(pid):
-            time.sleep(0.1)
-        if _cmdline(pid) is not None and not _zombie(pid):
+        if not wait_gone(pid, snap["stop_timeout"] if escalate_after is None else escalate_after):
             kill(signal.SIGKILL)
+            wait_gone(pid, EXIT_WAIT_S)
     except ProcessLookupError:
-        pass
-    _reap(pid)
+        wait_gone(pid, EXIT_WAIT_S)  # it exited between the check and the signal: reap it if it is ours
     return pid
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def start(snap: dict[str, Any], log_path: Path) -> int | dict[str, Any]:

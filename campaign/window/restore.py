@@ -17,7 +17,7 @@ from typing import Any
 from campaign.errors import RunError
 from campaign.fsutil import JsonlAppender
 from campaign.window import incumbent
-from campaign.window.state import WindowState, process_start_time
+from campaign.window.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
 
 __all__ = ["restore", "stop_window_lanes"]
 
@@ -52,12 +52,12 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
             os.killpg(lane.pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
-        if not _gone_within(lane.pid, grace):
+        if not wait_gone(lane.pid, grace):
             try:
                 os.killpg(lane.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            _gone_within(lane.pid, _EXIT_WAIT)
+            wait_gone(lane.pid, EXIT_WAIT_S)
         stopped.append(lane.visit)
     # a process lane started in the instant before the runner could record it (killed in between)
     from campaign.lanes.runtimes.process import marked_processes
@@ -67,29 +67,9 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
-        _gone_within(pid, _EXIT_WAIT)
+        wait_gone(pid, EXIT_WAIT_S)
         stopped.append(f"untracked pid {pid}")
     return stopped
-
-
-# A SIGKILLed llama-server holds its port until the kernel has torn it down; a daily started on that port
-# in the meantime dies at bind, so the restore waits for the lane to be gone first.
-_EXIT_WAIT = 10.0
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    """Wait until ``pid`` has exited, reaping it if it is ours."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        if process_start_time(pid) is None:  # gone, or a zombie: its sockets and memory are released
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
 
 
 def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed: bool = False,

@@ -55,6 +55,26 @@ def process_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+# A SIGKILLed llama-server holds its port until the kernel has torn it down; a daily started on that port
+# in the meantime dies at bind, so whoever stops a process waits for it to be gone.
+EXIT_WAIT_S = 10.0
+
+
+def wait_gone(pid: int, seconds: float) -> bool:
+    """Wait until ``pid`` has exited (reaping it if it is ours); False if it still runs after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        if process_start_time(pid) is None:  # gone, or a zombie: its sockets and memory are released
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 class LaneProcess(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -19,7 +19,14 @@ import numpy as np
 from scipy.stats import beta
 
 __all__ = ["BootNoise", "BootstrapCI", "boot_noise", "bootstrap_mean_ci", "clopper_pearson_interval",
-           "clopper_pearson_upper", "min_n_for_zero_loss", "paired_bootstrap_ci", "paired_changes", "widen"]
+           "clopper_pearson_upper", "min_n_for_zero_loss", "paired_bootstrap_ci", "paired_changes", "percentile", "widen"]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: every reported value was observed)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[rank - 1]
 
 
 def _check_counts(k: int, n: int) -> None:

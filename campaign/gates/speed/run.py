@@ -24,6 +24,7 @@ from campaign.contracts.gatespecs import SpeedSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender, jsonl_line
 from campaign.gates.common.inputs import Prompt
+from campaign.gates.common.stats import percentile
 from campaign.gates.speed.rows import RowAttempt, RowResult, evaluate_row
 from campaign.gates.common.streams import StreamFacts, streamed_text
 from campaign.lanes.engines.base import EngineAdapter
@@ -67,9 +68,8 @@ async def _watch_loop(lags: list[float]) -> None:
 def _lag_figures(lags: list[float]) -> dict[str, Any]:
     if not lags:
         return {}
-    ordered = sorted(lags)
-    return {"loop_lag_p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-            "loop_lag_max_ms": 1000 * ordered[-1], "loop_lag_samples": len(ordered)}
+    return {"loop_lag_p99_ms": 1000 * percentile(lags, 99), "loop_lag_max_ms": 1000 * max(lags),
+            "loop_lag_samples": len(lags)}
 
 
 class RecordWriter:

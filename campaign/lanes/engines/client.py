@@ -101,7 +101,7 @@ class LaneClient:
         start = time.perf_counter()
         response = await post_stream(self.base_url, path, body, headers=self._headers, timeout=self._timeout,
                                      start=start)
-        record["elapsed_s"] = response.elapsed_s if response.elapsed_s is not None else time.perf_counter() - start
+        record["elapsed_s"] = response.elapsed_s
         record["events"] = response.events
         if response.status is not None:
             record["status"] = response.status

@@ -45,7 +45,8 @@ class StreamedResponse:
     done_marker: bool = False
     error: str | None = None
     response_text: str | None = None
-    elapsed_s: float | None = None  # to the last byte received (framing it afterwards is not the server's time)
+    elapsed_s: float = 0.0  # to the last byte received (framing it afterwards is not the server's time), or
+    # to the connect error or timeout
 
 
 class _Reads(asyncio.Protocol):
@@ -58,7 +59,10 @@ class _Reads(asyncio.Protocol):
         self.chunks: list[bytes] = []
         self.done = done
         self.lost: Exception | None = None
-        self._framing: str | None = None  # "chunked", "length" or "close", once the head has arrived
+        self._framing: str | None = None  # "chunked", "length", "close" or "broken-chunked", from the head on
+        self.body_begin = -1  # offset of the body in the joined reads, once the head has arrived
+        self.pieces: list[tuple[int, int]] = []  # the chunks' data, (start, end) in the body's bytes
+        self.chunks_whole = False  # the zero-size chunk and its trailers arrived
         self._remaining = 0  # bytes of a content-length body still to come
         self._buffer = bytearray()  # the chunked body so far: the walk needs it contiguous
         self._position = 0  # where the walk over the chunked body stands
@@ -83,6 +87,7 @@ class _Reads(asyncio.Protocol):
         if head_end < 0:
             return
         fields = _fields(raw[:head_end])
+        self.body_begin = head_end + 4
         if "chunked" in fields.get("transfer-encoding", ""):
             self._framing = "chunked"
             self._buffer += raw[head_end + 4:]
@@ -95,7 +100,8 @@ class _Reads(asyncio.Protocol):
             self._framing = "close"
 
     def _walk_chunks(self) -> None:
-        """Skip whole chunks as they arrive; the response ends at the zero-size chunk and its trailers."""
+        """Note each chunk's data as its size line arrives and skip over it; the response ends at the
+        zero-size chunk and its trailers. The only chunk parser: ``_read`` frames the body from ``pieces``."""
         buffer, position = self._buffer, self._position
         while True:
             if self._skip:
@@ -109,13 +115,15 @@ class _Reads(asyncio.Protocol):
                 break
             try:
                 size = int(bytes(buffer[position:line_end]).split(b";", 1)[0], 16)
-            except ValueError:  # not chunked after all: the close will end it
-                self._framing = "close"
+            except ValueError:  # a bad size line: the body is not whole, and the close will end it
+                self._framing = "broken-chunked"
                 return
             if size == 0:  # the last chunk: trailer lines (usually none), then an empty line
                 if buffer.find(b"\r\n\r\n", line_end) >= 0:
+                    self.chunks_whole = True
                     self._finish()
                 break
+            self.pieces.append((line_end + 2, line_end + 2 + size))
             position, self._skip = line_end + 2, size + 2
         self._position = position
 
@@ -178,7 +186,8 @@ async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dic
         transport, _ = await asyncio.wait_for(loop.create_connection(
             lambda: reads, host, port, ssl=_tls_context() if tls else None), connect_timeout)
     except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-        return StreamedResponse(error=f"ConnectError: {str(exc) or f'no connection within {connect_timeout:g}s'}")
+        return StreamedResponse(error=f"ConnectError: {str(exc) or f'no connection within {connect_timeout:g}s'}",
+                                elapsed_s=time.perf_counter() - start)
     try:
         transport.write(request)
         while not done.done():
@@ -189,6 +198,7 @@ async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dic
                 response = _read(reads, start)
                 response.error = (f"ReadTimeout: nothing received for {timeout:g}s"
                                   f"{f' ({response.error})' if response.error else ''}")
+                response.elapsed_s = time.perf_counter() - start
                 return response
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(done), left)
@@ -217,12 +227,13 @@ def _read(reads: _Reads, start: float) -> StreamedResponse:
     except (IndexError, ValueError):
         return StreamedResponse(error=f"RemoteProtocolError: malformed status line {status_line[:80]!r}")
     fields = _fields(raw[:head_end])
-    pieces, whole = _body_pieces(raw, head_end + 4, fields)
+    chunked = reads._framing in ("chunked", "broken-chunked")
+    pieces, whole = _body_pieces(reads, len(raw), fields)
     body = b"".join(raw[begin:end] for begin, end in pieces)
     response = StreamedResponse(status=status)
     if not whole:
         response.error = ("RemoteProtocolError: peer closed connection without sending complete message body "
-                          "(incomplete chunked read)" if "chunked" in fields.get("transfer-encoding", "") else
+                          "(incomplete chunked read)" if chunked else
                           "RemoteProtocolError: peer closed connection without sending complete message body")
     if status >= 400:
         response.response_text = body.decode(errors="replace")[:_MAX_ERROR_BODY]
@@ -232,31 +243,18 @@ def _read(reads: _Reads, start: float) -> StreamedResponse:
     return response
 
 
-def _body_pieces(raw: bytes, begin: int, fields: dict[str, str]) -> tuple[list[tuple[int, int]], bool]:
-    """(start, end) offsets in ``raw`` of the body's bytes, and whether the body arrived whole."""
-    if "chunked" not in fields.get("transfer-encoding", ""):
-        length = fields.get("content-length", "")
-        if not length.isdigit():
-            return [(begin, len(raw))], True  # delimited by the close
-        end = begin + int(length)
-        return [(begin, min(end, len(raw)))], end <= len(raw)
-    pieces, position = [], begin
-    while True:
-        line_end = raw.find(b"\r\n", position)
-        if line_end < 0:
-            return pieces, False
-        try:
-            size = int(raw[position:line_end].split(b";", 1)[0], 16)
-        except ValueError:
-            return pieces, False
-        if size == 0:
-            return pieces, True
-        data_start = line_end + 2
-        if data_start + size > len(raw):
-            pieces.append((data_start, len(raw)))
-            return pieces, False
-        pieces.append((data_start, data_start + size))
-        position = data_start + size + 2
+def _body_pieces(reads: _Reads, raw_length: int, fields: dict[str, str]) -> tuple[list[tuple[int, int]], bool]:
+    """(start, end) offsets in the joined reads of the body's bytes, and whether the body arrived whole.
+    A chunked body's pieces are the ones ``_Reads`` noted while it watched for the end."""
+    begin = reads.body_begin
+    if reads._framing in ("chunked", "broken-chunked"):
+        pieces = [(begin + a, min(begin + b, raw_length)) for a, b in reads.pieces if begin + a < raw_length]
+        return pieces, reads.chunks_whole
+    length = fields.get("content-length", "")
+    if not length.isdigit():
+        return [(begin, raw_length)], True  # delimited by the close
+    end = begin + int(length)
+    return [(begin, min(end, raw_length))], end <= raw_length
 
 
 def _events(response: StreamedResponse, body: bytes, pieces: list[tuple[int, int]], ends: list[int],

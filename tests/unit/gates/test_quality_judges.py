@@ -9,7 +9,8 @@ import math
 import pytest
 
 from campaign.errors import ScoreError
-from campaign.gates.kl import kl_topk, percentile
+from campaign.gates.common.stats import percentile
+from campaign.gates.kl import kl_topk
 from campaign.gates.ruler import counter_deltas, normalize_boot_log, parse_prometheus
 from campaign.gates.structured import classify
 from campaign.gates.teacher_forced import InstrumentCheck, check_instrument, first_divergence

@@ -24,8 +24,9 @@ def _reads(pieces: list[tuple[float, bytes]], lost: Exception | None = None) -> 
         reads = _Reads(loop.create_future())
     finally:
         loop.close()
+    for _, data in pieces:  # as the socket delivers them, so the live framing walk sees them too
+        reads.data_received(data)
     reads.times = [t for t, _ in pieces]
-    reads.chunks = [data for _, data in pieces]
     reads.lost = lost
     return reads
 
