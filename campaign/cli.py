@@ -268,7 +268,8 @@ def ledger(as_json: bool = typer.Option(False, "--json", help="Print JSON instea
         return
     table = Table("seq", "kind", "at", "who", "lane", "from")
     for entry in entries:
-        lane = entry.get("daily_name") or entry.get("candidate") or f"undo {entry.get('undoes')}"
+        lane = (entry.get("daily_name") or entry.get("candidate") or f"undo {entry.get('undoes')}"
+                if entry["kind"] != "rollback" else f"undo {entry.get('undoes')}")
         table.add_row(str(entry["seq"]), entry["kind"], entry["at"], entry["who"], lane,
                       Path(entry.get("bundle", "-")).name)
     out.print(table if entries else "the ledger is empty")
@@ -284,6 +285,7 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
     from campaign.signing import load_trusted
     from campaign.window.daily import describe_daily, find_daily_pidfile
     from campaign.window.ledger import Ledger
+    from campaign.window.promote import unfinished_promotion
 
     loaded = load_contract(contract) if contract is not None else None
     spec = loaded.contract.incumbent if loaded is not None else None
@@ -302,10 +304,15 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
             out.print(f"command: {shlex.join(now['argv'])}", markup=False, highlight=False)  # type: ignore[arg-type]
             out.print(f"log: {now['log'] or 'unknown'}", markup=False, highlight=False)
     entries = Ledger().verify(load_trusted())
-    if not entries:
+    unfinished = unfinished_promotion(entries)
+    if unfinished is not None:
+        err.print(f"warning: promotion {unfinished['seq']} of {unfinished.get('candidate')} began {unfinished['at']} and "
+                  "never finished; `campaign rollback` puts the previous daily back", markup=False, highlight=False)
+    changes = [entry for entry in entries if "daily" in entry]
+    if not changes:
         out.print("no promotion recorded: the daily is the one started by hand")
         return
-    last = entries[-1]
+    last = changes[-1]
     daily = last["daily"]
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((daily.get("declared_env") or {}).items()))
     out.print(f"last change: {last.get('daily_name') or 'previous daily (rolled back)'} (ledger entry "

@@ -15,7 +15,12 @@ from campaign.gates.records import VisitKey, raw_path, read_records
 from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.session import LaneRun
 
-__all__ = ["Gate", "GateContext", "Visit"]
+__all__ = ["PAIRS_STOPPED", "Gate", "GateContext", "Visit"]
+
+
+# The journal step by which a window says it booted no more pairs before every pairing gate was done, and
+# why (its time budget): a gate left undecided says so in its reason.
+PAIRS_STOPPED = "pairs.stopped"
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,14 @@ class GateContext:
 
     def raw_path(self, gate_id: str, visit: VisitKey | str) -> Path:
         return raw_path(self.bundle, gate_id, visit)
+
+    def pairs_stopped(self) -> dict[str, Any] | None:
+        """The window's record of stopping its boot pairs early (its time budget), if it did."""
+        from campaign.fsutil import read_jsonl
+
+        journal = self.bundle / "journal.jsonl"
+        records = read_jsonl(journal) if journal.exists() else []
+        return next((r for r in records if r.get("step") == PAIRS_STOPPED), None)
 
     def raw_records(self, gate_id: str, visit: VisitKey | str) -> list[dict[str, Any]]:
         """Records of one visit (a lane name's first boot, or ``VisitKey(lane, 1)`` for a control's second)."""

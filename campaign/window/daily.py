@@ -84,9 +84,9 @@ def find_daily_pidfile(loaded: LoadedContract | None) -> Path | None:
     from campaign.window.ledger import Ledger
     from campaign.window.state import WindowState, windows_dir
 
-    entries = Ledger().entries()
-    if entries and entries[-1].get("pidfile"):
-        return Path(entries[-1]["pidfile"])
+    with_pidfile = [entry for entry in Ledger().entries() if entry.get("pidfile")]
+    if with_pidfile:
+        return Path(with_pidfile[-1]["pidfile"])
     states = sorted(windows_dir().glob("*/state.json"), key=lambda p: p.stat().st_mtime) if windows_dir().exists() else []
     for state_file in reversed(states):
         snap = WindowState.load(state_file.parent.name).incumbent

@@ -60,6 +60,12 @@ def _inspect(client: Any, name: str, where: str | None = None) -> dict[str, Any]
                        f"({type(exc).__name__}); is it the engine the daily runs on?") from exc
 
 
+def container_id(docker_host: dict[str, Any] | None, name: str) -> str | None:
+    """The id of the container holding ``name`` on that engine now, or None."""
+    attrs = _inspect(_client(docker_host), name)
+    return attrs["Id"] if attrs else None
+
+
 def env_digest(env: list[str] | None) -> str:
     return hashlib.sha256("\0".join(sorted(env or [])).encode()).hexdigest()
 
@@ -136,13 +142,19 @@ def _differences(snap: dict[str, Any], attrs: dict[str, Any]) -> list[str]:
               ("cmd", (config.get("Cmd") or None) == (wanted.get("Cmd") or None)),
               ("env", env_digest(config.get("Env")) == snap["env_sha256"]),
               ("mounts", _mounts(attrs) == snap["mounts"]),
-              ("devices", (host_config.get("DeviceRequests") or None) ==
-               (snap["host_config"].get("DeviceRequests") or None))]
+              *((name, (host_config.get(key) or None) == (snap["host_config"].get(key) or None))
+                for name, key in _HOST_CONFIG_PROVEN)]
     return [name for name, same in checks if not same]
 
 
+# What, besides image, command, env and mounts, makes the restored daily the one that was measured: the GPUs
+# it sees, where it listens, its /dev/shm (NCCL and vLLM's workers live there) and its IPC namespace.
+_HOST_CONFIG_PROVEN = (("devices", "DeviceRequests"), ("network", "NetworkMode"), ("published ports", "PortBindings"),
+                       ("shm size", "ShmSize"), ("ipc mode", "IpcMode"))
+
+
 def is_running(snap: dict[str, Any]) -> bool:
-    """The daily's name runs the snapshot's image, command, env, mounts and devices now."""
+    """The daily's name runs the snapshot's image, command, env, mounts, devices, network, ports, shm and ipc now."""
     attrs = _inspect(_client(snap.get("docker_host")), snap["container"])
     return bool(attrs and (attrs.get("State") or {}).get("Running") and not _differences(snap, attrs))
 
@@ -199,7 +211,8 @@ def start(snap: dict[str, Any]) -> dict[str, Any]:
 
 
 def prove(snap: dict[str, Any], *, budget: float, completion: Any) -> dict[str, Any]:
-    """Running as the snapshot says (image id, cmd, env digest, mounts, devices), then a real completion."""
+    """Running as the snapshot says (image id, cmd, env digest, mounts, devices, network, published ports,
+    shm size, ipc mode), then a real completion."""
     client = _client(snap.get("docker_host"))
     deadline = time.monotonic() + budget
 
@@ -217,7 +230,8 @@ def prove(snap: dict[str, Any], *, budget: float, completion: Any) -> dict[str, 
     answer = completion(snap, deadline, still_up)
     attrs = _inspect(client, snap["container"]) or {}
     return {"container_id": attrs.get("Id"), "image_id_matches": True, "cmd_matches": True, "env_matches": True,
-            "mounts_match": True, "devices_match": True, "completion": answer, "proved_at": time.time()}
+            "mounts_match": True, "devices_match": True, "network_ports_shm_ipc_match": True,
+            "completion": answer, "proved_at": time.time()}
 
 
 def describe(snap: dict[str, Any]) -> str:

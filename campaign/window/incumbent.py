@@ -11,6 +11,7 @@ own credentials.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -146,14 +147,16 @@ def start(snap: dict[str, Any], log_path: Path) -> int | dict[str, Any]:
     return popen.pid
 
 
-def prove(snap: dict[str, Any], *, budget: float | None = None) -> dict[str, Any]:
+def prove(snap: dict[str, Any], *, budget: float | None = None, api_key: str | None = None) -> dict[str, Any]:
     """The daily serves again: same command line and binary (or container config) as the snapshot, and a
-    real completion."""
+    real completion, with the key in ``api_key_env`` or else ``api_key`` (what the window recorded: a
+    systemd timer's environment has no such variable)."""
     budget = snap["ready_budget"] if budget is None else budget
+    completion = functools.partial(_completion, api_key=api_key)
     if snap.get("runtime") == "docker":
         from campaign.window import dailycontainer
 
-        return dailycontainer.prove(snap, budget=budget, completion=_completion)
+        return dailycontainer.prove(snap, budget=budget, completion=completion)
     deadline = time.monotonic() + budget
     pid = running_pid(snap)
     if pid is None:
@@ -166,14 +169,14 @@ def prove(snap: dict[str, Any], *, budget: float | None = None) -> dict[str, Any
         if _cmdline(pid) is None:
             raise RunError(f"restored incumbent pid {pid} exited while loading")
 
-    answer = _completion(snap, deadline, still_up)
+    answer = completion(snap, deadline, still_up)
     return {"pid": pid, "argv_matches": True, "exe_sha256_matches": True, "completion": answer,
             "proved_at": time.time()}
 
 
-def _completion(snap: dict[str, Any], deadline: float, still_up: Any) -> dict[str, Any]:
+def _completion(snap: dict[str, Any], deadline: float, still_up: Any, *, api_key: str | None = None) -> dict[str, Any]:
     """One real chat completion with the daily's own key, retried until ``deadline`` while it loads."""
-    key = os.environ.get(snap["api_key_env"]) if snap.get("api_key_env") else None
+    key = (os.environ.get(snap["api_key_env"]) or api_key) if snap.get("api_key_env") else None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {"model": snap.get("served_model") or "default", "max_tokens": 4, "temperature": 0,
             "messages": [{"role": "user", "content": "Say OK."}]}

@@ -26,7 +26,8 @@ from campaign.contracts.hashing import canonical_json, sha256_file
 from campaign.contracts.load import load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import REF
-from campaign.errors import InputError, RunError, VerifyError
+from campaign.errors import InputError, PreflightError, RunError, VerifyError
+from campaign.window.faults import crash_point
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.records import greedy_replays
 from campaign.lanes.engines.registry import adapter_for
@@ -198,13 +199,31 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
     if dry_run:
         return decision, steps, None
     ledger = ledger or Ledger()
+    unfinished = unfinished_promotion(ledger.entries())
+    if unfinished is not None:
+        raise RunError(f"promotion {unfinished['seq']} ({unfinished.get('candidate')}, begun {unfinished['at']}) never "
+                       "finished: the daily may be half swapped; `campaign rollback` puts the previous daily back first")
+    previous = _daily_snapshot(settings)
+    # written before anything is touched: an interrupt from here to the promotion's own entry leaves a
+    # record `campaign rollback` can undo from (the previous daily's launch is kept with it)
+    begun = ledger.append(key, "promote-begun", {
+        "candidate": cand, "bundle": str(bundle.resolve()), "window": decision.facts.get("window"),
+        **({"container": settings["container"]} if container else {"pidfile": settings["pidfile"]})},
+        rollback_launch=previous)
+    crash_point("promote.begun")
     swap = _swap_container if container else _swap_process
-    previous, launch, fields = swap(copy, cand, settings, ledger, decision.facts.get("window"))
+    try:
+        previous, launch, fields = swap(copy, cand, previous, ledger, decision.facts.get("window"))
+    except BaseException as exc:  # the swap put the previous daily back before it raised
+        ledger.append(key, "promote-failed", {"begun": begun["seq"], "candidate": cand,
+                                               "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    crash_point("promote.swapped")
     try:
         smoke = _smoke(copy, cand, launch)
     except (RunError, httpx.HTTPError, KeyError, ValueError) as exc:
         smoke = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    fields.update({"bundle": str(bundle.resolve()), "receipt_sha256": sha256_file(copy / ENVELOPE),
+    fields.update({"begun": begun["seq"], "bundle": str(bundle.resolve()), "receipt_sha256": sha256_file(copy / ENVELOPE),
                    "window": decision.facts.get("window"), "contract": decision.facts.get("contract"),
                    "candidate": cand, "daily_name": decision.facts.get("daily_name") or cand,
                    "endpoint": launch["endpoint"], "smoke": smoke})
@@ -216,26 +235,39 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
     return decision, steps, entry
 
 
-def _swap_process(copy: Path, cand: str, settings: dict[str, Any], ledger: Ledger,
+def unfinished_promotion(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A promotion that began and has neither its own entry, a failure, nor a rollback: interrupted."""
+    ended = {e.get("begun") for e in entries if e["kind"] in ("promote", "promote-failed")}
+    ended |= {e.get("undoes") for e in entries if e["kind"] == "rollback"}
+    return next((e for e in reversed(entries) if e["kind"] == "promote-begun" and e["seq"] not in ended), None)
+
+
+def _daily_snapshot(settings: dict[str, Any]) -> dict[str, Any]:
+    wanted = {k: settings.get(k) for k in incumbent.SETTINGS}
+    if settings.get("runtime") == "docker":
+        from campaign.window import dailycontainer
+
+        return dailycontainer.snapshot(settings["container"], settings.get("docker_host"), wanted)
+    return incumbent.snapshot_pidfile(Path(settings["pidfile"]), wanted)
+
+
+def _swap_process(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledger,
                   window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    pidfile = Path(settings["pidfile"])
-    previous = incumbent.snapshot_pidfile(pidfile, {k: settings.get(k) for k in incumbent.SETTINGS})
     launch = _candidate_launch(copy, cand, previous)
     incumbent.stop(previous)
+    crash_point("promote.stopped")
     incumbent.start(launch, ledger.path.parent / "daily.log")
     return previous, launch, {
         "daily": {"argv": shown_argv(launch["argv"], launch["env"]),
                   "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json").get("env", {}),
                   "exe_sha256": launch["exe_sha256"]},
-        "pidfile": str(pidfile)}
+        "pidfile": previous["pidfile"]}
 
 
-def _swap_container(copy: Path, cand: str, settings: dict[str, Any], ledger: Ledger,
+def _swap_container(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledger,
                     window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    from campaign.window import dailycontainer, promotecontainer
+    from campaign.window import promotecontainer
 
-    previous = dailycontainer.snapshot(settings["container"], settings.get("docker_host"),
-                                       {k: settings.get(k) for k in incumbent.SETTINGS})
     create = promotecontainer.candidate_container(copy, cand, previous, window)
     launch, kept_as = promotecontainer.swap_in(previous, create)
     previous = {**previous, "container": kept_as}  # where the rollback finds it
@@ -249,36 +281,61 @@ def _swap_container(copy: Path, cand: str, settings: dict[str, Any], ledger: Led
 
 
 def rollback(*, key: SigningKey, ledger: Ledger | None = None, reason: str = "manual") -> dict[str, Any]:
+    """Undo the last promotion not undone yet, or put back the daily of one that was interrupted (begun, never
+    finished): whatever state the swap was left in, the previous daily serves again, with proof."""
     ledger = ledger or Ledger()
     entries = ledger.entries()
     undone = {e.get("undoes") for e in entries if e["kind"] == "rollback"}
-    target = next((e for e in reversed(entries) if e["kind"] == "promote" and e["seq"] not in undone), None)
-    if target is None:
+    targets = [e for e in entries if e["kind"] == "promote" and e["seq"] not in undone]
+    unfinished = unfinished_promotion(entries)
+    if unfinished is not None:
+        targets.append(unfinished)
+    if not targets:
         raise InputError(f"{ledger.path}: no promotion left to roll back")
+    target = max(targets, key=lambda e: e["seq"])
     previous = ledger.rollback_launch(target["seq"])
     if previous.get("runtime") == "docker":
         fields = _roll_back_container(target, previous)
     else:
-        current = incumbent.snapshot_pidfile(Path(target["pidfile"]),
-                                             {k: previous.get(k) for k in incumbent.SETTINGS})
-        incumbent.stop(current)
-        incumbent.start(previous, ledger.path.parent / "daily.log")
-        fields = {"pidfile": target["pidfile"], "proof": incumbent.prove(previous),
-                  "daily": {"argv": shown_argv(previous["argv"], previous.get("env") or {}),
-                            "exe_sha256": previous["exe_sha256"]}}
+        fields = _roll_back_process(target, previous, ledger)
     return ledger.append(key, "rollback", {"undoes": target["seq"], "reason": reason,
                                            "endpoint": previous["endpoint"], **fields})
+
+
+def _roll_back_process(target: dict[str, Any], previous: dict[str, Any], ledger: Ledger) -> dict[str, Any]:
+    try:
+        current = incumbent.snapshot_pidfile(Path(target["pidfile"]),
+                                             {k: previous.get(k) for k in incumbent.SETTINGS})
+    except PreflightError:
+        current = None  # a promotion interrupted between the daily's stop and the candidate's start
+    if current is not None and (current["pid"], current["start_time"]) == (previous["pid"], previous["start_time"]):
+        action = "still serving"  # a promotion interrupted before it stopped the daily
+    else:
+        if current is not None:
+            incumbent.stop(current)
+        incumbent.start(previous, ledger.path.parent / "daily.log")
+        action = "started"
+    return {"pidfile": target["pidfile"], "action": action, "proof": incumbent.prove(previous),
+            "daily": {"argv": shown_argv(previous["argv"], previous.get("env") or {}),
+                      "exe_sha256": previous["exe_sha256"]}}
 
 
 def _roll_back_container(target: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
     from campaign.window import dailycontainer, promotecontainer
 
     name = target["container"]
-    current = dailycontainer.snapshot(name, previous.get("docker_host"),
-                                      {k: previous.get(k) for k in incumbent.SETTINGS}, running=False)
-    kept_as = promotecontainer.swap_back(current, previous, undone=target["seq"])
+    under_name = dailycontainer.container_id(previous.get("docker_host"), name)
+    undone_kept_as = None
+    if under_name is None or under_name == previous["container_id"]:
+        # a promotion interrupted before the candidate's container took the daily's name
+        restored_id, action = promotecontainer.put_back(previous, name)
+    else:
+        current = dailycontainer.snapshot(name, previous.get("docker_host"),
+                                          {k: previous.get(k) for k in incumbent.SETTINGS}, running=False)
+        kept_as, restored_id, action = promotecontainer.swap_back(current, previous, undone=target["seq"])
+        undone_kept_as = {"container": kept_as, "container_id": current["container_id"]}
     restored = {**previous, "container": name}
-    return {"container": name, "proof": incumbent.prove(restored),
-            "daily": {"container": name, "container_id": previous["container_id"], "image_id": previous["image_id"],
+    return {"container": name, "action": action, "proof": incumbent.prove(restored),
+            "daily": {"container": name, "container_id": restored_id, "image_id": previous["image_id"],
                       "argv": shown_argv(previous["argv"], previous.get("env") or {})},
-            "undone_kept_as": {"container": kept_as, "container_id": current["container_id"]}}
+            **({"undone_kept_as": undone_kept_as} if undone_kept_as else {})}

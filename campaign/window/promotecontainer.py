@@ -9,17 +9,19 @@ rollback renames it back and starts that same container.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import RunError
+from campaign.window.faults import crash_point
 from campaign.fsutil import load_json_strict
 from campaign.lanes.session import resolve_refs
 from campaign.window import dailycontainer
 
-__all__ = ["candidate_container", "swap_back", "swap_in"]
+__all__ = ["candidate_container", "put_back", "swap_back", "swap_in"]
 
 
 def _mount_binds(mounts: list[dict[str, Any]]) -> list[str]:
@@ -85,6 +87,7 @@ def swap_in(daily: dict[str, Any], create: dict[str, Any]) -> tuple[dict[str, An
     try:
         dailycontainer.stop(daily)
         client.api.rename(daily["container_id"], kept_as)
+        crash_point("promote.renamed")
         body = {**create["config"], "HostConfig": create["host_config"]}
         new_id = client.api.create_container_from_config(body, name=daily["container"])["Id"]
         client.api.start(new_id)
@@ -99,38 +102,64 @@ def swap_in(daily: dict[str, Any], create: dict[str, Any]) -> tuple[dict[str, An
 
 
 def _put_back(client: Any, daily: dict[str, Any], new_id: str | None) -> None:
-    import docker.errors
-
     if new_id is not None:  # a half-made new daily holds the name: it goes (by its id, never by name)
         client.api.remove_container(new_id, force=True)
+    put_back(daily, daily["container"])
+
+
+def put_back(daily: dict[str, Any], name: str) -> tuple[str, str]:
+    """The daily of an interrupted swap serves under ``name`` again: renamed back from wherever it was kept
+    (its id does not change), or recreated from its snapshot if it was removed since; then started with its
+    restart policy. Returns its container id and "still serving", "started" or "recreated"."""
+    import docker.errors
+
+    client = _client(daily)
     try:
-        client.api.rename(daily["container_id"], daily["container"])
+        client.api.rename(daily["container_id"], name)
+    except docker.errors.NotFound:
+        pass  # removed since: start() recreates it from the snapshot under that name
     except docker.errors.APIError:
         pass  # not renamed yet, or already back
-    dailycontainer.start(daily)
+    serving = dailycontainer.is_running({**daily, "container": name})  # interrupted before its stop
+    started = dailycontainer.start({**daily, "container": name})  # its restart policy back, in either case
+    return started["container_id"], "still serving" if serving else started["action"]
 
 
-def swap_back(current: dict[str, Any], previous: dict[str, Any], *, undone: int) -> str:
+def swap_back(current: dict[str, Any], previous: dict[str, Any], *, undone: int) -> tuple[str, str, str]:
     """Stop the promoted daily and keep it aside as ``<name>-undone-<seq>``; rename the kept previous daily
-    back to the daily's name and start that same container. Returns the name the promoted one is kept under.
-    The kept container is checked first: if it is gone (pruned), nothing is touched."""
+    back to the daily's name and start that same container, or, if it was removed (pruned), recreate it from
+    its snapshot. Returns the name the promoted one is kept under, the restored daily's container id, and
+    "started" or "recreated". Nothing is touched when neither the kept container nor its image is there."""
     import docker.errors
 
     client = _client(previous)
+    name = current["container"]
     try:
         client.api.inspect_container(previous["container_id"])
+        pruned = False
     except docker.errors.NotFound:
-        raise RunError(f"the previous daily container {previous['container']} ({previous['container_id'][:12]}) "
-                       "is gone (removed or pruned); the promoted daily was left serving") from None
-    name = current["container"]
+        pruned = True
+        try:
+            client.images.get(previous["image_id"])
+        except docker.errors.ImageNotFound:
+            raise RunError(f"the previous daily container {previous['container']} ({previous['container_id'][:12]}) "
+                           f"is gone (removed or pruned) and so is its image {previous['image_id'][:19]}: it cannot be "
+                           "recreated; the promoted daily was left serving") from None
     kept_as = f"{name}-undone-{undone}"
     dailycontainer.stop(current)
     client.api.rename(current["container_id"], kept_as)
+    restored = {**previous, "container": name}
     try:
-        client.api.rename(previous["container_id"], name)
-        dailycontainer.start({**previous, "container": name})
+        if pruned:
+            restored_id = dailycontainer.start(restored)["container_id"]  # no container by that name: recreated
+        else:
+            client.api.rename(previous["container_id"], name)
+            restored_id = dailycontainer.start(restored)["container_id"]
     except BaseException:
+        if pruned:  # a half-made recreation holds the name: it goes (by name: it is nobody's daily)
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_container(name, force=True)
         client.api.rename(current["container_id"], name)  # the promoted daily serves again rather than none
         dailycontainer.start(current)
         raise
-    return kept_as
+    return kept_as, restored_id, "recreated" if pruned else "started"

@@ -107,7 +107,7 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
                         from campaign.window.dailycontainer import ensure_restart_policy
 
                         ensure_restart_policy(snap)
-                record["proof"] = incumbent.prove(snap)
+                record["proof"] = incumbent.prove(snap, api_key=state.incumbent_api_key)
             state.restored, state.incumbent_stopped = True, False
             state.save()
             record["event"] = "done"

@@ -36,7 +36,7 @@ from campaign.window import incumbent
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
 from campaign.window.restore import restore
-from campaign.window.schedule import first_visits, most_steps, next_pair
+from campaign.window.schedule import PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget
 from campaign.window.source import source_changes, source_snapshot
 from campaign.window.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 
@@ -330,14 +330,38 @@ async def _visit_lanes(w: _Window, gates: list[Gate], journal: Any, lanes: dict[
     labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
     # for the progress line: one step per boot and per gate of each visit, if every pair is needed
     journal.done("plan", steps=most_steps(loaded, gates), visits=len(first_visits(loaded, gates)))
+    took: dict[str, float] = {}  # lane -> seconds its last visit took: what the next pair is estimated by
     for visit, visit_gates in first_visits(loaded, gates):
-        await _visit(w, visit, visit_gates, journal, lanes, labels)
+        await _timed_visit(w, visit, visit_gates, journal, lanes, labels, took)
     pairs_done = 1
     while planned := next_pair(loaded, gates, pairs_done):
+        late = _pair_past_budget(w, planned, took)
+        if late is not None:
+            journal.done(PAIRS_STOPPED, after_pairs=pairs_done, reason=late)
+            break
         journal.done("pair", pairs=pairs_done + 1, visits=[str(v.key) for v, _ in planned])
         for visit, visit_gates in planned:
-            await _visit(w, visit, visit_gates, journal, lanes, labels)
+            await _timed_visit(w, visit, visit_gates, journal, lanes, labels, took)
         pairs_done += 1
+
+
+async def _timed_visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome],
+                       labels: dict[str, str], took: dict[str, float]) -> None:
+    started = time.monotonic()
+    await _visit(w, visit, gates, journal, lanes, labels)
+    # the longest visit of the lane: a resumed window skips finished visits in no time
+    took[visit.lane.name] = max(took.get(visit.lane.name, 0.0), time.monotonic() - started)
+
+
+def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[Gate]]], took: dict[str, float]) -> str | None:
+    """With a daily behind the failsafe, the window's time budget is its deadline: no pair that would end
+    after the point where the daily must be restored."""
+    spec, deadline = w.loaded.contract.incumbent, w.state.reload().deadline_wall
+    if spec is None or deadline is None:
+        return None
+    return pair_past_budget(seconds_left=deadline - time.time(),
+                            pair_estimate_s=sum(took.get(visit.lane.name, 0.0) for visit, _ in planned),
+                            restore_s=spec.readiness.budget)
 
 
 async def _visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome],
@@ -389,6 +413,7 @@ def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
         with state.locked():
             state = state.reload()
             state.incumbent = snap
+            state.incumbent_api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
             state.heartbeat_grace = failsafe_spec.heartbeat_grace
             state.save()
         atomic_write_json(w.bundle / "incumbent" / "snapshot.json", _redacted_snapshot(snap))

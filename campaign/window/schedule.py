@@ -11,9 +11,14 @@ makes the same visits again.
 from __future__ import annotations
 
 from campaign.contracts.load import LoadedContract
-from campaign.gates.base import Gate, Visit
+from campaign.gates.base import PAIRS_STOPPED, Gate, Visit
 
-__all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair"]
+__all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair", "pair_past_budget", "PAIRS_STOPPED"]
+
+
+# Besides the daily's own readiness budget, what the end of a window takes before the daily serves: the
+# lanes' stop, the restore's proof, the judge does not count (it runs after the restore).
+RESTORE_MARGIN_S = 30.0
 
 Planned = list[tuple[Visit, list[Gate]]]
 
@@ -65,3 +70,15 @@ def _fixed_reruns(gates: list[Gate]) -> int:
 
 def _compared(loaded: LoadedContract) -> list:
     return [lane for lane in loaded.controls() if any(c.control == lane.name for c in loaded.candidates())]
+
+
+def pair_past_budget(*, seconds_left: float, pair_estimate_s: float, restore_s: float) -> str | None:
+    """Why the next pair does not fit before the failsafe deadline (the window's time budget), or None.
+    A pair is estimated by what its lanes' last boots took; the daily's restore must fit after it, or the
+    failsafe would restore the daily while lanes still run."""
+    needed = pair_estimate_s + restore_s + RESTORE_MARGIN_S
+    if needed <= seconds_left:
+        return None
+    return (f"the window's time budget: the next pair (~{pair_estimate_s:.0f}s, as its lanes' last boots took) and "
+            f"the daily's restore (~{restore_s + RESTORE_MARGIN_S:.0f}s) need {needed:.0f}s, and {max(seconds_left, 0):.0f}s "
+            "are left before the failsafe deadline")

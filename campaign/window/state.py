@@ -116,6 +116,10 @@ class WindowState(BaseModel):
     armed: bool = False
     failsafe_failed: FailsafeFailure | None = None  # optional: a state written before it existed still loads
     incumbent: dict[str, Any] | None = None  # the full snapshot, env included: never copied to the bundle
+    incumbent_api_key: str | None = Field(None, description="The daily's API key as the runner had it (the "
+                                          "contract's api_key_env): a systemd timer restores in a bare "
+                                          "environment and needs it for the proof completion. Private, as the "
+                                          "snapshot's env is.")
     incumbent_stopped: bool = False
     restored: bool = False
     lanes: list[LaneProcess] = Field(default_factory=list)

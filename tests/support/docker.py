@@ -69,3 +69,36 @@ def leftovers(window: str | None = None) -> list[dict]:
     from campaign.lanes.runtimes.dockerhost import client_for
 
     return find_leftovers(client_for(None), window=window)
+
+
+def restartable_dockerd() -> int:
+    """The pid of the dockerd that scripts/docker-up.sh started, which a test may stop and start again;
+    skips when the engine is someone else's (a system service is not the tests' to restart)."""
+    pidfile = CACHE / "docker" / "dockerd.pid"
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        ours = b"dockerd" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        ours = False
+    if not ours:
+        pytest.skip("the Docker engine was not started by scripts/docker-up.sh: not restarting someone's engine")
+    return pid
+
+
+def stop_dockerd(pid: int) -> None:
+    """Stop the engine as `systemctl stop docker` would (SIGTERM: its containers are stopped with it)."""
+    import signal
+    import time
+
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 90
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists(), f"dockerd pid {pid} did not stop within 90s"
+
+
+def start_dockerd() -> None:
+    import subprocess
+
+    started = subprocess.run([str(REPO / "scripts" / "docker-up.sh")], capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-2000:]

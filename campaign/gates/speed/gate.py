@@ -268,7 +268,7 @@ class SpeedGate(Gate):
                 entry["reason"] = (f"{tag}: after {seq.pairs} boot pair(s), too few boots count at this level "
                                    "(the caveats say why); the comparison needs 2 pairs, 2 counted boots of each "
                                    "lane and 4 in all: a single pair leaves no degree of freedom for the "
-                                   "boot-to-boot noise")
+                                   f"boot-to-boot noise{self._stopped_early(seq)}")
                 entries[str(level)] = entry
                 continue
             entry["estimate"] = est.as_dict()
@@ -298,7 +298,15 @@ class SpeedGate(Gate):
                                "prompt: more prompts, or a quieter host")
         return {"verdict": "INCONCLUSIVE",
                 "reason": f"{text}: undecided; this window could detect >= {detectable:+.1%} with "
-                          f"{POWER:.0%} power at the noise measured; {more}"}
+                          f"{POWER:.0%} power at the noise measured; {more}{self._stopped_early(seq)}"}
+
+    def _stopped_early(self, seq: _Sequence) -> str:
+        """Why this comparison has fewer pairs than it asked for, when the window stopped pairing (its time
+        budget) rather than the comparison deciding."""
+        stopped = self.ctx.pairs_stopped()
+        if stopped is None or not seq.pairs <= int(stopped.get("after_pairs") or 0) < self.spec.max_boot_pairs:
+            return ""
+        return f"; the window booted no more pairs after pair {stopped['after_pairs']}: {stopped['reason']}"
 
     def _change_metrics(self, result: GateResult, tag: str, est: Estimate, seq: _Sequence) -> None:
         rule = self.spec.rule

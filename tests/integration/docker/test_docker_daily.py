@@ -45,7 +45,7 @@ def container_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_serve
     need_engine_files()
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     port, name = free_port(), f"campaign-test-daily-{uuid.uuid4().hex[:8]}"
-    started = docker("run", "-d", "--name", name, "--network", "host", "--restart", "unless-stopped",
+    started = docker("run", "-d", "--name", name, "--network", "host", "--restart", "unless-stopped", "--shm-size", "96m",
                      "-v", f"{ENGINE_DIR}:/opt/llama-server:ro", "-v", f"{MODELS_DIR}:/models:ro",
                      "-e", f"HF_TOKEN={SECRET}", image, "/opt/llama-server/bin/llama-server",
                      "-m", "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "--host", "127.0.0.1", "--port", str(port),
@@ -137,6 +137,9 @@ def test_a_daily_removed_mid_window_is_recreated_from_its_snapshot(container_dai
     assert after["Id"] != container_daily["id"] and after["Image"] == container_daily["image"]
     assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped" and after["State"]["Running"]
     assert f"HF_TOKEN={SECRET}" in after["Config"]["Env"]  # recreated with the daily's own environment
+    assert after["HostConfig"]["ShmSize"] == 96 * 2**20 and after["HostConfig"]["NetworkMode"] == "host"
+    proof = json.loads((bundle / "incumbent" / "restore.json").read_text())["proof"]
+    assert proof["network_ports_shm_ipc_match"] and proof["container_id"] == after["Id"]
     assert serves(container_daily["port"])
 
 
@@ -241,10 +244,44 @@ def test_promote_a_candidate_container_to_daily_then_roll_back_to_the_same_conta
     back = inspect(name)
     assert back["Id"] == container_daily["id"] and back["State"]["Running"]  # the same container as before
     assert back["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
-    undone = inspect(f"{name}-undone-1")
+    undone = inspect(f"{name}-undone-2")  # ledger: 1 promote-begun, 2 promote, 3 rollback
     assert undone["Id"] == daily["Id"] and not undone["State"]["Running"]  # kept, stopped
     assert serves(container_daily["port"])
-    docker("rm", "-f", f"{name}-undone-1")
+    docker("rm", "-f", f"{name}-undone-2")
+
+    # a promotion SIGKILLed at each of its steps: the next `campaign rollback` puts that same daily back
+    # (killed before anything was touched, at promote.begun, is the process daily's test: nothing is
+    # container-specific there)
+    for point, action in (("promote.renamed", "started"), ("promote.swapped", "started")):
+        killed = campaign("promote", str(bundle), "--candidate", "ngram-k4", env={"CAMPAIGN_FAULT_KILL_AT": point})
+        assert killed.returncode == -9, (point, killed.stdout + killed.stderr)
+        rolled = campaign("rollback")
+        assert rolled.returncode == 0, (point, rolled.stdout + rolled.stderr)
+        entry = json.loads(campaign("ledger", "--json").stdout)[-1]
+        assert entry["kind"] == "rollback" and entry["action"] == action, (point, entry)
+        back = inspect(name)
+        assert back["Id"] == container_daily["id"] and back["State"]["Running"], point
+        assert back["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped", point
+        assert serves(container_daily["port"]), point
+    docker("rm", "-f", f"{name}-undone-6")  # the candidate that took the name at the last point (entry 6)
+
+    # promoted again, and someone prunes the stopped container kept for the rollback: it is recreated from
+    # the snapshot the ledger keeps, under the daily's name, with the daily's own environment
+    again = campaign("promote", str(bundle), "--candidate", "ngram-k4")
+    assert again.returncode == 0, again.stdout + again.stderr
+    (kept_id,) = docker("ps", "-aq", "--no-trunc", "--filter", f"name={name}-rollback-").stdout.split()
+    assert kept_id == container_daily["id"] and docker("rm", kept_id).returncode == 0
+    rolled = campaign("rollback")
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    back = inspect(name)
+    assert back["Id"] != container_daily["id"] and back["State"]["Running"]
+    assert back["Image"] == container_daily["image"] and f"HF_TOKEN={SECRET}" in back["Config"]["Env"]
+    assert back["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    entry = json.loads(campaign("ledger", "--json").stdout)[-1]
+    assert entry["kind"] == "rollback" and entry["action"] == "recreated"
+    assert entry["daily"]["container_id"] == back["Id"] and entry["proof"]["network_ports_shm_ipc_match"]
+    assert serves(container_daily["port"])
+    docker("rm", "-f", f"{name}-undone-9")
 
 
 def test_a_daily_still_serving_with_its_policy_held_at_no_gets_its_policy_back(container_daily: dict) -> None:
@@ -272,3 +309,45 @@ def test_runner_and_both_watchdogs_killed_the_next_command_brings_the_container_
     assert after["Id"] == container_daily["id"] and after["State"]["Running"]
     assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
     assert serves(container_daily["port"]) and not state.reload().armed
+
+
+def test_the_docker_engine_down_at_the_restore_the_watchdog_brings_the_daily_back_once_it_returns(
+        container_daily: dict) -> None:
+    """The engine stopped and started again mid-window (as `systemctl restart docker` would, without
+    systemd): the runner's own restore cannot reach it and fails; the failsafe stays armed, and once the
+    engine is back the watchdog starts that same container with proof. The daily's policy is `always`, which
+    an engine restart would obey: held at `no` for the window, it must not come back by itself."""
+    from tests.support.docker import restartable_dockerd, start_dockerd, stop_dockerd
+
+    dockerd = restartable_dockerd()
+    root, name, port = container_daily["root"], container_daily["name"], container_daily["port"]
+    assert docker("update", "--restart", "always", name).returncode == 0
+    contract = root / "c-engine.yaml"  # a short heartbeat grace: the watchdog acts soon after the runner ends
+    contract.write_text(container_daily["contract"].read_text().replace("heartbeat_grace: 30s", "heartbeat_grace: 3s")
+                        .replace("version: 1", "version: 2"))
+    assert campaign("freeze", str(contract)).returncode == 0
+    runner, window = runner_past_the_daily_stop(contract, root / "runs")
+    try:
+        stop_dockerd(dockerd)
+        assert runner.wait(timeout=600) != 0  # its restore found no engine
+        state = WindowState.load(window)
+        assert state.armed and not state.restored and not serves(port)
+    finally:
+        start_dockerd()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not serves(port):
+        time.sleep(0.5)
+    assert serves(port), "the watchdog did not bring the daily back after the engine returned"
+    after = inspect(name)
+    assert after["Id"] == container_daily["id"] and after["State"]["Running"]
+    assert after["HostConfig"]["RestartPolicy"]["Name"] == "always"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and WindowState.load(window).armed:
+        time.sleep(0.2)
+    records = read_jsonl(_bundle(root / "runs") / "journal.jsonl")
+    restores = [r for r in records if r["step"] == "incumbent.restore" and r.get("event") in ("done", "failed")]
+    assert restores[0]["by"] == "runner" and restores[0]["event"] == "failed"
+    assert restores[-1]["event"] == "done" and restores[-1]["by"] != "runner" and restores[-1]["proof"]["completion"]
+    # started by the failsafe: had its policy still been `always`, the engine would have started it on its way
+    # up, and the failsafe would have found it "already serving"
+    assert restores[-1]["action"] == "started", restores[-1]

@@ -61,6 +61,7 @@ lanes:
 inputs:
   tf: {{file: {EXAMPLES}/prompts/tf4.jsonl}}
   refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
+  kl-refs: {{file: {EXAMPLES}/prompts/refs1.jsonl}}  # one text: KL is weighed per position, 12 of them here
   structured: {{file: {EXAMPLES}/structured/structured4.jsonl}}
   tools: {{file: {EXAMPLES}/tools/tools2.jsonl}}
 gates:
@@ -71,7 +72,7 @@ gates:
     top_k: 10
     rule: {{instrument_tolerance: 0.01, max_site_delta: 1.0, noninferiority_max: 2.0}}
   - kind: kl
-    input: refs
+    input: kl-refs
     top_k: 10
     rule: {{max_mean: 0.5}}
   - kind: structured

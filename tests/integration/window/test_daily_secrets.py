@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
+import sys
 import tarfile
 import textwrap
 import time
@@ -17,8 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from campaign.fsutil import read_jsonl
+from campaign.window.state import WindowState
 from tests.support.contracts import MODEL, demo_like, free_port, write_contract
 from tests.support.cli import campaign
+from tests.support.daily import kill_runner_and_watchdogs, runner_past_the_daily_stop
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +134,25 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
                     assert not any(s in data for s in secrets), member.name
         new_pid = int((tmp_path / "daily.pid").read_text())
         assert answers(daily_port, DAILY_KEY) == 200 and answers(daily_port, None) == 401
+
+        # the systemd timer restores in a bare environment (no DAILY_KEY): the key the window recorded in its
+        # private state proves the daily with a real completion all the same
+        runner, window = runner_past_the_daily_stop(contract, tmp_path / "runs-killed")
+        kill_runner_and_watchdogs(runner, WindowState.load(window))
+        assert answers(daily_port, DAILY_KEY) == 0  # down, and nobody left to bring it back
+        bare = {k: v for k, v in os.environ.items() if k not in ("DAILY_KEY", "LANE_KEY", "HF_TOKEN")}
+        timer = subprocess.run([sys.executable, "-m", "campaign.window.restore_now", window], env=bare,
+                               capture_output=True, text=True, timeout=300)
+        assert timer.returncode == 0, timer.stdout + timer.stderr
+        assert answers(daily_port, DAILY_KEY) == 200
+        killed = next((tmp_path / "runs-killed").iterdir())
+        restore = [r for r in read_jsonl(killed / "journal.jsonl") if r["step"] == "incumbent.restore"]
+        assert restore[-1]["event"] == "done" and restore[-1]["proof"]["completion"]["status"] == 200
+        state_file = WindowState.load(window).directory / "state.json"
+        assert stat.S_IMODE(state_file.stat().st_mode) == 0o600  # the only place the key is kept
+        for path in killed.rglob("*"):
+            assert not (path.is_file() and DAILY_KEY.encode() in path.read_bytes()), path
+        new_pid = int((tmp_path / "daily.pid").read_text())
     finally:
         for pid in {daily.pid, int((tmp_path / "daily.pid").read_text())}:
             try:

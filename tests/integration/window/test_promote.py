@@ -31,7 +31,8 @@ def window_bundle(daily: dict) -> Path:
     return bundle
 
 
-def test_promote_then_rollback_with_ledger(daily: dict, window_bundle: Path) -> None:
+def test_promote_then_rollback_with_ledger_and_a_promotion_killed_at_each_step(daily: dict,
+                                                                             window_bundle: Path) -> None:
     import tempfile
 
     original = _cmdline(daily_pid(daily["root"]))
@@ -54,9 +55,27 @@ def test_promote_then_rollback_with_ledger(daily: dict, window_bundle: Path) -> 
     assert rolled.returncode == 0, rolled.stderr
     assert _cmdline(daily_pid(daily["root"])) == original and serves(daily["port"])
     ledger = json.loads(campaign("ledger", "--json").stdout)
-    assert [e["kind"] for e in ledger] == ["promote", "rollback"]
-    assert ledger[1]["undoes"] == 1 and ledger[0]["rollback"]["argv"] == original
+    assert [e["kind"] for e in ledger] == ["promote-begun", "promote", "rollback"]
+    assert ledger[1]["begun"] == 1 and ledger[2]["undoes"] == 2 and ledger[1]["rollback"]["argv"] == original
     assert campaign("rollback").returncode == 2  # nothing left to roll back
+
+    # a promotion SIGKILLed at each of its steps (one window's bundle serves them all)
+    for point, action in (("promote.begun", "still serving"), ("promote.stopped", "started"),
+                          ("promote.swapped", "started")):
+        killed = campaign("promote", str(window_bundle), env={"CAMPAIGN_FAULT_KILL_AT": point})
+        assert killed.returncode == -9, (point, killed.stdout + killed.stderr)
+        begun = json.loads(campaign("ledger", "--json").stdout)[-1]
+        assert begun["kind"] == "promote-begun" and begun["candidate"] == "spec", point
+        shown = campaign("daily", "show")
+        assert f"promotion {begun['seq']} of spec began" in shown.stderr and "never finished" in shown.stderr
+        refused = campaign("promote", str(window_bundle))  # not on top of a half-made swap
+        assert refused.returncode != 0 and "never finished" in refused.stderr, point
+        rolled = campaign("rollback")
+        assert rolled.returncode == 0, (point, rolled.stdout + rolled.stderr)
+        entry = json.loads(campaign("ledger", "--json").stdout)[-1]
+        assert entry["kind"] == "rollback" and entry["undoes"] == begun["seq"] and entry["action"] == action, point
+        assert _cmdline(daily_pid(daily["root"])) == original and serves(daily["port"]), point
+    assert campaign("rollback").returncode == 2  # every begun promotion is accounted for
 
 
 def _resigned(bundle: Path, tmp: Path, edit) -> Path:  # noqa: ANN001

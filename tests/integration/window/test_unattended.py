@@ -256,3 +256,26 @@ def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict)
     from campaign.lanes.runtimes.process import marked_processes
 
     assert marked_processes(state.window) == []
+
+
+def test_the_failsafe_deadline_is_the_time_budget_of_boot_pairs(daily: dict) -> None:
+    """A daily that may take up to 10 minutes to serve again, behind a 10-minute deadline: no boot pair fits
+    before the point where it must be restored, so the window boots none and the speed gate says why."""
+    body = daily["contract"].read_text().replace("version: 1", "version: 2").replace(
+        "  pidfile: daily.pid\n", "  pidfile: daily.pid\n  readiness: {budget: 600s}\n").replace(
+        "promotion:", "  - {kind: speed, input: p, max_tokens: 8, reps: 2, max_boot_pairs: 4}\npromotion:")
+    contract = daily["contract"].with_name("budget.yaml")
+    contract.write_text(body)
+    assert campaign("freeze", str(contract)).returncode == 0
+    ran = campaign("run", str(contract), "--out", str(daily["root"] / "runs"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundle = next((daily["root"] / "runs").iterdir())
+    records = read_jsonl(bundle / "journal.jsonl")
+    (stopped,) = [r for r in records if r["step"] == "pairs.stopped"]
+    assert stopped["after_pairs"] == 1 and "before the failsafe deadline" in stopped["reason"]
+    assert not any(r["step"] == "pair" for r in records)
+    speed = json.loads((bundle / "gates" / "speed" / "spec.json").read_text())
+    assert speed["verdict"] == "INCONCLUSIVE"
+    assert "the window booted no more pairs after pair 1: the window's time budget" in speed["reasons"][0]
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["restore"]["proved"] is True and serves(daily["port"])

@@ -172,6 +172,22 @@ def test_one_pair_is_not_enough_and_asks_for_another(tmp_path: Path) -> None:
     assert gate.wants_pair(cand, ctrl, 1)
 
 
+def test_a_comparison_cut_short_by_the_windows_time_budget_says_so(tmp_path: Path) -> None:
+    from campaign.gates.base import PAIRS_STOPPED
+
+    gate, cand, ctrl = make_gate(tmp_path, pairs=4)
+    write_boots(gate, [rates(), rates(1.01), rates(0.99)], [rates(1.03, wobble=0.04), rates(1.02, wobble=-0.04)])
+    undecided = gate.judge(cand, ctrl)
+    assert undecided.verdict is Verdict.INCONCLUSIVE and "booted no more pairs" not in undecided.reasons[0]
+    with JsonlAppender(gate.ctx.bundle / "journal.jsonl") as journal:
+        journal.append({"step": PAIRS_STOPPED, "event": "done", "after_pairs": 2,
+                        "reason": "the window's time budget: the next pair ... before the failsafe deadline"})
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert "the window booted no more pairs after pair 2: the window's time budget" in result.reasons[0]
+    assert result.reasons[0].startswith(undecided.reasons[0])  # the measurement reads as before, then why it ended
+
+
 def test_min_wins_is_part_of_the_bar(tmp_path: Path) -> None:
     gate, cand, ctrl = make_gate(tmp_path, rule="{min_wins: '6/6'}")
     mixed = {**rates(1.3), "p1": 49.0}  # one prompt a little slower

@@ -1,9 +1,12 @@
 """The pure parts of a container daily: the `docker run` line shown to a person (every serving fact, no
-env value), mounts compared as a recreated container has them again, and the env digest."""
+env value), mounts compared as a recreated container has them again, the env digest, and what the restore's
+proof compares."""
 
 from __future__ import annotations
 
-from campaign.window.dailycontainer import _mounts, describe, env_digest
+import pytest
+
+from campaign.window.dailycontainer import _differences, _mounts, describe, env_digest
 
 GPU_DAILY = {"container": "glm-daily", "config": {"Cmd": ["serve", "--port", "30006"]},
              "env": {"HF_TOKEN": "hf_secret_value_123"}, "image_id": "sha256:ab", "restart_policy": {"Name": "always"},
@@ -38,3 +41,22 @@ def test_an_anonymous_volume_counts_by_destination_so_a_recreated_daily_still_ma
 def test_the_env_digest_ignores_order_and_sees_a_changed_value() -> None:
     assert env_digest(["A=1", "B=2"]) == env_digest(["B=2", "A=1"])
     assert env_digest(["A=1", "B=2"]) != env_digest(["A=1", "B=3"])
+
+
+def _attrs_of(snap: dict) -> dict:
+    """The engine's inspect of a container that is exactly the snapshot's daily."""
+    env = [f"{k}={v}" for k, v in snap["env"].items()]
+    return {"Image": snap["image_id"], "Config": {**snap["config"], "Env": env}, "HostConfig": snap["host_config"],
+            "Mounts": []}
+
+
+@pytest.mark.parametrize(("changed", "key", "value"), [
+    ("shm size", "ShmSize", 64 * 2**20), ("ipc mode", "IpcMode", "private"), ("network", "NetworkMode", "bridge"),
+    ("published ports", "PortBindings", {"30006/tcp": [{"HostIp": "", "HostPort": "30007"}]}),
+    ("devices", "DeviceRequests", [{"DeviceIDs": ["1"]}])])
+def test_the_proof_names_each_serving_fact_that_differs_from_the_snapshot(changed: str, key: str, value: object) -> None:
+    snap = {**GPU_DAILY, "env_sha256": env_digest([f"{k}={v}" for k, v in GPU_DAILY["env"].items()]), "mounts": []}
+    attrs = _attrs_of(snap)
+    assert _differences(snap, attrs) == []
+    attrs["HostConfig"] = {**attrs["HostConfig"], key: value}
+    assert _differences(snap, attrs) == [changed]

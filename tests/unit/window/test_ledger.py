@@ -265,3 +265,15 @@ def test_shown_argv_does_not_change_its_input() -> None:
     argv = ["--api-key", SECRET]
     shown_argv(argv, {})
     assert argv == ["--api-key", SECRET]
+
+
+def test_an_interrupted_promotion_is_found_until_its_entry_a_failure_or_a_rollback_ends_it() -> None:
+    from campaign.window.promote import unfinished_promotion
+
+    begun = {"seq": 1, "kind": "promote-begun", "at": "t", "candidate": "spec"}
+    assert unfinished_promotion([begun]) == begun  # killed mid-swap: nothing else was written
+    assert unfinished_promotion([begun, {"seq": 2, "kind": "promote", "begun": 1}]) is None
+    assert unfinished_promotion([begun, {"seq": 2, "kind": "promote-failed", "begun": 1}]) is None
+    assert unfinished_promotion([begun, {"seq": 2, "kind": "rollback", "undoes": 1}]) is None
+    later = {"seq": 3, "kind": "promote-begun", "at": "t", "candidate": "other"}
+    assert unfinished_promotion([begun, {"seq": 2, "kind": "promote", "begun": 1}, later]) == later

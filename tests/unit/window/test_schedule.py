@@ -61,3 +61,13 @@ def test_a_candidate_without_records_is_not_booted_again(tmp_path: Path) -> None
     for key, values in (("base", rates()), ("twin", rates(1.02)), ("base@rerun1", rates(0.99))):
         write_visit(speed, key, values)  # fast's first boot failed: nothing to bracket
     assert keys(next_pair(loaded, gates, 1)) == [("twin@rerun1", ["speed"]), ("base@rerun2", ["speed"])]
+
+
+def test_a_pair_that_would_end_past_the_restore_point_is_not_booted() -> None:
+    from campaign.window.schedule import RESTORE_MARGIN_S, pair_past_budget
+
+    room = 100.0 + 60.0 + RESTORE_MARGIN_S  # a pair of 100 s, a daily that needs 60 s to serve again
+    assert pair_past_budget(seconds_left=room, pair_estimate_s=100.0, restore_s=60.0) is None
+    late = pair_past_budget(seconds_left=room - 1, pair_estimate_s=100.0, restore_s=60.0)
+    assert late is not None and "time budget" in late and "before the failsafe deadline" in late
+    assert "0s are left" in (pair_past_budget(seconds_left=-5.0, pair_estimate_s=1.0, restore_s=1.0) or "")
