@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -183,7 +184,11 @@ def resume(window: str) -> None:
 
 @app.command()
 @one_line_errors
-def status(window: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+def status(window: Optional[str] = typer.Argument(None),
+           as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+           watch: bool = typer.Option(False, "--watch", help="Refresh in place until the window's runner ends, "
+                                                              "then print where its bundle is."),
+           every: float = typer.Option(2.0, "--every", min=0.2, help="Seconds between refreshes (--watch).")) -> None:
     """Phase, lane, gate, progress, runner pid and failsafe deadline of windows (the newest, or WINDOW)."""
     from campaign.window.status import window_status
 
@@ -191,15 +196,40 @@ def status(window: Optional[str] = typer.Argument(None), as_json: bool = typer.O
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
+    if not watch:
+        out.print(_status_table(rows))
+        return
+    from rich.live import Live
+
+    with Live(_status_table(rows), console=out, refresh_per_second=4) as live:
+        while any(row["runner_alive"] for row in rows):
+            time.sleep(every)
+            rows = window_status(rows[0]["window"])
+            live.update(_status_table(rows))
+    for row in rows:
+        ended = "signed" if row["signed"] else "not signed"
+        out.print(f"window {row['window']} ended ({row['phase']}, {ended}); bundle: {row['bundle']}",
+                  markup=False, highlight=False)
+
+
+def _status_table(rows: list[dict]) -> Table:
     table = Table("window", "phase", "lane", "gate", "progress", "runner", "failsafe", "daily")
     for row in rows:
         runner = f"{row['runner_pid']} ({'alive' if row['runner_alive'] else 'gone'})"
-        failsafe = f"armed until {row['deadline']}" if row["armed"] else "disarmed"
+        failsafe = "disarmed"
+        if row["armed"]:
+            left = row["deadline_wall"] - time.time() if row.get("deadline_wall") else None
+            failsafe = f"armed until {row['deadline']}" + (f" (in {_clock(left)})" if left is not None else "")
         if row.get("failsafe_failed"):
             failsafe = f"restore FAILED ({row['failsafe_failed'].get('error', '')[:60]})"
         table.add_row(row["window"], row["phase"], row["lane"] or "-", row["gate"] or "-",
                       f"{row['gates_done']}/{row['gates_planned']}", runner, failsafe, row["daily"])
-    out.print(table)
+    return table
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 @app.command()

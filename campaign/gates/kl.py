@@ -165,5 +165,6 @@ def _divergences(refs: dict[str, Prepared], oracle: dict[str, list[Position]],
             missing_total += missing
         values += kls
         rows.append({"reference": item, "tokens": len(kls), "mean": sum(kls) / len(kls) if kls else None,
-                     "p99": percentile(kls, 99) if kls else None, "max": max(kls, default=None)})
+                     "p99": percentile(kls, 99) if kls else None, "max": max(kls, default=None),
+                     "per_position": [round(kl, 9) for kl in kls]})
     return values, rows, missing_total

@@ -2,7 +2,8 @@
 
 Everything is rendered from the bundle's own files (SUMMARY.json, gates/*/*.json, lanes/*), so a
 report can be re-rendered later and shows nothing the bundle does not hold. The HTML needs no network:
-styles inline, plots as inline SVG, jinja2 autoescape on.
+styles inline, plots as inline SVG (matplotlib, ``plots.py``), jinja2 autoescape on. It opens with the
+decision per candidate (``decision.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from jinja2 import Environment, PackageLoader
 
 from campaign.errors import InputError
 from campaign.fsutil import atomic_write_bytes, load_json_strict
+from campaign.receipts.decision import decisions
+from campaign.receipts.plots import plots_for
 
 __all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "unpacked_archive"]
 
@@ -56,55 +59,6 @@ def _detail_tables(details: dict[str, Any]) -> list[dict[str, Any]]:
     return tables
 
 
-def _bar_svg(points: list[tuple[str, float, float | None, float | None]], unit: str) -> str:
-    """Horizontal bars with optional CI whiskers, as inline SVG (no scripts, no network)."""
-    if not points:
-        return ""
-    values = [abs(v) for _, v, _, _ in points] + [abs(x) for _, _, lo, hi in points for x in (lo, hi) if x is not None]
-    scale = max(values) or 1.0
-    height = 22 * len(points) + 10
-    mid = 260
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="560" height="{height}" role="img">',
-             f'<line x1="{mid}" y1="0" x2="{mid}" y2="{height}" stroke="#888"/>']
-    for i, (label, value, lo, hi) in enumerate(points):
-        y = 8 + 22 * i
-        width = 200 * value / scale
-        x = mid if width >= 0 else mid + width
-        colour = "#2a7" if value >= 0 else "#c44"
-        parts.append(f'<text x="4" y="{y + 12}" font-size="11">{_xml(label)[:30]}</text>')
-        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{abs(width):.1f}" height="14" fill="{colour}"/>')
-        if lo is not None and hi is not None:
-            parts.append(f'<line x1="{mid + 200 * lo / scale:.1f}" y1="{y + 7}" x2="{mid + 200 * hi / scale:.1f}" '
-                         f'y2="{y + 7}" stroke="#000"/>')
-        parts.append(f'<text x="{mid + 205 if value >= 0 else mid + 5}" y="{y + 12}" font-size="11">'
-                     f'{value:+.3g} {_xml(unit)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _xml(text: str) -> str:
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
-
-def _plots(gate: dict[str, Any]) -> list[dict[str, str]]:
-    """Plots for evidence that has a per-item change: any detail row carrying a numeric change."""
-    plots = []
-    for name, value in (gate.get("details") or {}).items():
-        if not (isinstance(value, list) and value and isinstance(value[0], dict)):
-            continue
-        key = next((k for k in ("change_pct", "delta", "abs_delta_logprob") if k in value[0]), None)
-        if key is None:
-            continue
-        points = []
-        for row in value:
-            if isinstance(row.get(key), (int, float)):
-                label = str(row.get("prompt") or row.get("id") or row.get("text") or len(points))
-                points.append((label, float(row[key]), row.get("ci_low"), row.get("ci_high")))
-        if points:
-            plots.append({"name": f"{name}: {key}", "svg": _bar_svg(points, "%" if key.endswith("pct") else "")})
-    return plots
-
-
 SHARED = 0o644  # published files are for others to read; keys and private state stay 0600
 
 _MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "`": "\\`", "[": "\\[",
@@ -139,12 +93,40 @@ def _environment(*, html: bool = True) -> Environment:
 
 
 def render_html(data: dict[str, Any]) -> str:
-    gates = [{**g, "tables": _detail_tables(g.get("details") or {}), "plots": _plots(g)} for g in data["gates"]]
-    return _environment().get_template("report.html.j2").render(**data, gate_views=gates)
+    gates = [{**g, "tables": _detail_tables(g.get("details") or {}), "plots": plots_for(g)} for g in data["gates"]]
+    return _environment().get_template("report.html.j2").render(**data, gate_views=gates,
+                                                                  decisions=decisions(data["summary"]))
 
 
 def render_markdown(data: dict[str, Any]) -> str:
-    return _environment(html=False).get_template("summary.md.j2").render(**data)
+    return _environment(html=False).get_template("summary.md.j2").render(
+        **data, decisions=decisions(data["summary"]), headlines=_headlines(data["gates"]))
+
+
+def _headlines(gates: list[dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Per candidate, the figures a decision rests on, with their CIs and denominators: the speed change per
+    level, and every gate's first metric."""
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for gate in gates:
+        rows = out.setdefault(str(gate.get("candidate")), [])
+        if gate.get("kind") == "speed":
+            for level, entry in ((gate.get("details") or {}).get("levels") or {}).items():
+                est = entry.get("estimate")
+                if est:
+                    rows.append((f"{gate['gate']} C{level}", {
+                        "value": f"{est['change']:+.1%} [{est['confidence']:.1%} CI {est['low']:+.1%}, {est['high']:+.1%}]",
+                        "unit": f"{gate['rule'].get('metric', '')}, {est['boots']} boots, {est['prompts']} prompts"}))
+            continue
+        metrics = gate.get("metrics") or {}
+        rows += [(f"{gate['gate']} {name}", metrics[name]) for name in _HEADLINE.get(str(gate.get("kind")), ())
+                 if name in metrics]
+    return out
+
+
+# the metric(s) each kind's rule weighs: what a reader of the summary wants beside the verdict
+_HEADLINE = {"greedy": ("self_identical",), "teacher_forced": ("sites", "noninferiority_max"), "kl": ("kl_mean",),
+             "task": ("losses", "loss_upper_bound"), "needle": ("highest_rung_passed",), "structured": ("correct",),
+             "tools": ("passed",), "ruler": ("observables_differing",)}
 
 
 def archive_bundle(bundle: Path, target: Path) -> Path:

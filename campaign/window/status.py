@@ -81,7 +81,7 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
             "runner_alive": process_start_time(state.runner_pid) == state.runner_start_time,
             "armed": state.armed,
             "deadline": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.deadline_wall))
-            if state.deadline_wall else None,
+            if state.deadline_wall else None, "deadline_wall": state.deadline_wall,
             "restored": state.restored, "daily": daily, "failsafe_failed": failed,
             "signed": (Path(state.bundle) / "receipt.dsse.json").exists(),
         })

@@ -41,5 +41,12 @@ def bundle(tmp_path: Path) -> Path:
             "details": {"prompts": [{"prompt": "p1", "cross_identical": True, "change_pct": 4.5, "ci_low": 1.0,
                                      "ci_high": 8.0}]}}
     (root / "gates" / "greedy" / "spec.json").write_text(json.dumps(gate))
+    (root / "gates" / "kl").mkdir()
+    kl = {"schema": "campaign.gate-result/v1", "gate": "kl", "kind": "kl", "candidate": "spec", "control": "base",
+          "verdict": "PASS", "reasons": ["KL mean 0.004 <= 0.05 nats over 3 tokens"], "rule": {"max_mean": 0.05},
+          "caveats": [], "metrics": {"kl_mean": {"value": 0.004, "denominator": 3, "unit": "nats"}},
+          "details": {"texts": [{"reference": "<script>alert(2)</script>", "tokens": 3,
+                                 "per_position": [0.0, 0.011, 0.001]}]}}
+    (root / "gates" / "kl" / "spec.json").write_text(json.dumps(kl))
     sign_bundle(root, load_signing_key(), {"window": root.name})
     return root

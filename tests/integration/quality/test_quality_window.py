@@ -199,3 +199,17 @@ def test_no_rule_passes_over_zero_sites(bundle: Path) -> None:
     assert any("nothing to weigh" in r for r in bare["reasons"])
     assert not any("over 0 sites" in r for r in bare["reasons"])
     assert result(bundle, "tf-bare", "rope")["verdict"] in ("PASS", "FAIL")
+
+
+def test_the_report_draws_the_real_sites_and_kl_per_position(bundle: Path, tmp_path: Path) -> None:
+    from campaign.receipts.publish import publish
+    from campaign.receipts.decision import decisions
+
+    html = publish(bundle, tmp_path / "out")["html"].read_text()
+    rope = html.split('id="gate-teacher_forced-rope"')[1].split("</section>")[0]
+    assert 'data-title="Divergence sites:' in rope and "max_site_delta" in rope
+    kvq8 = html.split('id="gate-kl-kvq8"')[1].split("</section>")[0]
+    assert 'data-title="KL(base || kvq8) per token position"' in kvq8
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert {d.candidate: d.decision for d in decisions(summary)}["draft8"] == "REFUSED"  # the ruler, required
+    assert 'data-candidate="draft8" data-decision="REFUSED"' in html

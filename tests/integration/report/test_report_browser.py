@@ -3,7 +3,9 @@ no network request of its own (Chromium's own background requests are told apart
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -41,6 +43,33 @@ def test_report_opens_without_console_errors_or_network(bundle: Path, tmp_path: 
     dom, console, requests = open_in_chromium(report)
     assert 'id="verdicts"' in dom and "self_identical 8/8" in dom
     assert console == [] and requests == []
+
+
+def test_the_report_opens_with_the_decision_and_every_plot_is_titled_and_labelled(bundle: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The decision header says what SUMMARY.json says; each plot's title and axis labels are text in its
+    SVG; markup in a contract name, a candidate name or a reference text is shown as text, never run."""
+    from campaign.receipts.decision import decisions
+
+    hostile = "<script>document.title='pwned'</script>"
+    summary_path = bundle / "SUMMARY.json"
+    summary = json.loads(summary_path.read_text())
+    summary["contract"]["name"] = f"demo {hostile}"
+    summary["candidates"][f"spec{hostile}"] = summary["candidates"]["spec"]
+    summary_path.write_text(json.dumps(summary))
+    dom, console, requests = open_in_chromium(publish(bundle, tmp_path / "out")["html"])
+    assert console == [] and requests == []
+    assert dom.split("</title>")[0].split("<title>")[1] != "pwned" and "<script" not in dom  # shown, never run
+    assert dom.count("&lt;script&gt;document.title='pwned'&lt;/script&gt;") >= 3  # name, title, candidate
+    header = dom.split('id="decision"')[1].split("</section>")[0]
+    for decision in decisions(summary):
+        assert f'data-decision="{decision.decision}"' in header and decision.next_step.split()[0] in header
+    figures = re.findall(r'<figure class="plot" data-title="([^"]*)" data-xlabel="([^"]*)" data-ylabel="([^"]*)">'
+                         r'(.*?)</figure>', dom, flags=re.DOTALL)
+    assert figures, "no plot in the report"
+    for title, xlabel, ylabel, body in figures:
+        texts = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", body))
+        assert "<svg" in body and html.unescape(title)[:40] in html.unescape(texts), title
+        assert html.unescape(xlabel) in html.unescape(texts) and html.unescape(ylabel) in html.unescape(texts)
 
 
 def test_the_check_sees_a_report_that_reaches_out(bundle: Path, tmp_path: Path) -> None:  # noqa: F811

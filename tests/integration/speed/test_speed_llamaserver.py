@@ -144,6 +144,20 @@ def test_identical_lanes_are_not_a_win_and_their_ci_covers_zero(window: dict) ->
     assert schedule["looks"] == schedule["pairs"] - 1 or schedule["stopped_at_pairs"] is not None
 
 
+def test_the_report_draws_every_boot_of_the_real_window(window: dict, tmp_path: Path) -> None:
+    from campaign.receipts.publish import publish
+
+    html = publish(window["bundle"], tmp_path / "out")["html"].read_text()
+    section = html.split('id="gate-speed-same"')[1].split("</section>")[0]
+    result = load_json_strict(window["bundle"] / "gates" / "speed" / "same.json")
+    for level, entry in result["details"]["levels"].items():
+        if entry.get("prompts"):
+            assert f'data-title="C{level}: decode_tok_s of every boot, in window order' in section
+    assert 'data-title="Every row over the window' in section
+    for visit in (boot["visit"] for boot in result["details"]["schedule"]["boots"]):
+        assert f">{visit}</text>" in section  # each visit is a tick of the rows' plot
+
+
 def test_reps_record_the_hosts_other_load(window: dict) -> None:
     """A shared host is the one thing a paired CI cannot see: every prompt of a lane visit shares its
     load. Each rep records host, lane and client CPU, so a busy host voids the row instead."""

@@ -279,3 +279,19 @@ def test_the_failsafe_deadline_is_the_time_budget_of_boot_pairs(daily: dict) -> 
     assert "the window booted no more pairs after pair 1: the window's time budget" in speed["reasons"][0]
     summary = json.loads((bundle / "SUMMARY.json").read_text())
     assert summary["restore"]["proved"] is True and serves(daily["port"])
+
+
+def test_status_watch_follows_a_window_to_its_end_and_names_the_bundle(daily: dict) -> None:
+    out = daily["root"] / "runs"
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(daily["contract"]), "--out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.glob("*/journal.jsonl")):
+        time.sleep(0.05)
+    watched = campaign("status", "--watch", "--every", "0.5", timeout=600)
+    assert runner.wait(timeout=60) == 0
+    assert watched.returncode == 0, watched.stderr
+    bundle = next(out.iterdir())
+    last = watched.stdout.strip().splitlines()[-1]
+    assert last == f"window {bundle.name} ended (end done, signed); bundle: {bundle}", watched.stdout
+    assert "phase" in watched.stdout and "failsafe" in watched.stdout  # the table, as it stood at the end

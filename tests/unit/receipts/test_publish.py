@@ -20,8 +20,9 @@ def test_report_shows_bundle_values_and_rerenders_changes(bundle: Path) -> None:
     html = render_html(load_report_data(bundle))
     assert "self_identical 8/8 &gt;= required 8/8" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html  # autoescaped
-    assert "<svg" in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "").replace(
-        "http://127.0.0.1:1", "")
+    assert "<svg" in html and "http:" not in html.replace("http://www.w3.org/2000/svg", "").replace(
+        "http://www.w3.org/1999/xlink", "").replace("http://127.0.0.1:1", "") and "https:" not in html
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in html  # a reference's name, inside the KL plot's legend
     gate_path = bundle / "gates" / "greedy" / "spec.json"
     gate = json.loads(gate_path.read_text())
     gate["metrics"]["self_identical"]["value"] = 7919
@@ -33,7 +34,7 @@ def test_publish_writes_report_summary_and_verifiable_archive(bundle: Path, tmp_
     written = publish(bundle, tmp_path / "out")
     assert "| spec | greedy | PASS |" in written["markdown"].read_text()
     with unpacked_archive(written["archive"]) as unpacked:
-        assert verify_bundle(unpacked, load_trusted()).files == 3
+        assert verify_bundle(unpacked, load_trusted()).files == 4
     assert not unpacked.exists()  # the unpacked copy is gone once verified
     assert not list(bundle.parent.glob(f"{bundle.name}/*.html"))  # the signed bundle is left as it was
 
@@ -156,4 +157,4 @@ def test_an_archive_made_with_tar_dot_unpacks(bundle: Path, tmp_path: Path) -> N
     with tarfile.open(archive) as tar:
         assert tar.getnames()[0].startswith("./")
     with unpacked_archive(archive) as unpacked:
-        assert verify_bundle(unpacked, load_trusted()).files == 3
+        assert verify_bundle(unpacked, load_trusted()).files == 4

@@ -1,0 +1,88 @@
+"""The decision a person reads first: per candidate PROMOTABLE, REFUSED or INCONCLUSIVE, the one reason
+that decides it, and what would change it. Read from SUMMARY.json only, with the rules `campaign promote`
+applies to the same file (a window that completed, a proven restore, every required gate PASS); promote
+also verifies the signature and the freeze record, which a report cannot do for its reader."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["CandidateDecision", "decisions"]
+
+PROMOTABLE, REFUSED, INCONCLUSIVE = "PROMOTABLE", "REFUSED", "INCONCLUSIVE"
+
+
+@dataclass
+class CandidateDecision:
+    candidate: str
+    control: str | None
+    decision: str
+    gate: str | None  # the gate whose verdict decides it (None: a window-level reason)
+    reason: str
+    next_step: str
+    also: list[str]  # gates reported but not required that did not PASS: shown, never deciding
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def decisions(summary: dict[str, Any]) -> list[CandidateDecision]:
+    return [_decide(name, entry, summary) for name, entry in (summary.get("candidates") or {}).items()]
+
+
+def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> CandidateDecision:
+    gates = entry.get("gates") or {}
+    required = list(entry.get("promotion_gates") or [])
+    also = [f"{gate}: {result.get('verdict')}" for gate, result in gates.items()
+            if gate not in required and result.get("verdict") != "PASS"]
+
+    def made(decision: str, gate: str | None, reason: str, next_step: str) -> CandidateDecision:
+        return CandidateDecision(name, entry.get("control"), decision, gate, reason, next_step, also)
+
+    if summary.get("status") != "complete":
+        return made(INCONCLUSIVE, None, f"the window did not complete (status {summary.get('status')})",
+                    f"campaign resume {summary.get('window')}: finished gates are kept")
+    restore = summary.get("restore") or {}
+    if restore.get("incumbent") and not restore.get("proved"):
+        return made(REFUSED, None, f"the daily's restore was not proven ({restore.get('error') or 'no proof'})",
+                    "check the daily now (campaign daily show); promote refuses a window without a proven restore")
+    if not required:
+        return made(REFUSED, None, "the contract names no gates for promotion (promotion.requires)",
+                    "name the gates that must pass in promotion.requires, freeze a new version, run again")
+    for gate in required:
+        result = gates.get(gate)
+        if result is not None and result.get("verdict") == "FAIL":
+            return made(REFUSED, gate, _first(result), f"not promotable as it is: it lost on {gate}")
+    for gate in required:
+        result = gates.get(gate)
+        if result is None:
+            return made(INCONCLUSIVE, gate, f"gate {gate} has no result for this candidate",
+                        "run the window again; the journal says why the gate did not run")
+        if result.get("verdict") != "PASS":
+            reason = _first(result)
+            return made(INCONCLUSIVE, gate, reason, _remedy(gate, reason))
+    return made(PROMOTABLE, None, f"every required gate passed ({', '.join(required)})",
+                f"campaign promote BUNDLE --candidate {name} (it verifies the bundle first)")
+
+
+def _first(result: dict[str, Any]) -> str:
+    reasons = result.get("reasons") or []
+    return str(reasons[0]) if reasons else f"{result.get('verdict')} without a stated reason"
+
+
+def _remedy(gate: str, reason: str) -> str:
+    text = reason.lower()
+    if "launch failure" in text:
+        return "fix the lane's launch (lanes/<lane>/launch_failure.txt says what the engine said), then run again"
+    if text.startswith("instrument"):
+        return "the instrument could not measure (the reason says what): fix that lane or engine setting, then run again"
+    if "time budget" in text:
+        return "a longer failsafe deadline, or fewer lanes in one window, so every boot pair fits"
+    if "out of reach" in text:
+        return "more prompts (the change varies too much from prompt to prompt for more boots to settle it) or a quieter host"
+    if "boot pair" in text or "quieter host" in text:
+        return "more boot pairs (max_boot_pairs) or a quieter host; the reason gives the size it could detect"
+    if "nothing to weigh" in text or "no divergence" in text:
+        return "nothing differed to weigh: more or longer prompts, if the axis should change outputs"
+    return f"more evidence for {gate} (more prompts or repeats) in a new contract version"

@@ -1,0 +1,61 @@
+"""The report's decision per candidate, from SUMMARY.json alone: the rules `campaign promote` applies to
+that file, the one reason that decides, and what would change it."""
+
+from __future__ import annotations
+
+import copy
+
+from campaign.receipts.decision import decisions
+
+PASS = {"verdict": "PASS", "reasons": ["fine"]}
+SUMMARY = {"status": "complete", "window": "w1", "restore": {"incumbent": "http://x", "proved": True},
+           "candidates": {"spec": {"control": "base", "promotion_gates": ["greedy", "speed"],
+                                   "gates": {"greedy": PASS, "speed": PASS,
+                                             "tools": {"verdict": "FAIL", "reasons": ["passed 0/2 < required 2/2"]}}}}}
+
+
+def _with(**changes) -> dict:
+    summary = copy.deepcopy(SUMMARY)
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = summary
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return summary
+
+
+def test_every_required_gate_passing_is_promotable_and_a_failing_extra_is_shown_not_deciding() -> None:
+    (d,) = decisions(SUMMARY)
+    assert d.decision == "PROMOTABLE" and d.gate is None and "campaign promote" in d.next_step
+    assert d.also == ["tools: FAIL"]
+
+
+def test_a_required_fail_refuses_with_that_gates_reason_before_any_inconclusive() -> None:
+    summary = _with(candidates__spec__gates__greedy={"verdict": "INCONCLUSIVE", "reasons": ["instrument: x"]},
+                    candidates__spec__gates__speed={"verdict": "FAIL", "reasons": ["C1 change -3% ..."]})
+    (d,) = decisions(summary)
+    assert (d.decision, d.gate, d.reason) == ("REFUSED", "speed", "C1 change -3% ...")
+
+
+def test_an_inconclusive_says_the_remedy_its_reason_calls_for() -> None:
+    cases = {"instrument: lane base gave back 3/44": "instrument",
+             "C1 ...: undecided; +5% needs about 6 boot pairs in all (max_boot_pairs) or a quieter host": "boot pairs",
+             "launch failure is not a finding (readiness_timeout)": "launch_failure.txt",
+             "C1 ...; the window booted no more pairs after pair 2: the window's time budget: ...": "deadline"}
+    for reason, remedy in cases.items():
+        summary = _with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": [reason]})
+        (d,) = decisions(summary)
+        assert d.decision == "INCONCLUSIVE" and d.gate == "speed" and d.reason == reason
+        assert remedy in d.next_step, (reason, d.next_step)
+
+
+def test_window_level_facts_decide_before_any_gate() -> None:
+    (unfinished,) = decisions(_with(status="interrupted"))
+    assert unfinished.decision == "INCONCLUSIVE" and "campaign resume w1" in unfinished.next_step
+    (unproven,) = decisions(_with(restore={"incumbent": "http://x", "proved": False, "error": "HTTP 401"}))
+    assert unproven.decision == "REFUSED" and "HTTP 401" in unproven.reason
+    (no_rule,) = decisions(_with(candidates__spec__promotion_gates=[]))
+    assert no_rule.decision == "REFUSED" and "promotion.requires" in no_rule.reason
+    (missing,) = decisions(_with(candidates__spec__promotion_gates=["greedy", "needle"]))
+    assert missing.decision == "INCONCLUSIVE" and missing.gate == "needle"
