@@ -201,11 +201,17 @@ def status(window: Optional[str] = typer.Argument(None),
         return
     from rich.live import Live
 
-    with Live(_status_table(rows), console=out, refresh_per_second=4) as live:
+    if out.is_terminal:
+        with Live(_status_table(rows), console=out, refresh_per_second=4) as live:
+            while any(row["runner_alive"] for row in rows):
+                time.sleep(every)
+                rows = window_status(rows[0]["window"])
+                live.update(_status_table(rows))
+    else:  # a log or a pipe gets the table as it stood at the end, not a redraw per refresh
         while any(row["runner_alive"] for row in rows):
             time.sleep(every)
             rows = window_status(rows[0]["window"])
-            live.update(_status_table(rows))
+        out.print(_status_table(rows))
     for row in rows:
         ended = "signed" if row["signed"] else "not signed"
         out.print(f"window {row['window']} ended ({row['phase']}, {ended}); bundle: {row['bundle']}",
@@ -425,10 +431,17 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
     from campaign.receipts.publish import publish as do_publish
     from campaign.signing import load_trusted
 
+    from campaign.fsutil import load_json_strict
+    from campaign.receipts.decision import decisions
+
     verify_bundle(bundle, load_trusted())
     written = do_publish(bundle, out_dir)
     for kind, path in written.items():
         out.print(f"{kind}: {path}")
+    for decision in decisions(load_json_strict(bundle / "SUMMARY.json")):  # the report's first lines
+        deciding = f"{decision.gate}: " if decision.gate else ""
+        out.print(f"{decision.candidate}: {decision.decision}: {deciding}{decision.reason[:200]}", markup=False,
+                  highlight=False)
 
 
 @app.command()
