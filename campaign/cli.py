@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from campaign.errors import CampaignError
+from campaign.errors import CampaignError, InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Frozen-contract experiment windows for LLM inference serving.")
@@ -87,7 +87,6 @@ def diff(a: Path, b: Optional[Path] = typer.Argument(None),
     """Show two contracts, or two lanes of one contract, side by side (only what differs)."""
     from campaign.contracts.load import load_contract
     from campaign.contracts.resolve import flatten_serving
-    from campaign.errors import InputError
 
     left = load_contract(a, check_files=False)
     if lanes:
@@ -192,6 +191,8 @@ def status(window: Optional[str] = typer.Argument(None),
     """Phase, lane, gate, progress, runner pid and failsafe deadline of windows (the newest, or WINDOW)."""
     from campaign.window.status import window_status
 
+    if as_json and watch:
+        raise InputError("--watch redraws a table; --json prints once: choose one")
     rows = window_status(window)
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
@@ -199,18 +200,19 @@ def status(window: Optional[str] = typer.Argument(None),
     if not watch:
         out.print(_status_table(rows))
         return
+    import contextlib
+
     from rich.live import Live
 
-    if out.is_terminal:
-        with Live(_status_table(rows), console=out, refresh_per_second=4) as live:
-            while any(row["runner_alive"] for row in rows):
-                time.sleep(every)
-                rows = window_status(rows[0]["window"])
-                live.update(_status_table(rows))
-    else:  # a log or a pipe gets the table as it stood at the end, not a redraw per refresh
+    # a terminal gets a redraw in place; a log or a pipe gets the table as it stood at the end
+    live = Live(_status_table(rows), console=out, refresh_per_second=4) if out.is_terminal else None
+    with live or contextlib.nullcontext():
         while any(row["runner_alive"] for row in rows):
             time.sleep(every)
             rows = window_status(rows[0]["window"])
+            if live is not None:
+                live.update(_status_table(rows))
+    if live is None:
         out.print(_status_table(rows))
     for row in rows:
         ended = "signed" if row["signed"] else "not signed"

@@ -51,7 +51,7 @@ class GateContext:
 
         journal = self.bundle / "journal.jsonl"
         records = read_jsonl(journal) if journal.exists() else []
-        return next((r for r in records if r.get("step") == PAIRS_STOPPED), None)
+        return next((r for r in reversed(records) if r.get("step") == PAIRS_STOPPED), None)  # a resume's, if any
 
     def raw_records(self, gate_id: str, visit: VisitKey | str) -> list[dict[str, Any]]:
         """Records of one visit (a lane name's first boot, or ``VisitKey(lane, 1)`` for a control's second)."""

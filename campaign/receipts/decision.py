@@ -44,10 +44,13 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
         return made(INCONCLUSIVE, None, f"the window did not complete (status {summary.get('status')})",
                     f"campaign resume {summary.get('window')}: finished gates are kept")
     restore = summary.get("restore") or {}
-    if restore.get("incumbent") and not restore.get("proved"):
+    if not restore.get("incumbent"):
+        return made(REFUSED, None, "the contract declares no incumbent: there is no daily to swap",
+                    "declare the daily (incumbent) in a new contract version; this window measured only")
+    if not restore.get("proved"):
         return made(REFUSED, None, f"the daily's restore was not proven ({restore.get('error') or 'no proof'})",
                     "check the daily now (campaign daily show); promote refuses a window without a proven restore")
-    if not required:
+    if not required or entry.get("promotion_rule") is False:
         return made(REFUSED, None, "the contract names no gates for promotion (promotion.requires)",
                     "name the gates that must pass in promotion.requires, freeze a new version, run again")
     for gate in required:
@@ -73,14 +76,14 @@ def _first(result: dict[str, Any]) -> str:
 
 def _remedy(gate: str, reason: str) -> str:
     text = reason.lower()
+    if "out of reach" in text:
+        return "more prompts (the change varies too much from prompt to prompt for more boots to settle it) or a quieter host"
     if "launch failure" in text:
         return "fix the lane's launch (lanes/<lane>/launch_failure.txt says what the engine said), then run again"
     if text.startswith("instrument"):
         return "the instrument could not measure (the reason says what): fix that lane or engine setting, then run again"
     if "time budget" in text:
         return "a longer failsafe deadline, or fewer lanes in one window, so every boot pair fits"
-    if "out of reach" in text:
-        return "more prompts (the change varies too much from prompt to prompt for more boots to settle it) or a quieter host"
     if "boot pair" in text or "quieter host" in text:
         return "more boot pairs (max_boot_pairs) or a quieter host; the reason gives the size it could detect"
     if "nothing to weigh" in text or "no divergence" in text:

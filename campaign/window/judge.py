@@ -181,5 +181,6 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult]) 
         verdicts = [Verdict(entry["gates"][g]["verdict"]) if g in entry["gates"] else Verdict.INCONCLUSIVE
                     for g in required]
         entry["promotion_gates"] = required
+        entry["promotion_rule"] = promotion is not None  # without one, promote refuses whatever passed
         entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
     return candidates

@@ -4,7 +4,9 @@
 the check and the use), and refuses, each time with its reason: an untrusted or tampered bundle, an
 incomplete window, a contract frozen after the window began or not matching its freeze record, a
 restore that was not proven, or a required gate that is not PASS (FAIL, INCONCLUSIVE or missing).
-``promote`` then swaps the daily: the current one is snapshotted and kept for rollback, the candidate
+``promote`` then swaps the daily, behind a ``promote-begun`` ledger entry written before anything is
+touched (a promotion interrupted at any step is put back by ``rollback``): the current one is snapshotted
+and kept for rollback, the candidate
 starts with the arguments it was measured with, byte for byte, and must pass the smoke check (the
 proof completion, then its measured greedy replies replayed byte-identically); a failed smoke rolls
 back automatically.
@@ -214,9 +216,15 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
     swap = _swap_container if container else _swap_process
     try:
         previous, launch, fields = swap(copy, cand, previous, ledger, decision.facts.get("window"))
-    except BaseException as exc:  # the swap put the previous daily back before it raised
-        ledger.append(key, "promote-failed", {"begun": begun["seq"], "candidate": cand,
-                                               "error": f"{type(exc).__name__}: {exc}"})
+    except BaseException as exc:
+        # the swap puts the previous daily back before it raises; only a daily seen serving again closes
+        # the promotion, otherwise it stays begun and `campaign rollback` finishes the job
+        if _serving(previous):
+            ledger.append(key, "promote-failed", {"begun": begun["seq"], "candidate": cand,
+                                                   "error": f"{type(exc).__name__}: {exc}"})
+        elif isinstance(exc, Exception):
+            raise RunError(f"promotion {begun['seq']} failed ({exc}) and the previous daily is not serving: "
+                           "`campaign rollback` puts it back") from exc
         raise
     crash_point("promote.swapped")
     try:
@@ -233,6 +241,13 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
         decision.refusals.append(f"smoke failed ({smoke.get('error') or smoke.get('greedy_mismatches')}); "
                                  "rolled back to the previous daily")
     return decision, steps, entry
+
+
+def _serving(daily: dict[str, Any]) -> bool:
+    try:
+        return incumbent.is_serving(daily)
+    except Exception:  # an engine that does not answer cannot say it serves
+        return False
 
 
 def unfinished_promotion(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -254,9 +269,21 @@ def _daily_snapshot(settings: dict[str, Any]) -> dict[str, Any]:
 def _swap_process(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledger,
                   window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     launch = _candidate_launch(copy, cand, previous)
-    incumbent.stop(previous)
-    crash_point("promote.stopped")
-    incumbent.start(launch, ledger.path.parent / "daily.log")
+    log = ledger.path.parent / "daily.log"
+    try:
+        incumbent.stop(previous)
+        crash_point("promote.stopped")
+        incumbent.start(launch, log)
+    except BaseException as exc:  # an interrupt or a failed start: the previous daily serves again first
+        started = incumbent.running_pid(launch)
+        if started is not None:
+            incumbent.stop(launch)
+        if not incumbent.is_serving(previous):
+            incumbent.start(previous, log)
+        if isinstance(exc, Exception):
+            raise RunError(f"the candidate did not start as the daily ({exc}); the previous daily was started "
+                           "again") from exc
+        raise
     return previous, launch, {
         "daily": {"argv": shown_argv(launch["argv"], launch["env"]),
                   "declared_env": load_json_strict(copy / "lanes" / cand / "spec.json").get("env", {}),

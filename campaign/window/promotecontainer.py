@@ -4,7 +4,8 @@ The new daily is the candidate's container as the window measured it (image id, 
 byte-identical to ``lanes/<candidate>/inspect.json``, its mounts, /dev/shm, devices and network) under the
 daily's name, with the daily's labels, published ports and restart policy. The previous daily is
 stopped, never removed, and renamed ``<name>-rollback-<time>``: the ledger keeps its snapshot, so a
-rollback renames it back and starts that same container.
+rollback renames it back and starts that same container (or recreates it from the snapshot if it was
+pruned). A promotion interrupted at any step is put back by ``put_back``.
 """
 
 from __future__ import annotations
@@ -156,10 +157,15 @@ def swap_back(current: dict[str, Any], previous: dict[str, Any], *, undone: int)
             client.api.rename(previous["container_id"], name)
             restored_id = dailycontainer.start(restored)["container_id"]
     except BaseException:
-        if pruned:  # a half-made recreation holds the name: it goes (by name: it is nobody's daily)
-            with contextlib.suppress(docker.errors.NotFound):
+        # the name is freed first (a half-made recreation goes; the kept daily goes back to its kept name),
+        # then the promoted daily takes it again and serves, rather than none
+        with contextlib.suppress(docker.errors.APIError):
+            if pruned:
                 client.api.remove_container(name, force=True)
-        client.api.rename(current["container_id"], name)  # the promoted daily serves again rather than none
+            else:
+                client.api.stop(previous["container_id"], timeout=10)
+                client.api.rename(previous["container_id"], previous["container"])
+        client.api.rename(current["container_id"], name)
         dailycontainer.start(current)
         raise
     return kept_as, restored_id, "recreated" if pruned else "started"

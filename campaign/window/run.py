@@ -36,7 +36,8 @@ from campaign.window import incumbent
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
 from campaign.window.restore import restore
-from campaign.window.schedule import PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget
+from campaign.window.schedule import (PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget,
+                                      step_seconds)
 from campaign.window.source import source_changes, source_snapshot
 from campaign.window.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 
@@ -300,6 +301,7 @@ async def _execute(w: _Window) -> WindowOutcome:
         summary = await _close(w, journal, progress)
     if progress.status == "complete":
         sign_bundle(w.bundle, w.key, predicate(w.loaded, w.window_id), secrets=_known_secrets(w))
+        _forget_api_key(w)
     verdicts: dict[str, dict[str, str]] = {}
     for result in progress.results:
         verdicts.setdefault(result.candidate, {})[result.gate] = result.verdict.value
@@ -330,37 +332,33 @@ async def _visit_lanes(w: _Window, gates: list[Gate], journal: Any, lanes: dict[
     labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
     # for the progress line: one step per boot and per gate of each visit, if every pair is needed
     journal.done("plan", steps=most_steps(loaded, gates), visits=len(first_visits(loaded, gates)))
-    took: dict[str, float] = {}  # lane -> seconds its last visit took: what the next pair is estimated by
     for visit, visit_gates in first_visits(loaded, gates):
-        await _timed_visit(w, visit, visit_gates, journal, lanes, labels, took)
+        await _visit(w, visit, visit_gates, journal, lanes, labels)
     pairs_done = 1
     while planned := next_pair(loaded, gates, pairs_done):
-        late = _pair_past_budget(w, planned, took)
+        late = _pair_past_budget(w, planned)
         if late is not None:
             journal.done(PAIRS_STOPPED, after_pairs=pairs_done, reason=late)
             break
         journal.done("pair", pairs=pairs_done + 1, visits=[str(v.key) for v, _ in planned])
         for visit, visit_gates in planned:
-            await _timed_visit(w, visit, visit_gates, journal, lanes, labels, took)
+            await _visit(w, visit, visit_gates, journal, lanes, labels)
         pairs_done += 1
 
 
-async def _timed_visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome],
-                       labels: dict[str, str], took: dict[str, float]) -> None:
-    started = time.monotonic()
-    await _visit(w, visit, gates, journal, lanes, labels)
-    # the longest visit of the lane: a resumed window skips finished visits in no time
-    took[visit.lane.name] = max(took.get(visit.lane.name, 0.0), time.monotonic() - started)
-
-
-def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[Gate]]], took: dict[str, float]) -> str | None:
+def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[Gate]]]) -> str | None:
     """With a daily behind the failsafe, the window's time budget is its deadline: no pair that would end
-    after the point where the daily must be restored."""
+    after the point where the daily must be restored. A pair is estimated from the journal (so a resumed
+    window estimates as the first run would): each visit's boot and its gates, as that lane's latest
+    boot and runs of the same gates took."""
     spec, deadline = w.loaded.contract.incumbent, w.state.reload().deadline_wall
     if spec is None or deadline is None:
         return None
-    return pair_past_budget(seconds_left=deadline - time.time(),
-                            pair_estimate_s=sum(took.get(visit.lane.name, 0.0) for visit, _ in planned),
+    took = step_seconds(read_jsonl(w.bundle / "journal.jsonl"))
+    estimate = sum(took.get(("boot", visit.lane.name, None), 0.0)
+                   + sum(took.get(("gate", visit.lane.name, gate.gate_id), 0.0) for gate in gates)
+                   for visit, gates in planned)
+    return pair_past_budget(seconds_left=deadline - time.time(), pair_estimate_s=estimate,
                             restore_s=spec.readiness.budget)
 
 
@@ -451,6 +449,17 @@ def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, An
     return record
 
 
+def _forget_api_key(w: _Window) -> None:
+    """The daily's key was kept for a failsafe restoring in a bare environment; once the window is over, with
+    the daily proven back and the bundle scanned for it, nothing needs it."""
+    state = w.state.reload()
+    if state.incumbent_api_key and state.restored and not state.armed:
+        with state.locked():
+            state = state.reload()
+            state.incumbent_api_key = None
+            state.save()
+
+
 def _restore_summary(loaded: LoadedContract, record: dict[str, Any] | None) -> dict[str, Any]:
     if loaded.contract.incumbent is None:
         return {"incumbent": None}
@@ -464,9 +473,12 @@ def _known_secrets(w: _Window) -> list[str]:
     from campaign.lanes.redact import lane_secrets, launch_secrets
 
     found = [value for lane in w.loaded.lanes.values() for value in lane_secrets(lane)]
-    snap = w.state.reload().incumbent
+    state = w.state.reload()
+    snap = state.incumbent
     if snap:
         found += launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
+    if state.incumbent_api_key:  # a resumed runner may not have the variable the window began with
+        found.append(state.incumbent_api_key)
     return found
 
 

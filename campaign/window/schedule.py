@@ -10,10 +10,13 @@ makes the same visits again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from campaign.contracts.load import LoadedContract
 from campaign.gates.base import PAIRS_STOPPED, Gate, Visit
 
-__all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair", "pair_past_budget", "PAIRS_STOPPED"]
+__all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair", "pair_past_budget", "step_seconds",
+           "PAIRS_STOPPED"]
 
 
 # Besides the daily's own readiness budget, what the end of a window takes before the daily serves: the
@@ -82,3 +85,19 @@ def pair_past_budget(*, seconds_left: float, pair_estimate_s: float, restore_s: 
     return (f"the window's time budget: the next pair (~{pair_estimate_s:.0f}s, as its lanes' last boots took) and "
             f"the daily's restore (~{restore_s + RESTORE_MARGIN_S:.0f}s) need {needed:.0f}s, and {max(seconds_left, 0):.0f}s "
             "are left before the failsafe deadline")
+
+
+def step_seconds(records: list[dict[str, Any]]) -> dict[tuple[str, str, str | None], float]:
+    """(step, lane, gate) -> seconds its latest run took, from a journal's intent and done records; the
+    lane without its visit suffix (``base@rerun2`` counts as ``base``)."""
+    began: dict[tuple[str, str, str | None], float] = {}
+    took: dict[tuple[str, str, str | None], float] = {}
+    for record in records:
+        if record.get("step") not in ("boot", "gate") or not record.get("lane"):
+            continue
+        key = (record["step"], str(record["lane"]).split("@")[0], record.get("gate"))
+        if record.get("event") == "intent":
+            began[key] = float(record["t"])
+        elif record.get("event") == "done" and key in began:
+            took[key] = float(record["t"]) - began.pop(key)
+    return took

@@ -304,7 +304,9 @@ class SpeedGate(Gate):
         """Why this comparison has fewer pairs than it asked for, when the window stopped pairing (its time
         budget) rather than the comparison deciding."""
         stopped = self.ctx.pairs_stopped()
-        if stopped is None or not seq.pairs <= int(stopped.get("after_pairs") or 0) < self.spec.max_boot_pairs:
+        # cut by the window only if it still wanted a pair: stopped where the window stopped, undecided
+        if stopped is None or seq.stop is not None or seq.pairs != int(stopped.get("after_pairs") or 0) \
+                or seq.pairs >= self.spec.max_boot_pairs:
             return ""
         return f"; the window booted no more pairs after pair {stopped['after_pairs']}: {stopped['reason']}"
 

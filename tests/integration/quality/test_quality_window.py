@@ -204,8 +204,14 @@ def test_no_rule_passes_over_zero_sites(bundle: Path) -> None:
 def test_the_report_draws_the_real_sites_and_kl_per_position(bundle: Path, tmp_path: Path) -> None:
     from campaign.receipts.publish import publish
     from campaign.receipts.decision import decisions
+    from tests.support.browser import labelled_plots, open_in_chromium
 
-    html = publish(bundle, tmp_path / "out")["html"].read_text()
+    report = publish(bundle, tmp_path / "out")["html"]
+    html = report.read_text()
+    dom, console, requests = open_in_chromium(report)  # the real window's report, in a real browser
+    assert console == [] and requests == []
+    titles = labelled_plots(dom)
+    assert any(t.startswith("Divergence sites") for t in titles) and any(t.startswith("KL(") for t in titles)
     rope = html.split('id="gate-teacher_forced-rope"')[1].split("</section>")[0]
     assert 'data-title="Divergence sites:' in rope and "max_site_delta" in rope
     kvq8 = html.split('id="gate-kl-kvq8"')[1].split("</section>")[0]

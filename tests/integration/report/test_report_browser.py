@@ -3,39 +3,15 @@ no network request of its own (Chromium's own background requests are told apart
 
 from __future__ import annotations
 
-import html
 import json
-import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from campaign.receipts.publish import publish
+from tests.support.browser import labelled_plots, open_in_chromium
 
 pytestmark = pytest.mark.integration
-
-
-def open_in_chromium(page: Path) -> tuple[str, list[str], list[str]]:
-    chromium = shutil.which("chromium")
-    if not chromium:
-        pytest.fail("chromium is not installed: .ci/run installs Debian's chromium for this test")
-    with tempfile.TemporaryDirectory() as profile:
-        netlog = Path(profile) / "net.json"
-        done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                               f"--user-data-dir={profile}/u", "--enable-logging=stderr", "--v=0",
-                               f"--log-net-log={netlog}", "--dump-dom", page.as_uri()],
-                              capture_output=True, text=True, timeout=120)
-        log = json.loads(netlog.read_text())
-    types = {v: k for k, v in log["constants"]["logEventTypes"].items()}
-    requests = [e["params"].get("url") for e in log["events"]
-                if types.get(e["type"]) == "URL_REQUEST_START_JOB" and "url" in e.get("params", {})
-                and e["params"].get("initiator") != "not an origin"]
-    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
-    return done.stdout, console, requests
 
 
 def test_report_opens_without_console_errors_or_network(bundle: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -63,13 +39,7 @@ def test_the_report_opens_with_the_decision_and_every_plot_is_titled_and_labelle
     header = dom.split('id="decision"')[1].split("</section>")[0]
     for decision in decisions(summary):
         assert f'data-decision="{decision.decision}"' in header and decision.next_step.split()[0] in header
-    figures = re.findall(r'<figure class="plot" data-title="([^"]*)" data-xlabel="([^"]*)" data-ylabel="([^"]*)">'
-                         r'(.*?)</figure>', dom, flags=re.DOTALL)
-    assert figures, "no plot in the report"
-    for title, xlabel, ylabel, body in figures:
-        texts = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", body))
-        assert "<svg" in body and html.unescape(title)[:40] in html.unescape(texts), title
-        assert html.unescape(xlabel) in html.unescape(texts) and html.unescape(ylabel) in html.unescape(texts)
+    assert labelled_plots(dom), "no plot in the report"
 
 
 def test_the_check_sees_a_report_that_reaches_out(bundle: Path, tmp_path: Path) -> None:  # noqa: F811

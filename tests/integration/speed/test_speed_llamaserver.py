@@ -146,8 +146,12 @@ def test_identical_lanes_are_not_a_win_and_their_ci_covers_zero(window: dict) ->
 
 def test_the_report_draws_every_boot_of_the_real_window(window: dict, tmp_path: Path) -> None:
     from campaign.receipts.publish import publish
+    from tests.support.browser import labelled_plots, open_in_chromium
 
-    html = publish(window["bundle"], tmp_path / "out")["html"].read_text()
+    report = publish(window["bundle"], tmp_path / "out")["html"]
+    html = report.read_text()
+    dom, console, requests = open_in_chromium(report)  # the real window's report, in a real browser
+    assert console == [] and requests == [] and len(labelled_plots(dom)) >= 4
     section = html.split('id="gate-speed-same"')[1].split("</section>")[0]
     result = load_json_strict(window["bundle"] / "gates" / "speed" / "same.json")
     for level, entry in result["details"]["levels"].items():

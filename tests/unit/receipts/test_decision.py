@@ -42,7 +42,8 @@ def test_an_inconclusive_says_the_remedy_its_reason_calls_for() -> None:
     cases = {"instrument: lane base gave back 3/44": "instrument",
              "C1 ...: undecided; +5% needs about 6 boot pairs in all (max_boot_pairs) or a quieter host": "boot pairs",
              "launch failure is not a finding (readiness_timeout)": "launch_failure.txt",
-             "C1 ...; the window booted no more pairs after pair 2: the window's time budget: ...": "deadline"}
+             "C1 ...; the window booted no more pairs after pair 2: the window's time budget: ...": "deadline",
+             "C1 ...: undecided; +5% is out of reach while the change varies this much": "more prompts"}
     for reason, remedy in cases.items():
         summary = _with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": [reason]})
         (d,) = decisions(summary)
@@ -55,7 +56,10 @@ def test_window_level_facts_decide_before_any_gate() -> None:
     assert unfinished.decision == "INCONCLUSIVE" and "campaign resume w1" in unfinished.next_step
     (unproven,) = decisions(_with(restore={"incumbent": "http://x", "proved": False, "error": "HTTP 401"}))
     assert unproven.decision == "REFUSED" and "HTTP 401" in unproven.reason
-    (no_rule,) = decisions(_with(candidates__spec__promotion_gates=[]))
-    assert no_rule.decision == "REFUSED" and "promotion.requires" in no_rule.reason
+    # without a promotion section the summary lists every gate as required, and says there is no rule
+    (no_rule,) = decisions(_with(candidates__spec__promotion_rule=False))
+    assert no_rule.decision == "REFUSED" and "promotion.requires" in no_rule.next_step
+    (no_daily,) = decisions(_with(restore={"incumbent": None}))
+    assert no_daily.decision == "REFUSED" and "no incumbent" in no_daily.reason
     (missing,) = decisions(_with(candidates__spec__promotion_gates=["greedy", "needle"]))
     assert missing.decision == "INCONCLUSIVE" and missing.gate == "needle"

@@ -71,3 +71,22 @@ def test_a_pair_that_would_end_past_the_restore_point_is_not_booted() -> None:
     late = pair_past_budget(seconds_left=room - 1, pair_estimate_s=100.0, restore_s=60.0)
     assert late is not None and "time budget" in late and "before the failsafe deadline" in late
     assert "0s are left" in (pair_past_budget(seconds_left=-5.0, pair_estimate_s=1.0, restore_s=1.0) or "")
+
+
+def test_a_pair_is_estimated_from_the_latest_boot_and_gate_runs_of_its_lanes() -> None:
+    from campaign.window.schedule import step_seconds
+
+    journal = [{"t": 0.0, "event": "intent", "step": "boot", "lane": "base"},
+               {"t": 2.0, "event": "done", "step": "boot", "lane": "base"},
+               {"t": 2.0, "event": "intent", "step": "gate", "lane": "base", "gate": "task"},
+               {"t": 60.0, "event": "done", "step": "gate", "lane": "base", "gate": "task"},
+               {"t": 60.0, "event": "intent", "step": "gate", "lane": "base", "gate": "speed"},
+               {"t": 80.0, "event": "done", "step": "gate", "lane": "base", "gate": "speed"},
+               {"t": 90.0, "event": "intent", "step": "boot", "lane": "base@rerun1"},
+               {"t": 93.0, "event": "done", "step": "boot", "lane": "base@rerun1"},
+               {"t": 93.0, "event": "intent", "step": "gate", "lane": "base@rerun1", "gate": "speed"},
+               {"t": 95.0, "event": "failed", "step": "gate", "lane": "base@rerun1", "gate": "speed"}]
+    took = step_seconds(journal)
+    # a pair visit runs only the pairing gate: the task gate's minute of the first visit is not in its cost
+    assert took[("boot", "base", None)] == 3.0 and took[("gate", "base", "speed")] == 20.0
+    assert took[("gate", "base", "task")] == 58.0  # known, and asked for only if a pair runs that gate
