@@ -70,8 +70,12 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
 
 
 def _first(result: dict[str, Any]) -> str:
-    reasons = result.get("reasons") or []
-    return str(reasons[0]) if reasons else f"{result.get('verdict')} without a stated reason"
+    reasons = [str(reason) for reason in result.get("reasons") or []]
+    if not reasons:
+        return f"{result.get('verdict')} without a stated reason"
+    if reasons[0].startswith("instrument:") and len(reasons) > 1:  # a heading: the problem is the next line
+        return f"{reasons[0]}; {reasons[1]}"
+    return reasons[0]
 
 
 def _remedy(gate: str, reason: str) -> str:

@@ -51,6 +51,12 @@ def test_an_inconclusive_says_the_remedy_its_reason_calls_for() -> None:
         assert remedy in d.next_step, (reason, d.next_step)
 
 
+def test_an_instrument_heading_is_shown_with_the_problem_under_it() -> None:
+    reasons = ["instrument: the speed numbers cannot be judged", "C1: the control moved +28.7% (limit 25%)"]
+    (d,) = decisions(_with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": reasons}))
+    assert d.reason == "; ".join(reasons) and "instrument" in d.next_step
+
+
 def test_window_level_facts_decide_before_any_gate() -> None:
     (unfinished,) = decisions(_with(status="interrupted"))
     assert unfinished.decision == "INCONCLUSIVE" and "campaign resume w1" in unfinished.next_step
