@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import os
 from pathlib import Path
 
 import httpx
@@ -166,7 +167,14 @@ def test_reps_record_the_hosts_other_load(window: dict) -> None:
     """A shared host is the one thing a paired CI cannot see: every prompt of a lane visit shares its
     load. Each rep records host, lane and client CPU, so a busy host voids the row instead."""
     reps = [r for r in read_jsonl(window["bundle"] / "raw" / "speed" / "same.jsonl") if r.get("kind") == "rep"]
-    assert reps and all(r["host_busy_s"] >= r["lane_cpu_s"] > 0 and r["host_cpus"] >= 1 for r in reps)
+    assert reps and all(r["lane_cpu_s"] > 0 and r["host_busy_s"] > 0 and r["host_cpus"] >= 1 for r in reps)
+    # the host's counter is sampled at each tick while a process's time is its scheduler runtime, so over
+    # a sub-second rep the host may read a few ticks per CPU short of the lane (CI saw it once): the two
+    # agree within that sampling, not exactly
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    for rep in reps:
+        slack = 0.1 * rep["lane_cpu_s"] + 4 * tick * rep["host_cpus"]
+        assert rep["host_busy_s"] >= rep["lane_cpu_s"] - slack, rep
     result = load_json_strict(window["bundle"] / "gates" / "speed" / "same.json")
     for row in result["details"]["rows"]:
         if any("another tenant on the host" in reason for reason in row["reasons"]):
