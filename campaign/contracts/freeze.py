@@ -37,6 +37,10 @@ def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
         if spec.sha256 and files[spec.file] != spec.sha256:
             raise loaded.error(("inputs", input_name, "sha256"),
                                f"{spec.file} has sha256 {files[spec.file]}, not the pinned {spec.sha256}")
+    for where, file in loaded.written_files():
+        if files[file.path] != file.sha256:
+            raise loaded.error((*where, "sha256"), f"{file.path} has sha256 {files[file.path]}, not the pinned "
+                                                   f"{file.sha256}")
     return {
         "schema": FREEZE_SCHEMA,
         "contract_file": loaded.path.name,

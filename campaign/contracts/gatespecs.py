@@ -8,17 +8,18 @@ line in ``gates/registry.py`` (ARCHITECTURE.md has the checklist).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
-from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, CountRule, StrictModel, valid_regexes
+from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, CountRule, LaneFile, StrictModel, StrList, valid_regexes
 from campaign.contracts.units import Cpuset, Duration, Size
 
 __all__ = ["GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
-           "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "SpeedRule",
+           "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "ScreenSpec", "SpeedRule",
            "SpeedSpec", "StructuredRule", "StructuredSpec", "TaskRule", "TaskSpec", "TeacherForcedRule",
            "TeacherForcedSpec", "ThinkingSwitch", "ToolsRule", "ToolsSpec"]
 
@@ -439,6 +440,80 @@ class SpeedSpec(GateSpecBase):
 
 
 # The schema's gate union is built from this tuple: a kind is accepted exactly when its spec is here.
+_CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+
+
+def parse_clause(text: str) -> tuple[str, str, float]:
+    """``"hit_rate >= 0.75"`` -> ("hit_rate", ">=", 0.75)."""
+    match = _CLAUSE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a rule like 'hit_rate >= 0.75' (a metric, one of >= > <= <, a number)")
+    return match.group(1), match.group(2), float(match.group(3))
+
+
+Clause = Annotated[str, AfterValidator(lambda text: (parse_clause(text), text)[1])]
+
+
+class ScreenRule(StrictModel):
+    require: list[Clause] = Field(min_length=1, description="Clauses over the screen's metrics, all of which "
+                                                            "must hold, e.g. ['hit_rate >= 0.75'].")
+
+
+class ScreenScript(StrictModel):
+    path: str = Field(description="A Python script, relative to the contract; it prints one JSON object of metrics.")
+    sha256: str = Field(pattern=SHA256_PATTERN, description="Pinned digest of the script.")
+    args: StrList = Field(default_factory=list, description="Its arguments; ${file:NAME} is the path of one of the "
+                                                           "screen's files or of the candidate lane's files.")
+
+
+class CacheReplay(StrictModel):
+    trace: str = Field(description="The screen file holding the routing trace (.npz or .jsonl).")
+    slot_map: str = Field(description="The lane file (of each candidate and its control) holding the per-layer "
+                                      "slot counts, e.g. slotmap.")
+    policy: Literal["lru", "static", "belady", "lookahead"] = Field(
+        "lru", description="The policy the rule's hit_rate and misses_per_layer_step refer to (the live cache's).")
+    compare: list[Literal["lru", "static", "belady", "lookahead"]] = Field(
+        default_factory=lambda: ["static", "belady", "lookahead"],
+        description="Policies replayed beside it, reported as <policy>.hit_rate (belady is the upper bound).")
+    lookahead: int = Field(1, ge=1, le=64, description="Steps of known routing the lookahead policy prefetches.")
+    n_experts: int | None = Field(None, ge=1, description="Experts per layer, if the trace does not say.")
+    sample_every: int = Field(1, ge=1, description="Replay only every Nth decode step: a declared subsample, "
+                                                   "never called exact. 1 (the default) is the exact replay.")
+
+
+class ScreenSpec(GateSpecBase):
+    """Offline, before any lane boots: a window can end here ("not worth a live window") without the daily
+    ever being stopped. A candidate goes live only if every screen of it PASSes."""
+
+    kind: Literal["screen"]
+    files: list[LaneFile] = Field(default_factory=list, description="Pinned inputs (a routing trace...).")
+    script: ScreenScript | None = Field(None, description="A user screen, run in the task sandbox's fences.")
+    cache_replay: CacheReplay | None = Field(None, description="The built-in routing-trace cache replay.")
+    timeout: Duration = Field(600.0, description="Wall-clock limit per candidate.")
+    memory: Size = Field(4 * 1024 ** 3, description="Address-space limit of a script screen.")
+    rule: ScreenRule
+
+    @model_validator(mode="after")
+    def _one_screen(self) -> "ScreenSpec":
+        if (self.script is None) == (self.cache_replay is None):
+            raise ValueError("a screen needs exactly one of `script` or `cache_replay`")
+        names = [f.name for f in self.files]
+        if len(set(names)) != len(names):
+            raise ValueError("screen file names must be unique")
+        return self
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        names = {f.name for f in self.files}
+        if self.cache_replay is not None:
+            if self.cache_replay.trace not in names:
+                raise loaded.error(("gates", index, "cache_replay", "trace"),
+                                   f"no screen file named {self.cache_replay.trace!r} (files: {sorted(names)})")
+            for lane in loaded.lanes.values():
+                if lane.role == "candidate" and self.cache_replay.slot_map not in {f.name for f in lane.files}:
+                    raise loaded.error(("gates", index, "cache_replay", "slot_map"),
+                                       f"lane {lane.name!r} has no file named {self.cache_replay.slot_map!r}")
+
+
 GATE_SPECS: tuple[type[GateSpecBase], ...] = (GreedySpec, TaskSpec, NeedleSpec, TeacherForcedSpec, KlSpec,
-                                              StructuredSpec, ToolsSpec, RulerSpec, SpeedSpec)
+                                              StructuredSpec, ToolsSpec, RulerSpec, SpeedSpec, ScreenSpec)
 GateSpec = Annotated[Union[GATE_SPECS], Field(discriminator="kind")]  # type: ignore[valid-type]

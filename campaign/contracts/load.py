@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from campaign.contracts.args import parse_args
 from campaign.contracts.hashing import canonical_sha256
-from campaign.contracts.resolve import (EffectiveLane, axis_difference, contract_docker_host, effective_lane,
-                                       normalize_axis)
-from campaign.contracts.schema import Contract
+from campaign.contracts.resolve import (FILE_REF, EffectiveLane, axis_difference, contract_docker_host,
+                                       effective_lane, normalize_axis)
+from campaign.contracts.schema import Contract, LaneFile
 from campaign.contracts.secretrefs import literal_secrets, secrets_anywhere
 from campaign.contracts.yamlsafe import LocatedDocument, load_located
 from campaign.errors import AxisError, ContractError
@@ -59,18 +59,33 @@ class LoadedContract:
         return canonical_sha256(self.canonical)
 
     def referenced_places(self) -> list[tuple[tuple[Any, ...], str]]:
-        """(YAML path, contract path) of every file whose bytes are part of the frozen contract: inputs and
-        model manifests."""
+        """(YAML path, contract path) of every file whose bytes are part of the frozen contract: inputs,
+        model manifests and lane files."""
         places: list[tuple[tuple[Any, ...], str]] = [(("inputs", name, "file"), spec.file)
                                                      for name, spec in self.contract.inputs.items()]
         for index, lane in enumerate(self.contract.lanes):
             manifest = self.lanes[lane.name].model.sha256_manifest
             if manifest:
                 places.append((("lanes", index, "model", "sha256_manifest"), manifest))
+        for where, file in self.written_files():
+            places.append(((*where, "path"), file.path))
         return places
 
+    def written_files(self) -> list[tuple[tuple[Any, ...], LaneFile]]:
+        """Every pinned file as the contract writes it (path relative to the contract), with its YAML path:
+        lane files, and each screen's inputs and script."""
+        found = [(("lane_defaults", "files", i), f) for i, f in enumerate(self.contract.lane_defaults.files or [])]
+        for index, lane in enumerate(self.contract.lanes):
+            found += [(("lanes", index, "set", "files", i), f) for i, f in enumerate(lane.set.files or [])]
+        for index, gate in enumerate(self.contract.gates):
+            found += [(("gates", index, "files", i), f) for i, f in enumerate(getattr(gate, "files", None) or [])]
+            if script := getattr(gate, "script", None):
+                found.append((("gates", index, "script"), LaneFile(name="script", path=script.path,
+                                                                    sha256=script.sha256)))
+        return found
+
     def referenced_files(self) -> dict[str, Path]:
-        """Files whose bytes are part of the frozen contract (inputs, model manifests), by contract path."""
+        """Files whose bytes are part of the frozen contract (inputs, model manifests, lane files), by contract path."""
         return {written: self.resolve(written) for _, written in self.referenced_places()}
 
     def controls(self) -> list[EffectiveLane]:
@@ -118,14 +133,18 @@ def load_contract(path: str | Path, *, check_files: bool = True,
             raise loaded.error(where, f"{first['msg']} (after merging lane_defaults)") from None
         except ValueError as exc:
             raise loaded.error(("lanes", index, "set"), str(exc)) from None
-        effective = lanes[lane.name]
+        effective = lanes[lane.name] = _files_resolved(loaded, lanes[lane.name])
         if effective.runtime == "process" and not effective.executable:
             raise loaded.error(("lanes", index), "a process lane needs `executable`")
         if effective.runtime == "docker" and not effective.image:
             raise loaded.error(("lanes", index), "a docker lane needs `image` pinned by digest")
     if check_files:  # a contract only described (diff, status, a bundle's copy) reads no file
         _check_confined(loaded)
+        for where, file in loaded.written_files():
+            if not loaded.resolve(file.path).is_file():
+                raise loaded.error((*where, "path"), f"file not found: {loaded.resolve(file.path)}")
     _check_literal_secrets(loaded)
+    _check_file_refs(loaded)
     _check_roles(loaded)
     _check_incumbent(loaded)
     _check_gates(loaded, check_files)
@@ -133,6 +152,24 @@ def load_contract(path: str | Path, *, check_files: bool = True,
         gate.check_contract(loaded, index, check_files)
     _check_axes(loaded)
     return loaded
+
+
+def _files_resolved(loaded: LoadedContract, lane: EffectiveLane) -> EffectiveLane:
+    """The lane with its files' paths absolute: a process engine reads them from wherever it runs."""
+    files = [f.model_copy(update={"path": str(loaded.resolve(f.path))}) for f in lane.files]
+    return lane.model_copy(update={"files": files})
+
+
+def _check_file_refs(loaded: LoadedContract) -> None:
+    """Every ${file:NAME} in a lane's args and env names one of that lane's files."""
+    for index, lane in enumerate(loaded.contract.lanes):
+        effective = loaded.lanes[lane.name]
+        names = {f.name for f in effective.files}
+        for value in [*effective.args, *effective.env.values()]:
+            for name in FILE_REF.findall(value):
+                if name not in names:
+                    raise loaded.error(("lanes", index, "set"), f"${{file:{name}}} names no file of lane "
+                                                                f"{lane.name!r} (its files: {sorted(names) or 'none'})")
 
 
 def _check_confined(loaded: LoadedContract) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-__all__ = ["NAME_PATTERN", "SHA256_PATTERN", "CountRule", "StrDict", "StrList", "StrictModel", "parse_fraction", "stringify_scalars",
+__all__ = ["FILES_MOUNT_ROOT", "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "StrDict", "StrList", "StrictModel", "parse_fraction", "stringify_scalars",
            "valid_regexes"]
 
 # names become file names in the bundle: identifiers, never paths (no '@', which visit keys use)
@@ -69,3 +69,19 @@ def parse_fraction(text: str) -> tuple[int, int]:
 
 # A count rule such as "20/20" or ">= 19/20" (at least k of n), checked when the contract is loaded.
 CountRule = Annotated[str, AfterValidator(lambda text: (parse_fraction(text), text)[1])]
+
+
+FILES_MOUNT_ROOT = "/campaign/files"
+
+
+class LaneFile(StrictModel):
+    """A file a lane's engine reads (a per-layer slot map, a chat template, a hook), pinned by sha256: part
+    of what the lane is, so a candidate may change it as its one axis (``files.<name>``)."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="How args and env refer to it: ${file:<name>}.")
+    path: str = Field(description="The file on this box; relative paths are relative to the contract.")
+    sha256: str = Field(pattern=SHA256_PATTERN, description="Pinned digest; checked at freeze, at run, and read "
+                                                            "back inside the running lane.")
+    mount: str | None = Field(None, pattern=r"^/\S*$",
+                              description="docker runtime: where the container sees it (read-only); default "
+                                          f"{FILES_MOUNT_ROOT}/<name>. A process lane sees the file's own path.")

@@ -8,6 +8,7 @@ Readiness budgets and boot-log rules are checks on a lane, not how it serves, so
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -15,13 +16,17 @@ from pydantic import Field, field_validator
 from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.model import StrictModel
-from campaign.contracts.schema import BootLogRules, Contract, DockerHost, Lane, ModelSpec, Mount, ReadinessSpec, Role
+from campaign.contracts.schema import (FILES_MOUNT_ROOT, BootLogRules, Contract, DockerHost, Lane, LaneFile, ModelSpec,
+                                       Mount, ReadinessSpec, Role)
 from campaign.contracts.units import format_cpuset, parse_cpuset
 
-__all__ = ["EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane", "flatten_serving",
+__all__ = ["FILE_REF", "EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane", "flatten_serving",
            "normalize_axis"]
 
 _NOT_AXES = {"readiness", "boot_log", "stop"}
+
+# ${file:slotmap} in args and env: the path the engine sees the lane file at (resolved at launch)
+FILE_REF = re.compile(r"\$\{file:([A-Za-z0-9][A-Za-z0-9_.-]*)\}")
 
 
 class EffectiveLane(StrictModel):
@@ -36,6 +41,7 @@ class EffectiveLane(StrictModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     mounts: list[Mount] = Field(default_factory=list)
+    files: list[LaneFile] = Field(default_factory=list)
     shm_size: int | None = None
     gpus: str | int | None = None
     cpus: str | None = None
@@ -59,6 +65,22 @@ class EffectiveLane(StrictModel):
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def file_seen_at(self, file: LaneFile) -> str:
+        """The path the engine reads a lane file at: its mount inside a container, its own path otherwise."""
+        if self.runtime == "docker":
+            return file.mount or f"{FILES_MOUNT_ROOT}/{file.name}"
+        return file.path
+
+    def with_file_paths(self) -> "EffectiveLane":
+        """The lane with every ${file:NAME} replaced by the path its engine reads that file at."""
+        seen = {f.name: self.file_seen_at(f) for f in self.files}
+
+        def one(value: str) -> str:
+            return FILE_REF.sub(lambda match: seen[match.group(1)], value)
+
+        return self.model_copy(update={"args": [one(a) for a in self.args],
+                                       "env": {k: one(v) for k, v in self.env.items()}})
+
     @property
     def options(self) -> dict[str, str | None]:
         """The lane's args as the engine reads them (an option given twice: its last value)."""
@@ -74,6 +96,10 @@ def effective_lane(contract: Contract, lane: Lane) -> dict[str, Any]:
             continue
         if key == "args":
             merged["args"] = render_args(merge_args(parse_args(merged.get("args", [])), value))
+        elif key == "files":
+            by_name = {f["name"]: f for f in merged.get("files", [])}
+            by_name.update({f.name: f.model_dump(exclude_none=True) for f in value})
+            merged["files"] = list(by_name.values())
         elif key == "env":
             env = dict(merged.get("env", {}))
             for name, val in value.items():
@@ -129,7 +155,7 @@ def normalize_axis(entry: str) -> str:
 def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
     """The lane as dotted keys, for diffing. Repeated options keep all their values."""
     flat: dict[str, Any] = {}
-    data = lane.model_dump(exclude={"name", "role", "control", "axis", "args", "env", "mounts", "model",
+    data = lane.model_dump(exclude={"name", "role", "control", "axis", "args", "env", "mounts", "model", "files",
                                     *_NOT_AXES})
     flat.update({k: v for k, v in data.items()})
     flat.update(arg_axis_keys(lane.args))
@@ -139,6 +165,8 @@ def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
         flat[f"mounts.{mount.container}"] = mount.model_dump()
     for key, value in lane.model.model_dump().items():
         flat[f"model.{key}"] = value
+    for file in lane.files:  # the bytes and where the engine sees them, not where they lie on this box
+        flat[f"files.{file.name}"] = (file.sha256, lane.file_seen_at(file) if lane.runtime == "docker" else None)
     return flat
 
 

@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_validator,
 
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.gatespecs import GateSpec
-from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, StrDict, StrictModel, StrList, stringify_scalars, valid_regexes
+from campaign.contracts.model import FILES_MOUNT_ROOT, NAME_PATTERN, SHA256_PATTERN, LaneFile, StrDict, StrictModel, StrList, stringify_scalars, valid_regexes
 from campaign.contracts.units import Cpuset, Duration, Size
 
 __all__ = [
@@ -26,8 +26,10 @@ __all__ = [
     "DockerTLS",
     "FailsafeSpec",
     "IncumbentSpec",
+    "FILES_MOUNT_ROOT",
     "InputSet",
     "Lane",
+    "LaneFile",
     "LaneChanges",
     "LaneFields",
     "ModelSpec",
@@ -103,6 +105,8 @@ class LaneFields(StrictModel):
     args: StrList | None = Field(None, description="Engine arguments, as on a command line.")
     env: StrDict | None = Field(None, description="Environment variables given to the lane.")
     mounts: list[Mount] | None = Field(None, description="Bind mounts (docker runtime).")
+    files: list[LaneFile] | None = Field(None, description="Files the engine reads, pinned by sha256; in `set`, an "
+                                                           "entry replaces the default of the same name.")
     shm_size: Size | None = Field(None, description="/dev/shm size (docker runtime), e.g. 64g.")
     gpus: str | int | None = Field(None, description="GPU request: 'all', a count, or device ids.")
     cpus: Cpuset | None = Field(None, description="CPUs the lane runs on, a cpuset like '1' or '0-3,8': "
@@ -120,6 +124,17 @@ class LaneFields(StrictModel):
         None, description="docker runtime: the engine to run on (default: the contract's host.docker, then DOCKER_HOST).")
     context: int | None = Field(None, ge=1, description="Context tokens one request may use, for engines whose "
                                                        "args do not say it (must agree with them if they do).")
+
+    @field_validator("files")
+    @classmethod
+    def _unique_files(cls, files: list[LaneFile] | None) -> list[LaneFile] | None:
+        names = [f.name for f in files or []]
+        if len(set(names)) != len(names):
+            raise ValueError(f"file names must be unique: {sorted({n for n in names if names.count(n) > 1})}")
+        mounts = [f.mount for f in files or [] if f.mount]
+        if len(set(mounts)) != len(mounts):
+            raise ValueError("two files share one mount path")
+        return files
 
     @field_validator("image")
     @classmethod
@@ -229,6 +244,8 @@ class Contract(StrictModel):
     failsafe: FailsafeSpec | None = None
     lane_defaults: LaneFields = Field(default_factory=LaneFields)
     lanes: list[Lane] = Field(min_length=1)
+    file_copy_limit: Size = Field(16 * 1024 * 1024, description="Lane files up to this size are copied into the "
+                                                                "bundle; larger ones are recorded by digest only.")
     request_defaults: dict[str, Any] = Field(default_factory=dict,
                                              description="Fields merged into every request body.")
     # names become file names in the bundle (contract/inputs/<name>.jsonl): identifiers, never paths

@@ -63,6 +63,8 @@ class GateContext:
 
 
 class Gate(ABC):
+    # An offline gate (a screen) runs before any lane boots, once per candidate, and never on a lane.
+    offline: bool = False
     # How many more boots of each control this gate needs after its candidates (0: none). The
     # window boots the most any gate asks for; visit <lane>@rerunN runs the gates asking for N or more.
     control_reruns: int = 0

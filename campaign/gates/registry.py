@@ -11,6 +11,7 @@ from campaign.gates.greedy import GreedyGate
 from campaign.gates.kl import KlGate
 from campaign.gates.needle.gate import NeedleGate
 from campaign.gates.ruler import RulerGate
+from campaign.gates.screen.gate import ScreenGate
 from campaign.gates.speed.gate import SpeedGate
 from campaign.gates.structured import StructuredGate
 from campaign.gates.task.gate import TaskGate
@@ -29,6 +30,7 @@ GATES: dict[str, type[Gate]] = {
     "tools": ToolsGate,
     "ruler": RulerGate,
     "speed": SpeedGate,
+    "screen": ScreenGate,
 }
 
 

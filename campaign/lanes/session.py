@@ -29,7 +29,7 @@ from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime, scratch_path
 
 __all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "port_is_free",
-           "resolve_executable", "resolve_refs", "runtime_for"]
+           "read_back_files", "resolve_executable", "resolve_refs", "runtime_for"]
 
 
 @dataclass
@@ -75,8 +75,9 @@ def runtime_for(lane: EffectiveLane) -> Runtime:
 
 
 def resolve_refs(lane: EffectiveLane) -> EffectiveLane:
-    """The lane with every ``${env:NAME}`` in its args and env replaced by the runner's value. Only the
-    runtime ever sees this copy; everything recorded is built from the lane as written, then redacted."""
+    """The lane with every ``${file:NAME}`` in its args and env replaced by the path its engine reads the
+    file at, and every ``${env:NAME}`` by the runner's value. Only the runtime ever sees this copy; everything recorded is built from the lane as written, then redacted."""
+    lane = lane.with_file_paths()
     try:
         return lane.model_copy(update={"args": [substitute(a) for a in lane.args],
                                        "env": {k: substitute(v) for k, v in lane.env.items()}})
@@ -175,12 +176,31 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
         snapshot = running.inspect()
         snapshot["executable_sha256"] = (await asyncio.to_thread(sha256_file, executable)
                                          if executable is not None else None)
+        snapshot["files"] = await asyncio.to_thread(read_back_files, running, resolved)
         run.inspect = redactor_for(lane).snapshot(snapshot)
         run.engine_version = await adapter.version(client)
     except BaseException:
         await run.stop()
         raise
     return run
+
+
+def read_back_files(running: RunningLane, lane: EffectiveLane) -> dict[str, dict[str, Any]]:
+    """Each lane file's digest read back where the running engine sees it; a file that is not the pinned
+    one fails the lane (what ran is not what the contract froze, so nothing it measured counts)."""
+    found: dict[str, dict[str, Any]] = {}
+    for file in lane.files:
+        seen_at = lane.file_seen_at(file)
+        try:
+            digest = running.file_sha256(seen_at)  # type: ignore[attr-defined]
+        except Exception as exc:  # an engine that cannot hand the file out: the lane cannot be proven
+            raise LaunchError(f"lane {lane.name}: cannot read file {file.name} back at {seen_at}: {exc}",
+                              cause="file_mismatch") from exc
+        found[file.name] = {"path": seen_at, "pinned_sha256": file.sha256, "sha256": digest}
+        if digest != file.sha256:
+            raise LaunchError(f"lane {lane.name}: file {file.name} at {seen_at} has sha256 {digest}, not the pinned "
+                              f"{file.sha256}", cause="file_mismatch")
+    return found
 
 
 async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:

@@ -43,6 +43,12 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
     if summary.get("status") != "complete":
         return made(INCONCLUSIVE, None, f"the window did not complete (status {summary.get('status')})",
                     f"campaign resume {summary.get('window')}: finished gates are kept")
+    if screened := entry.get("screened_out"):  # decided offline: no lane booted, the daily never stopped
+        failed = screened.get("verdict") == "FAIL"
+        return made(REFUSED if failed else INCONCLUSIVE, screened.get("gate"),
+                    f"not worth a live window: {screened.get('reason')}",
+                    "change the candidate (its slot map or files) in a new contract version; no live window was spent"
+                    if failed else "the screen could not measure (the reason says why): fix it, then run again")
     restore = summary.get("restore") or {}
     if not restore.get("incumbent"):
         return made(REFUSED, None, "the contract declares no incumbent: there is no daily to swap",

@@ -3,6 +3,8 @@
 The contract check proved the intended launches differ only on the declared axis; here the launches
 read back from the runtime (``/proc`` for processes, ``docker inspect`` for containers) are diffed the
 same way, so a flag dropped by a wrapper or an env var the runtime injected shows up as a mismatch.
+Lane files are compared by the digest read back inside the running lane (``files.<name>``), and their
+paths in argv and env are put back as ``${file:NAME}``, as the contract wrote them.
 Container snapshots add the image id, mounts, /dev/shm size, cpuset, device requests and network,
 compared as launched (``launched``) and as the engine reports them; process snapshots add the CPUs the
 kernel lets the lane run on. Keys a contract names directly (``env.X``, ``image``, ``mounts.<path>``,
@@ -21,9 +23,33 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.fsutil import load_json_strict
 
-__all__ = ["container_keys", "launch_keys", "runtime_axis_difference"]
+__all__ = ["container_keys", "file_keys", "launch_keys", "runtime_axis_difference"]
 
-_DIRECT = ("env.", "image", "mounts.", "shm_size", "gpus", "cpus", "network", "docker_host")
+_DIRECT = ("env.", "image", "mounts.", "files.", "shm_size", "gpus", "cpus", "network", "docker_host")
+
+
+def file_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any]:
+    """Each lane file as pinned (launched) or as read back inside the running lane: ``files.<name>``."""
+    files = snapshot.get("files") or {}
+    return {f"files.{name}": entry.get("pinned_sha256" if launched else "sha256") for name, entry in files.items()}
+
+
+def _as_written(snapshot: dict[str, Any], values: list[str] | dict[str, str]) -> Any:
+    """argv or env with each lane file's path put back as ${file:NAME}: two lanes reading different slot
+    maps through the same reference differ in ``files.<name>``, not in every argument that names it."""
+    paths = {entry["path"]: f"${{file:{name}}}" for name, entry in (snapshot.get("files") or {}).items()
+             if entry.get("path")}
+    if not paths:
+        return values
+
+    def one(value: str) -> str:
+        for path in sorted(paths, key=len, reverse=True):
+            value = value.replace(path, paths[path])
+        return value
+
+    if isinstance(values, dict):
+        return {k: one(v) for k, v in values.items()}
+    return [one(v) for v in values]
 
 
 def launch_keys(argv: list[str], env: dict[str, str], exe: str | None = None) -> dict[str, Any]:
@@ -40,7 +66,10 @@ def container_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any
     source = (snapshot.get("launched") or {}) if launched else snapshot
     flat: dict[str, Any] = {"image": source.get("image_id"), "shm_size": source.get("shm_size"),
                             "cpus": _cpus(source.get("cpuset_cpus")), "docker_host": snapshot.get("docker_host")}
+    file_paths = {entry.get("path") for entry in (snapshot.get("files") or {}).values()}
     for mount in source.get("mounts") or []:
+        if mount.get("destination") in file_paths:
+            continue  # a lane file: compared by the digest read back inside (files.<name>), not its host path
         flat[f"mounts.{mount.get('destination')}"] = (mount.get("source"), bool(mount.get("read_only")))
     requests = source.get("device_requests") or []
     flat["gpus"] = sorted(((r.get("Count"), tuple(r.get("DeviceIDs") or ()),
@@ -94,11 +123,14 @@ def runtime_axis_difference(bundle: Path, control: EffectiveLane, candidate: Eff
             return f"no inspect snapshot for lane {lane.name}"
         snapshots[lane.name] = load_json_strict(path)
     a, b = snapshots[control.name], snapshots[candidate.name]
-    intended = _diff(launch_keys(a["launched_argv"], a["launched_env"]),
-                     launch_keys(b["launched_argv"], b["launched_env"]))
+    intended = _diff(launch_keys(_as_written(a, a["launched_argv"]), _as_written(a, a["launched_env"])),
+                     launch_keys(_as_written(b, b["launched_argv"]), _as_written(b, b["launched_env"])))
+    intended |= _diff(file_keys(a, launched=True), file_keys(b, launched=True))
     intended |= _diff(container_keys(a, launched=True), container_keys(b, launched=True))
     intended |= _diff(process_keys(a, launched=True), process_keys(b, launched=True))
-    actual = _diff(launch_keys(a["argv"], a["env"]), launch_keys(b["argv"], b["env"]))
+    actual = _diff(launch_keys(_as_written(a, a["argv"]), _as_written(a, a["env"])),
+                   launch_keys(_as_written(b, b["argv"]), _as_written(b, b["env"])))
+    actual |= _diff(file_keys(a, launched=False), file_keys(b, launched=False))
     actual |= _diff(container_keys(a, launched=False), container_keys(b, launched=False))
     actual |= _diff(process_keys(a, launched=False), process_keys(b, launched=False))
     if a.get("executable_sha256") != b.get("executable_sha256") and "executable" not in declared:

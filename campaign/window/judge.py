@@ -25,16 +25,20 @@ from campaign.gates.registry import gate_for
 from campaign.gates.result import GateResult, Verdict, worst
 from campaign.window.inspectdiff import runtime_axis_difference
 
-__all__ = ["LaneOutcome", "build_gates", "input_copies", "judge_bundle", "predicate", "summarize"]
+__all__ = ["SCREENED_OUT", "LaneOutcome", "build_gates", "input_copies", "judge_bundle", "predicate", "summarize"]
 
 
 @dataclass
 class LaneOutcome:
-    status: str = "pending"  # ran | launch_failed | skipped
+    status: str = "pending"  # ran | launch_failed | skipped | screened out
     cause: str | None = None
     message: str | None = None
     boot_seconds: float | None = None
     engine_version: dict[str, Any] = field(default_factory=dict)
+
+
+# A candidate a screen kept out of the live window: never booted, and the daily never stopped for it.
+SCREENED_OUT = "screened out"
 
 
 def input_copies(loaded: LoadedContract, bundle: Path) -> dict[str, Path]:
@@ -56,7 +60,7 @@ def judge_bundle(loaded: LoadedContract, gates: list[Gate], lanes: dict[str, Lan
         control = loaded.lanes[candidate.control or ""]
         blocked, error = _blocked(bundle, control, candidate, lanes)
         for gate in gates:
-            if blocked:
+            if blocked and not gate.offline:  # a screen ran before any lane: what happened to lanes is not its
                 result = _result(gate, candidate, control, blocked)
                 if error:
                     _write_error(bundle, gate.gate_id, candidate.name, error)
@@ -72,6 +76,9 @@ def _blocked(bundle: Path, control: EffectiveLane, candidate: EffectiveLane,
              lanes: dict[str, LaneOutcome]) -> tuple[list[str], str | None]:
     """Why no gate of this candidate can be judged (empty: all can), and the traceback if it was a bug."""
     blocked = []
+    screened = lanes.get(candidate.name)
+    if screened is not None and screened.status == SCREENED_OUT:
+        return [f"not booted: {screened.cause} ({screened.message}): not worth a live window"], None
     for name in (control.name, candidate.name):
         outcome = lanes.get(name) or LaneOutcome(cause="no record of it")
         if outcome.status != "ran":
@@ -160,16 +167,17 @@ def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: 
                          "boot_seconds": None if o.boot_seconds is None else
                          {"value": round(o.boot_seconds, 3), "unit": "s"},
                          "engine_version": o.engine_version} for name, o in lanes.items()},
-        "candidates": _candidates(loaded, status, results),
+        "candidates": _candidates(loaded, status, results, lanes),
         "warnings": [w for r in results for w in r.warnings],
     }
 
 
-def _candidates(loaded: LoadedContract, status: str, results: list[GateResult]) -> dict[str, Any]:
+def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
+                lanes: dict[str, LaneOutcome]) -> dict[str, Any]:
     candidates: dict[str, Any] = {}
     for result in results:
         entry = candidates.setdefault(result.candidate, {"control": result.control, "gates": {}})
-        entry["gates"][result.gate] = {"verdict": result.verdict.value, "reasons": result.reasons,
+        entry["gates"][result.gate] = {"kind": result.kind, "verdict": result.verdict.value, "reasons": result.reasons,
                                        "metrics": {k: m.model_dump(exclude_none=True)
                                                    for k, m in result.metrics.items()}}
         if result.warnings:
@@ -182,5 +190,12 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult]) 
                     for g in required]
         entry["promotion_gates"] = required
         entry["promotion_rule"] = promotion is not None  # without one, promote refuses whatever passed
+    for name, entry in candidates.items():
+        outcome = lanes.get(name)
+        if outcome is not None and outcome.status == SCREENED_OUT:
+            screen = next((g for g, r in entry["gates"].items() if r["kind"] == "screen" and r["verdict"] != "PASS"),
+                          None)
+            entry["screened_out"] = {"gate": screen, "verdict": entry["gates"][screen]["verdict"] if screen else None,
+                                     "reason": outcome.message}
         entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
     return candidates

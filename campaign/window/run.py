@@ -8,6 +8,7 @@ the end is signed, so an interrupted one fails verification as incomplete.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import signal
@@ -18,14 +19,14 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from campaign.contracts.freeze import check_frozen, default_record_path
-from campaign.contracts.hashing import sha256_file
+from campaign.contracts.hashing import sha256_bytes, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane
-from campaign.errors import InputError, LaunchError, PreflightError, RunError
+from campaign.errors import FrozenChanged, InputError, LaunchError, PreflightError, RunError
 from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json, load_json_strict, read_jsonl
 from campaign.gates.base import Gate, Visit
 from campaign.gates.records import VisitKey
-from campaign.gates.result import GateResult
+from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.hostcpu import check_cpus_here
 from campaign.lanes.session import (boot_lane, check_lane, is_local, launch_command, port_is_free,
@@ -34,7 +35,7 @@ from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
-from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
+from campaign.window.judge import SCREENED_OUT, LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
 from campaign.window.restore import restore
 from campaign.window.schedule import (PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget,
                                       step_seconds)
@@ -287,9 +288,17 @@ async def _execute(w: _Window) -> WindowOutcome:
     heartbeat = asyncio.create_task(_heartbeat(w.state))
     try:
         gates = _open(w, journal)
-        await _visit_lanes(w, gates, journal, progress.lanes)
-        if w.loaded.contract.incumbent is not None:
-            progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal, "window finished")
+        screened_out = await _run_screens(w, [g for g in gates if g.offline], journal, progress.lanes)
+        live = _live_part(w.loaded, screened_out)
+        if live is None:
+            journal.done("screened", out=sorted(screened_out),
+                         reason="no candidate is worth a live window: the daily was not stopped")
+            progress.restore_record = {"event": "done", "action": NEVER_STOPPED}
+        else:
+            await _visit_lanes(w, live, [g for g in gates if not g.offline], journal, progress.lanes)
+            if w.loaded.contract.incumbent is not None:
+                progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal,
+                                                                  "window finished")
         journal.intent("judge")
         progress.results = judge_bundle(w.loaded, gates, progress.lanes, w.bundle)
         journal.done("judge", verdicts={f"{r.gate}/{r.candidate}": r.verdict.value for r in progress.results})
@@ -324,9 +333,52 @@ def _open(w: _Window, journal: Any) -> list[Gate]:
     return build_gates(loaded, w.bundle)
 
 
-async def _visit_lanes(w: _Window, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome]) -> None:
+# The window ended at its screens: the daily was never stopped, so there was nothing to restore or prove.
+NEVER_STOPPED = "never stopped"
+
+
+async def _run_screens(w: _Window, screens: list[Gate], journal: Any,
+                       lanes: dict[str, LaneOutcome]) -> set[str]:
+    """Every screen once per candidate, before anything is stopped or booted. A candidate whose screens do
+    not all PASS stays out of the live window; returns those candidates."""
+    out: set[str] = set()
+    for candidate in w.loaded.candidates():
+        control = w.loaded.lanes[candidate.control or ""]
+        for gate in screens:
+            if (gate.gate_id, candidate.name) not in w.finished_gates:
+                raw = gate.ctx.raw_path(gate.gate_id, candidate.name)
+                if raw.exists():
+                    _set_aside(raw)  # a screen cut short: redone whole
+                journal.intent("gate", gate=gate.gate_id, lane=candidate.name)
+                with JsonlAppender(raw) as sink:
+                    await asyncio.to_thread(gate.screen, candidate, control, sink)  # type: ignore[attr-defined]
+                journal.done("gate", gate=gate.gate_id, lane=candidate.name)
+            result = gate.judge(candidate, control)
+            if result.verdict is not Verdict.PASS and candidate.name not in out:
+                out.add(candidate.name)
+                lanes[candidate.name] = LaneOutcome(status=SCREENED_OUT, cause=f"screen {gate.gate_id}: "
+                                                    f"{result.verdict.value}", message="; ".join(result.reasons[:2]))
+                _say(w, f"{candidate.name}: not worth a live window ({lanes[candidate.name].cause})")
+    return out
+
+
+def _live_part(loaded: LoadedContract, screened_out: set[str]) -> LoadedContract | None:
+    """The contract's lanes that still go live: candidates no screen kept out and the controls they
+    compare with. None when no candidate is left: the window ends at its screens."""
+    if not screened_out:
+        return loaded
+    candidates = [lane for lane in loaded.candidates() if lane.name not in screened_out]
+    if not candidates:
+        return None
+    used = {lane.control for lane in candidates}
+    lanes = {name: lane for name, lane in loaded.lanes.items()
+             if (lane.role == "candidate" and name not in screened_out) or name in used}
+    return dataclasses.replace(loaded, lanes=lanes)
+
+
+async def _visit_lanes(w: _Window, loaded: LoadedContract, gates: list[Gate], journal: Any,
+                       lanes: dict[str, LaneOutcome]) -> None:
     """The daily down behind the failsafe, then every visit in the plan: boot, gates, stop."""
-    loaded = w.loaded
     if loaded.contract.incumbent is not None:
         await asyncio.to_thread(_take_down_incumbent, w, journal)
     labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
@@ -463,6 +515,9 @@ def _forget_api_key(w: _Window) -> None:
 def _restore_summary(loaded: LoadedContract, record: dict[str, Any] | None) -> dict[str, Any]:
     if loaded.contract.incumbent is None:
         return {"incumbent": None}
+    if record is not None and record.get("action") == NEVER_STOPPED:
+        return {"incumbent": loaded.contract.incumbent.endpoint, "proved": None, "action": NEVER_STOPPED,
+                "error": None}
     ok = bool(record and record.get("event") == "done" and record.get("proof"))
     return {"incumbent": loaded.contract.incumbent.endpoint, "proved": ok,
             "action": (record or {}).get("action"), "error": (record or {}).get("error")}
@@ -508,6 +563,28 @@ def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> N
     for name, destination in input_copies(loaded, bundle).items():
         destination.parent.mkdir(exist_ok=True)
         shutil.copyfile(loaded.resolve(loaded.contract.inputs[name].file), destination)
+    _copy_lane_files(loaded, target)
+
+
+def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
+    """Each lane file into contract/files/<sha256> (once per content), or only its digest when it is larger
+    than the contract's file_copy_limit; contract/files.json says which lane read which, and where."""
+    limit, listed = loaded.contract.file_copy_limit, {}
+    for lane in loaded.lanes.values():
+        for file in lane.files:
+            size = Path(file.path).stat().st_size
+            copied = size <= limit
+            if copied and not (target / "files" / file.sha256).exists():
+                data = Path(file.path).read_bytes()
+                if sha256_bytes(data) != file.sha256:  # changed since the freeze check a moment ago
+                    raise FrozenChanged(f"lane {lane.name}: file {file.name} ({file.path}) changed since freezing")
+                (target / "files").mkdir(exist_ok=True)
+                atomic_write_bytes(target / "files" / file.sha256, data)
+            listed.setdefault(lane.name, {})[file.name] = {
+                "sha256": file.sha256, "bytes": size, "copied": copied, "seen_at": lane.file_seen_at(file),
+                "source": Path(file.path).name}
+    if listed:
+        atomic_write_json(target / "files.json", listed)
 
 
 async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, outcome: LaneOutcome,

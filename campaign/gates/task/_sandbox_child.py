@@ -198,15 +198,17 @@ def main():
     if cfg.get("audit_hook", True):
         _install_hook(workdir)
     # like the HumanEval harness: a reply's `if __name__ == "__main__":` demo block does not run
-    namespace = {"__name__": "__sandbox__", "__builtins__": __builtins__}
+    namespace = {"__name__": "__main__" if cfg.get("as_main") else "__sandbox__", "__builtins__": __builtins__}
+    sys.argv[:] = cfg.get("argv") or ["program.py"]
     stage = "program"
     try:
         exec(compile(program, "program.py", "exec"), namespace)
         stage = "tests"
         exec(compile(tests, "tests.py", "exec"), namespace)
     except SystemExit as exc:
-        _status(nonce, False, f"{stage}: exited ({exc.code!r}) before the tests finished", containment)
-        os._exit(1)
+        if not (cfg.get("as_main") and exc.code in (0, None)):  # a script's sys.exit(0) is its normal end
+            _status(nonce, False, f"{stage}: exited ({exc.code!r}) before the tests finished", containment)
+            os._exit(1)
     except MemoryError:
         _status(nonce, False, f"{stage}: memory limit reached ({cfg['memory_bytes'] >> 20} MiB)", containment)
         os._exit(1)

@@ -51,29 +51,36 @@ class SandboxResult:
 
 
 def run_python(program: str, tests: str, limits: SandboxLimits = SandboxLimits(), *,
-               audit_hook: bool = True) -> SandboxResult:
+               audit_hook: bool = True, as_main: bool = False, argv: list[str] | None = None,
+               site_packages: bool = False) -> SandboxResult:
     """Run ``program`` then ``tests`` (which raise on a wrong answer) in one fenced interpreter.
 
-    ``audit_hook=False`` leaves only the kernel's fences; tests use it to prove those hold alone."""
+    ``audit_hook=False`` leaves only the kernel's fences; tests use it to prove those hold alone. A screen
+    script runs ``as_main`` (its ``if __name__ == "__main__":`` block runs) with its ``argv``, and with the
+    runner's site-packages (numpy), which model-written code never gets."""
     workdir = Path(tempfile.mkdtemp(prefix="campaign-sandbox-"))
     try:
-        return _run(program, tests, limits, workdir, audit_hook)
+        return _run(program, tests, limits, workdir, audit_hook,
+                    {"as_main": as_main, "argv": argv or ["program.py"], "site": site_packages})
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(program: str, tests: str, limits: SandboxLimits, workdir: Path, audit_hook: bool) -> SandboxResult:
+def _run(program: str, tests: str, limits: SandboxLimits, workdir: Path, audit_hook: bool,
+         mode: dict[str, Any]) -> SandboxResult:
     (workdir / "program.py").write_text(program, encoding="utf-8")
     (workdir / "tests.py").write_text(tests, encoding="utf-8")
     nonce = secrets.token_hex(16)
     cfg = {"nonce": nonce, "workdir": str(workdir), "memory_bytes": limits.memory_bytes,
-           "cpu_seconds": int(limits.timeout_s) + 2, "file_bytes": limits.file_bytes, "audit_hook": audit_hook}
+           "cpu_seconds": int(limits.timeout_s) + 2, "file_bytes": limits.file_bytes, "audit_hook": audit_hook,
+           "as_main": mode["as_main"], "argv": mode["argv"]}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)}
     out_path, err_path = workdir / ".stdout", workdir / ".stderr"
     timed_out = False
     start = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", _CHILD], stdin=subprocess.PIPE,
+        flags = ["-I", "-B"] if mode["site"] else ["-I", "-S", "-B"]
+        proc = subprocess.Popen([sys.executable, *flags, "-c", _CHILD], stdin=subprocess.PIPE,
                                 stdout=out, stderr=err, cwd=workdir, env=env, start_new_session=True)
         try:
             assert proc.stdin is not None

@@ -11,7 +11,9 @@ streamed into the bundle's boot.log through the redactor as it is produced.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import tarfile
 import threading
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -148,6 +150,9 @@ def check_lane(lane: EffectiveLane, model_host_path: str) -> dict[str, Any]:
         for mount in lane.mounts:
             if not os.path.exists(mount.host):
                 raise PreflightError(f"{where}mount source {mount.host} does not exist")
+    elif lane.files:  # the pinned bytes are on this box; another box's engine would mount its own
+        raise PreflightError(f"{where}files ({', '.join(f.name for f in lane.files)}) need a docker engine on this "
+                             f"box: {describe(lane.docker_host)} would mount whatever lies at those paths there")
     inside = container_path(lane, model_host_path)
     if inside is None:
         raise PreflightError(f"{where}model {model_host_path} is not under any of the lane's mounts "
@@ -183,8 +188,10 @@ def create_kwargs(lane: EffectiveLane, spec: LaunchSpec, image_id: str, name: st
         "name": name,
         "environment": dict(spec.env),
         "labels": {**spec.labels, LABEL_LANE: spec.lane},
-        "mounts": [types.Mount(target=m.container, source=_mount_source(lane, m.host), type="bind",
-                               read_only=m.read_only) for m in lane.mounts],
+        "mounts": [*(types.Mount(target=m.container, source=_mount_source(lane, m.host), type="bind",
+                                 read_only=m.read_only) for m in lane.mounts),
+                   *(types.Mount(target=lane.file_seen_at(f), source=_mount_source(lane, f.path), type="bind",
+                                 read_only=True) for f in lane.files)],
         "device_requests": device_requests(lane.gpus),
         "restart_policy": {"Name": "no"},
         "detach": True,
@@ -206,6 +213,25 @@ def create_kwargs(lane: EffectiveLane, spec: LaunchSpec, image_id: str, name: st
     else:
         kwargs["ports"] = _ports(lane)
     return kwargs
+
+
+class _ChunkReader(io.RawIOBase):
+    """The engine's archive stream (an iterator of byte chunks) as a file tarfile can read in one pass."""
+
+    def __init__(self, chunks: Any) -> None:
+        self._chunks, self._left = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            self._left = next(self._chunks, b"")
+            if not self._left:
+                return 0
+        n = min(len(buffer), len(self._left))
+        buffer[:n], self._left = self._left[:n], self._left[n:]
+        return n
 
 
 def _container_name(spec: LaunchSpec) -> str:
@@ -291,6 +317,20 @@ class DockerLane:
                       "oom_killed": state.get("OOMKilled"), "started_at": state.get("StartedAt")},
             "launched": {k: v for k, v in self._launched.items() if k != "argv"},
         }
+
+    def file_sha256(self, path: str) -> str:
+        """The sha256 of a file as the running container sees it, streamed out through the engine (no tool
+        inside the image is needed)."""
+        stream, _ = self.container.get_archive(path)
+        with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:
+            for member in archive:
+                handle = archive.extractfile(member)
+                if handle is not None:
+                    digest = hashlib.sha256()
+                    while block := handle.read(1 << 20):
+                        digest.update(block)
+                    return digest.hexdigest()
+        raise LaunchError(f"lane {self.lane.name}: {path} is not a file inside the container", cause="file_mismatch")
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, SIGKILL after ``timeout``; then the container is kept or removed, per the lane."""

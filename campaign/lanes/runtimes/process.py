@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from campaign.contracts.units import format_cpuset, parse_cpuset
@@ -129,6 +130,12 @@ class ProcessLane:
         except OSError:
             snapshot["read_back"] = False  # exited already: keep what was launched
         return snapshot
+
+    def file_sha256(self, path: str) -> str:
+        """The sha256 of a file as the running lane sees it: through its own root (/proc/<pid>/root)."""
+        from campaign.contracts.hashing import sha256_file
+
+        return sha256_file(Path(f"/proc/{self.pid}/root") / path.lstrip("/"))
 
     def stop(self, timeout: float = 20.0) -> int | None:
         try:

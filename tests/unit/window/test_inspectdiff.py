@@ -58,3 +58,38 @@ def test_image_env_belongs_to_a_declared_image_change(tmp_path: Path) -> None:
     assert check(tmp_path, snapshot(), new, {"image"}) == ""
     verdict = check(tmp_path, snapshot(), new, {"args.k"})
     assert "image" in verdict and "env.VLLM_USE_V1" in verdict
+
+
+def with_slot_map(snap: dict, host: str, pinned: str, seen: str, *, process: bool = False) -> dict:
+    """A lane that read a slot map: by its own host path (process) or at one mount path (container)."""
+    snap = copy.deepcopy(snap)
+    path = host if process else "/campaign/files/slotmap"
+    snap["files"] = {"slotmap": {"path": path, "pinned_sha256": pinned, "sha256": seen}}
+    for key in ("argv", "launched_argv"):
+        snap[key] = [*snap[key], "--slot-map", path]
+    if not process:
+        mount = {"source": host, "destination": path, "read_only": True, "type": "bind"}
+        snap["mounts"] = [*snap["mounts"], mount]
+        snap["launched"]["mounts"] = [*snap["launched"]["mounts"], dict(mount)]
+    return snap
+
+
+def test_a_slot_map_axis_differs_only_in_its_digest(tmp_path: Path) -> None:
+    a = with_slot_map(snapshot(), "/recipe/slots-7360.json", "a" * 64, "a" * 64)
+    b = with_slot_map(snapshot(), "/recipe/slots-5792.json", "b" * 64, "b" * 64)
+    assert check(tmp_path, a, b, {"files.slotmap"}) == ""  # the mount's host path is not the difference
+    assert check(tmp_path, a, b, {"args.k"}) == "ran with undeclared differences files.slotmap"
+
+
+def test_process_lanes_name_their_own_paths_without_an_argument_difference(tmp_path: Path) -> None:
+    a = with_slot_map(snapshot(), "/recipe/slots-7360.json", "a" * 64, "a" * 64, process=True)
+    b = with_slot_map(snapshot(), "/recipe/slots-5792.json", "b" * 64, "b" * 64, process=True)
+    assert check(tmp_path, a, b, {"files.slotmap"}) == ""
+
+
+def test_a_file_that_is_not_the_pinned_one_inside_the_lane_is_caught(tmp_path: Path) -> None:
+    a = with_slot_map(snapshot(), "/recipe/slots-7360.json", "a" * 64, "a" * 64)
+    b = with_slot_map(snapshot(), "/recipe/slots-5792.json", "b" * 64, "c" * 64)  # swapped under the mount
+    same = with_slot_map(snapshot(), "/recipe/slots-5792.json", "b" * 64, "a" * 64)
+    assert check(tmp_path, a, b, {"files.slotmap"}) == ""  # still differs as declared: the boot check fails it
+    assert check(tmp_path, a, same, {"files.slotmap"}) == "declared differences absent from what ran files.slotmap"

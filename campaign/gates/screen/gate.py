@@ -1,0 +1,182 @@
+"""screen: an offline decision before any lane boots, so a window can end at "not worth a live window"
+with that verdict in its signed receipt, and the daily is never stopped for it.
+
+Two kinds, each run once per candidate: a user's Python script pinned by sha256 (run inside the task
+sandbox's fences, printing one JSON object of metrics), or the built-in cache replay of a routing trace
+at the candidate's slot map (``gates.screen.cachereplay``). The frozen rule is a list of clauses over the
+metrics (``hit_rate >= 0.75``). A screen that could not measure (the script failed, timed out, printed
+something that is not one JSON object, or the trace could not be read) is INCONCLUSIVE with the reason,
+never a PASS; and a subsampled replay says so in its verdict's words.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from campaign.contracts.gatespecs import ScreenSpec, parse_clause
+from campaign.contracts.resolve import FILE_REF, EffectiveLane
+from campaign.errors import CampaignError
+from campaign.fsutil import JsonlAppender
+from campaign.gates.base import Gate, Visit
+from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.task.sandbox import SandboxLimits, run_python
+from campaign.lanes.session import LaneRun
+
+__all__ = ["ScreenGate", "evaluate"]
+
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+class ScreenGate(Gate):
+    offline = True
+    spec: ScreenSpec
+
+    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
+        raise RuntimeError("a screen runs before any lane boots, never on a lane")
+
+    def screen(self, candidate: EffectiveLane, control: EffectiveLane, sink: JsonlAppender) -> dict[str, Any]:
+        """Run the screen for one candidate; its one record goes to ``sink`` (the raw file) and is returned."""
+        started = time.monotonic()
+        try:
+            record = self._cache_replay(candidate, control) if self.spec.cache_replay else self._script(candidate)
+        except CampaignError as exc:  # bad trace, slot map, unreadable file: the screen could not measure
+            record = {"status": "error", "reason": str(exc)}
+        except Exception as exc:  # a bug must not pass for a finding: the traceback goes with it
+            record = {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        record = {"kind": "screen", "candidate": candidate.name, "control": control.name,
+                  "elapsed_s": round(time.monotonic() - started, 3), **record}
+        sink.append(record)
+        return record
+
+    def _paths(self, candidate: EffectiveLane) -> dict[str, str]:
+        paths = {f.name: f.path for f in candidate.files}
+        paths.update({f.name: str(self.ctx.contract.resolve(f.path)) for f in self.spec.files})
+        return paths
+
+    def _script(self, candidate: EffectiveLane) -> dict[str, Any]:
+        script = self.spec.script
+        assert script is not None
+        paths = self._paths(candidate)
+        try:
+            args = [FILE_REF.sub(lambda match: paths[match.group(1)], a) for a in script.args]
+        except KeyError as exc:
+            return {"status": "error", "reason": f"${{file:{exc.args[0]}}} names no screen file and no file of "
+                                                 f"lane {candidate.name}"}
+        source = Path(str(self.ctx.contract.resolve(script.path)))
+        limits = SandboxLimits(timeout_s=self.spec.timeout, memory_bytes=int(self.spec.memory), file_bytes=64 << 20)
+        result = run_python(source.read_text(encoding="utf-8"), "", limits, audit_hook=False, as_main=True,
+                            argv=[source.name, *args], site_packages=True)
+        record: dict[str, Any] = {"sandbox": {"reason": result.reason, "exit_code": result.exit_code,
+                                              "containment": result.containment,
+                                              "stderr_tail": result.stderr_tail[-1000:]}}
+        if not result.passed:
+            return {**record, "status": "error", "reason": f"the screen script did not finish: {result.reason}"}
+        metrics, problem = _one_json_object(result.stdout_tail)
+        if problem:
+            return {**record, "status": "error", "reason": problem}
+        return {**record, "status": "ok", "metrics": metrics}
+
+    def _cache_replay(self, candidate: EffectiveLane, control: EffectiveLane) -> dict[str, Any]:
+        from campaign.gates.screen import cachereplay
+
+        spec = self.spec.cache_replay
+        assert spec is not None
+        paths = self._paths(candidate)
+        trace = cachereplay.load_trace(Path(paths[spec.trace]), spec.n_experts)
+        details: dict[str, Any] = {"trace": {"file": Path(paths[spec.trace]).name, "steps": trace.steps,
+                                             "layers": trace.layers, "k": trace.k, "experts": trace.n_experts}}
+        metrics: dict[str, Any] = {}
+        for role, lane in (("candidate", candidate), ("control", control)):
+            slot_file = next((f for f in lane.files if f.name == spec.slot_map), None)
+            if slot_file is None:
+                continue  # a control without the slot map: the candidate's figures stand alone
+            slots = cachereplay.load_slot_map(Path(slot_file.path), trace.layers, trace.n_experts)
+            replays = {policy: cachereplay.replay(trace, slots, policy, lookahead=spec.lookahead,
+                                                  sample_every=spec.sample_every)
+                       for policy in dict.fromkeys([spec.policy, *spec.compare])}
+            details[role] = {"lane": lane.name, "slot_map": Path(slot_file.path).name, "slot_map_sha256":
+                             slot_file.sha256, "slots_total": int(slots.sum()),
+                             "replays": {p: r.to_json() for p, r in replays.items()},
+                             "words": [r.describe() for r in replays.values()]}
+            prefix = "" if role == "candidate" else "control_"
+            main = replays[spec.policy]
+            metrics[f"{prefix}hit_rate"] = main.hit_rate
+            metrics[f"{prefix}misses_per_layer_step"] = main.misses_per_layer_step
+            metrics.update({f"{prefix}{p}.hit_rate": r.hit_rate for p, r in replays.items()})
+            details.setdefault("exact", main.exact)
+            details.setdefault("fraction", main.fraction)
+        if "control_hit_rate" in metrics:
+            metrics["hit_rate_gain"] = metrics["hit_rate"] - metrics["control_hit_rate"]
+        cross, step = cachereplay.cross_layer_overlap(trace), cachereplay.step_overlap(trace)
+        details["overlap"] = {"cross_layer": cross.to_json(), "step_to_step": step.to_json(),
+                              "words": [cross.describe(), step.describe()]}
+        metrics.update({"cross_layer_overlap": cross.observed, "cross_layer_chance": cross.chance,
+                        "step_overlap": step.observed, "step_chance": step.chance})
+        return {"status": "ok", "metrics": metrics, "details": details}
+
+    def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+        result = self.new_result(candidate, control)
+        records = [r for r in self.ctx.raw_records(self.gate_id, candidate.name) if r.get("kind") == "screen"]
+        if not records:
+            result.reasons.append("the screen did not run for this candidate")
+            return result
+        record = records[-1]
+        result.details = {k: v for k, v in record.items() if k not in ("kind", "traceback")}
+        if record.get("status") != "ok":
+            result.reasons.append(f"the screen could not measure: {record.get('reason')}")
+            return result
+        metrics = record.get("metrics") or {}
+        result.metrics = {name: Metric(value=value, unit="") for name, value in metrics.items()
+                          if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+        verdict, reasons = evaluate(self.spec.rule.require, metrics)
+        result.verdict, result.reasons = verdict, reasons + _sampling_words(record)
+        if verdict is Verdict.PASS and record.get("details", {}).get("exact") is False:
+            result.caveats.append("a subsampled replay: not the exact replay of the trace")
+        return result
+
+
+def evaluate(clauses: list[str], metrics: dict[str, Any]) -> tuple[Verdict, list[str]]:
+    """PASS when every clause holds; FAIL when one does not; INCONCLUSIVE when a metric is missing or not a
+    finite number (the screen did not report what the rule weighs)."""
+    reasons, failed = [], False
+    for clause in clauses:
+        name, op, bound = parse_clause(clause)
+        value = metrics.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            shown = "not reported" if name not in metrics else f"{value!r}, not a number"
+            return Verdict.INCONCLUSIVE, [f"{name} was {shown} (reported: {', '.join(sorted(metrics)) or 'nothing'})"]
+        holds = _OPS[op](value, bound)
+        failed |= not holds
+        reasons.append(f"{name} {value:.4g} {op} {bound:g}: {'holds' if holds else 'does not hold'}")
+    return (Verdict.FAIL if failed else Verdict.PASS), reasons
+
+
+def _sampling_words(record: dict[str, Any]) -> list[str]:
+    details = record.get("details") or {}
+    words = (details.get("candidate") or {}).get("words") or []
+    if details.get("exact") is False:
+        return [f"a declared subsample ({details.get('fraction', 0):.4%} of the steps): " + (words[0] if words else "")]
+    return words[:1]
+
+
+def _one_json_object(stdout: str) -> tuple[dict[str, Any], str | None]:
+    text = stdout.strip()
+    if not text:
+        return {}, "the screen script printed nothing (it must print one JSON object of metrics)"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        last = text.splitlines()[-1]
+        try:
+            value = json.loads(last)
+        except ValueError:
+            return {}, f"the screen script's output is not one JSON object: {last[:120]!r}"
+    if not isinstance(value, dict):
+        return {}, f"the screen script printed a JSON {type(value).__name__}, not an object of metrics"
+    return value, None
