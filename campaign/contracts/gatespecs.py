@@ -489,7 +489,8 @@ class ScreenSpec(GateSpecBase):
     files: list[LaneFile] = Field(default_factory=list, description="Pinned inputs (a routing trace...).")
     script: ScreenScript | None = Field(None, description="A user screen, run in the task sandbox's fences.")
     cache_replay: CacheReplay | None = Field(None, description="The built-in routing-trace cache replay.")
-    timeout: Duration = Field(600.0, description="Wall-clock limit per candidate.")
+    timeout: Duration = Field(600.0, description="Wall-clock limit of a script screen, per candidate (the built-in "
+                                                 "replay runs in the runner, bounded by the trace's size).")
     memory: Size = Field(4 * 1024 ** 3, description="Address-space limit of a script screen.")
     rule: ScreenRule
 

@@ -98,7 +98,8 @@ def effective_lane(contract: Contract, lane: Lane) -> dict[str, Any]:
             merged["args"] = render_args(merge_args(parse_args(merged.get("args", [])), value))
         elif key == "files":
             by_name = {f["name"]: f for f in merged.get("files", [])}
-            by_name.update({f.name: f.model_dump(exclude_none=True) for f in value})
+            for file in value:  # a new path and digest; the default's mount stays unless given
+                by_name[file.name] = {**by_name.get(file.name, {}), **file.model_dump(exclude_none=True)}
             merged["files"] = list(by_name.values())
         elif key == "env":
             env = dict(merged.get("env", {}))
@@ -166,7 +167,8 @@ def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
     for key, value in lane.model.model_dump().items():
         flat[f"model.{key}"] = value
     for file in lane.files:  # the bytes and where the engine sees them, not where they lie on this box
-        flat[f"files.{file.name}"] = (file.sha256, lane.file_seen_at(file) if lane.runtime == "docker" else None)
+        flat[f"files.{file.name}"] = f"sha256:{file.sha256}" + (f" at {lane.file_seen_at(file)}"
+                                                                if lane.runtime == "docker" else "")
     return flat
 
 

@@ -106,7 +106,8 @@ class LaneFields(StrictModel):
     env: StrDict | None = Field(None, description="Environment variables given to the lane.")
     mounts: list[Mount] | None = Field(None, description="Bind mounts (docker runtime).")
     files: list[LaneFile] | None = Field(None, description="Files the engine reads, pinned by sha256; in `set`, an "
-                                                           "entry replaces the default of the same name.")
+                                                           "entry changes the default of the same name (its "
+                                                           "mount kept unless given).")
     shm_size: Size | None = Field(None, description="/dev/shm size (docker runtime), e.g. 64g.")
     gpus: str | int | None = Field(None, description="GPU request: 'all', a count, or device ids.")
     cpus: Cpuset | None = Field(None, description="CPUs the lane runs on, a cpuset like '1' or '0-3,8': "

@@ -567,22 +567,25 @@ def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> N
 
 
 def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
-    """Each lane file into contract/files/<sha256> (once per content), or only its digest when it is larger
-    than the contract's file_copy_limit; contract/files.json says which lane read which, and where."""
-    limit, listed = loaded.contract.file_copy_limit, {}
-    for lane in loaded.lanes.values():
-        for file in lane.files:
-            size = Path(file.path).stat().st_size
-            copied = size <= limit
-            if copied and not (target / "files" / file.sha256).exists():
-                data = Path(file.path).read_bytes()
-                if sha256_bytes(data) != file.sha256:  # changed since the freeze check a moment ago
-                    raise FrozenChanged(f"lane {lane.name}: file {file.name} ({file.path}) changed since freezing")
-                (target / "files").mkdir(exist_ok=True)
-                atomic_write_bytes(target / "files" / file.sha256, data)
-            listed.setdefault(lane.name, {})[file.name] = {
-                "sha256": file.sha256, "bytes": size, "copied": copied, "seen_at": lane.file_seen_at(file),
-                "source": Path(file.path).name}
+    """Each lane file and screen input into contract/files/<sha256> (once per content), or only its digest
+    when it is larger than the contract's file_copy_limit; contract/files.json says which lane (or screen)
+    read which, and where."""
+    pinned = [(lane.name, file, Path(file.path), lane.file_seen_at(file))
+              for lane in loaded.lanes.values() for file in lane.files]
+    pinned += [(f"screen {gate.gate_id}", file, loaded.resolve(file.path), None)
+               for gate in loaded.contract.gates for file in getattr(gate, "files", None) or []]
+    listed: dict[str, dict[str, Any]] = {}
+    for owner, file, path, seen_at in pinned:
+        size = path.stat().st_size
+        copied = size <= loaded.contract.file_copy_limit
+        if copied and not (target / "files" / file.sha256).exists():
+            data = path.read_bytes()
+            if sha256_bytes(data) != file.sha256:  # changed since the freeze check a moment ago
+                raise FrozenChanged(f"{owner}: file {file.name} ({path}) changed since freezing")
+            (target / "files").mkdir(exist_ok=True)
+            atomic_write_bytes(target / "files" / file.sha256, data)
+        listed.setdefault(owner, {})[file.name] = {"sha256": file.sha256, "bytes": size, "copied": copied,
+                                                   "source": path.name, **({"seen_at": seen_at} if seen_at else {})}
     if listed:
         atomic_write_json(target / "files.json", listed)
 

@@ -113,11 +113,15 @@ class ScreenGate(Gate):
             details.setdefault("fraction", main.fraction)
         if "control_hit_rate" in metrics:
             metrics["hit_rate_gain"] = metrics["hit_rate"] - metrics["control_hit_rate"]
-        cross, step = cachereplay.cross_layer_overlap(trace), cachereplay.step_overlap(trace)
-        details["overlap"] = {"cross_layer": cross.to_json(), "step_to_step": step.to_json(),
-                              "words": [cross.describe(), step.describe()]}
-        metrics.update({"cross_layer_overlap": cross.observed, "cross_layer_chance": cross.chance,
-                        "step_overlap": step.observed, "step_chance": step.chance})
+        details["overlap"] = {"words": []}
+        # beside their chance level: an overlap alone says nothing (0.031 is chance for top-8 of 256)
+        for name, measure, possible in (("cross_layer", cachereplay.cross_layer_overlap, trace.layers > 1),
+                                        ("step", cachereplay.step_overlap, trace.steps > 1)):
+            if possible:
+                overlap = measure(trace)
+                details["overlap"][name] = overlap.to_json()
+                details["overlap"]["words"].append(overlap.describe())
+                metrics.update({f"{name}_overlap": overlap.observed, f"{name}_chance": overlap.chance})
         return {"status": "ok", "metrics": metrics, "details": details}
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:

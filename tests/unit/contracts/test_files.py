@@ -61,7 +61,7 @@ def test_a_slot_map_is_a_candidates_one_axis_compared_by_digest(tmp_path: Path) 
     base, wide = loaded.lanes["base"], loaded.lanes["wide"]
     difference = axis_difference(base, wide)
     assert set(difference) == {"files.slotmap"}  # the env var names it the same way in both lanes
-    assert difference["files.slotmap"][1][0] == hashlib.sha256(b"[5, 5, 4]\n").hexdigest()
+    assert difference["files.slotmap"][1] == "sha256:" + hashlib.sha256(b"[5, 5, 4]\n").hexdigest()
     assert Path(wide.files[0].path) == tmp_path / "slots" / "slots-b.json"  # absolute: a process reads it there
 
 
@@ -101,3 +101,15 @@ def test_a_wrong_pin_is_refused_at_freeze_and_a_changed_file_at_run(tmp_path: Pa
     (path.parent / "slots" / "slots-b.json").write_bytes(b"[9, 9, 9]\n")
     with pytest.raises((FrozenChanged, ContractError), match=r"slots/slots-b\.json"):
         check_frozen(load_contract(path), record, load_trusted())
+
+
+def test_a_file_outside_the_contracts_folder_is_refused(tmp_path: Path) -> None:
+    """A contract from someone else must not make the runner copy /etc/shadow into a bundle it publishes."""
+    (tmp_path / "c").mkdir()
+    path = _contract(tmp_path / "c")
+    outside = tmp_path / "elsewhere.json"
+    outside.write_bytes(b"[5, 5, 4]\n")
+    path.write_text(path.read_text().replace("path: slots/slots-b.json", f"path: {outside}"))
+    with pytest.raises(ContractError, match=r"lanes\[1\]\.set\.files\[0\]\.path: .* is outside the contract's folder"):
+        load_contract(path)
+    assert load_contract(path, allow_paths=[tmp_path]).lanes["wide"].files[0].path == str(outside)

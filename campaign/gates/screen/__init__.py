@@ -1,0 +1,1 @@
+"""Screens: offline gates run before any lane boots."""

@@ -1,0 +1,88 @@
+"""A window that ends at its screen: the cache replay says the candidate's slot map is not worth a live
+window, so no lane boots, and the signed bundle carries the exact hit rate and the decision."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from campaign.fsutil import load_json_strict, read_jsonl
+from tests.support.cli import campaign
+from tests.support.contracts import MODEL, MODEL_SHA256, free_port, write_contract
+
+pytestmark = pytest.mark.integration
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path: Path) -> None:
+    # 2 layers, 6 experts, top-2; every step routes the next two ids of a cycle over all 6: an LRU of 4
+    # slots never holds the ids asked for next (each was used 3 steps ago, behind 4 newer ids)
+    trace = "".join(json.dumps({"layers": [[(2 * s) % 6, (2 * s + 1) % 6]] * 2}) + "\n" for s in range(300))
+    digests = {"trace": _write(tmp_path / "trace.jsonl", json.dumps({"n_experts": 6}) + "\n" + trace),
+               "a": _write(tmp_path / "slots-a.json", "[2, 2]\n"), "b": _write(tmp_path / "slots-b.json", "[4, 4]\n")}
+    contract = write_contract(tmp_path, f"""\
+        contract: t-screen-window
+        version: 1
+        lane_defaults:
+          runtime: process
+          engine: llamacpp
+          executable: llama-server
+          port: {free_port()}
+          model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
+          env: {{SLOT_CACHE_PER_LAYER: "${{file:slotmap}}"}}
+          files: [{{name: slotmap, path: slots-a.json, sha256: {digests['a']}}}]
+        lanes:
+          - name: base
+            role: control
+          - name: wide
+            role: candidate
+            axis: [files.slotmap]
+            set:
+              files: [{{name: slotmap, path: slots-b.json, sha256: {digests['b']}}}]
+        inputs:
+          p: {{file: prompts/p.jsonl}}
+        gates:
+          - kind: screen
+            id: cache
+            files: [{{name: trace, path: trace.jsonl, sha256: {digests['trace']}}}]
+            cache_replay: {{trace: trace, slot_map: slotmap}}
+            rule: {{require: ["hit_rate >= 0.5"]}}
+          - kind: greedy
+            input: p
+            repeats: 2
+            max_tokens: 8
+            rule: {{self_identical: "3/3"}}
+        promotion:
+          requires: [cache, greedy]
+        """)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert campaign("keys", "init", env=env).returncode == 0
+    assert campaign("freeze", str(contract), env=env).returncode == 0
+    ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"), env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundle = next((tmp_path / "runs").iterdir())
+    verified = campaign("verify", str(bundle), env=env)
+    assert verified.returncode == 0, verified.stderr
+
+    screen = load_json_strict(bundle / "gates" / "cache" / "wide.json")
+    assert screen["verdict"] == "FAIL"
+    assert screen["metrics"]["hit_rate"]["value"] == 0  # exact: every access of the cycle misses
+    assert screen["details"]["details"]["exact"] is True
+    assert screen["details"]["details"]["trace"]["steps"] == 300
+    assert not (bundle / "lanes" / "base" / "boot.log").exists() and not (bundle / "lanes" / "wide").exists()
+    assert any(r.get("step") == "screened" for r in read_jsonl(bundle / "journal.jsonl"))
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert summary["candidates"]["wide"]["screened_out"]["gate"] == "cache"
+    assert summary["candidates"]["wide"]["gates"]["greedy"]["verdict"] == "INCONCLUSIVE"
+    assert "not worth a live window" in summary["candidates"]["wide"]["gates"]["greedy"]["reasons"][0]
+    published = campaign("publish", str(bundle), "--out", str(tmp_path / "report"), env=env)
+    assert published.returncode == 0, published.stderr
+    assert "wide: REFUSED: cache: not worth a live window: hit_rate 0 >= 0.5: does not hold" in published.stdout
+    assert "not worth a live window" in (tmp_path / "report" / "SUMMARY.md").read_text()
