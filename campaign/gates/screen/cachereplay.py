@@ -34,7 +34,8 @@ Conventions (the brute-force references in the tests follow the same ones):
   recently used expert not accessed at step t; with slots < k only the step's last ``slots`` ids stay.
   The cache starts empty.
 * ``static``: each layer pins, before step 0, its ``slots`` most often accessed experts over the
-  replayed steps (ties: lower id). A hit is any access to a pinned expert; there are no cold misses.
+  replayed steps (ties: lower id). A hit is any access to a pinned expert; there are no cold misses,
+  so static can beat Belady, by at most one hit per pinned expert that is used.
 * ``belady``: after step t a layer holds the ``slots`` experts of (residents + step t's ids) whose next
   use is nearest (ordered by step, then position; never used again is farthest). Keeping a just-fetched
   expert is not required (a demand fetch may bypass the cache), which makes this the optimum of every
@@ -155,17 +156,20 @@ def _compact_dtype(n_experts: int) -> type[np.integer]:
 
 
 def _make_trace(x: np.ndarray, n_experts: int | None, source: str, where: Callable[[int, int], str]) -> Trace:
-    """Check ids in the array's own dtype (a cast first could wrap an out-of-range id into range), then
-    store them compact and read-only. ``where(step, layer)`` names the place for an error."""
+    """Check the range in the array's own dtype (a cast first could wrap an out-of-range id into range),
+    store the ids compact and read-only, and let Trace check the rest. ``where(step, layer)`` names the
+    place for an error."""
     if n_experts is None:
         n_experts = max(int(x.max()) + 1, 1)
-    problem = _first_problem(x, n_experts)
-    if problem is not None:
-        step, layer, what = problem
+    if int(x.min()) < 0 or int(x.max()) >= n_experts:
+        step, layer, what = _first_problem(x, n_experts) or (0, 0, "")  # always the range problem here
         raise TraceError(f"{where(step, layer)}: {what}")
     experts = x.astype(_compact_dtype(n_experts))
     experts.flags.writeable = False
-    return Trace(experts, n_experts, source)
+    try:
+        return Trace(experts, n_experts, source)
+    except _Invalid as exc:
+        raise TraceError(f"{where(exc.step, exc.layer)}: {exc.problem}") from None
 
 
 def trace_from_array(experts: Any, n_experts: int | None = None, source: str = "<array>") -> Trace:
@@ -339,8 +343,9 @@ def _slot_entries(path: Path, doc: Any, layers: int) -> list[tuple[str, Any]]:
     if not isinstance(doc, dict):
         raise TraceError(f"{path}: expected a list of slot counts, {{\"slots_per_layer\": [...]}} "
                          f"or {{\"<layer>\": count}}")
+    indices = {str(i) for i in range(layers)}  # canonical spellings only: "01" or " 1" is no layer
     for key in doc:
-        if key not in {str(i) for i in range(layers)}:
+        if key not in indices:
             raise TraceError(f"{path}: key {key!r}: not a layer index 0..{layers - 1}")
     missing = [str(i) for i in range(layers) if str(i) not in doc]
     if missing:

@@ -108,7 +108,9 @@ class ScreenGate(Gate):
             main = replays[spec.policy]
             metrics[f"{prefix}hit_rate"] = main.hit_rate
             metrics[f"{prefix}misses_per_layer_step"] = main.misses_per_layer_step
-            metrics.update({f"{prefix}{p}.hit_rate": r.hit_rate for p, r in replays.items()})
+            for policy, result in replays.items():  # lookahead hides misses, not traffic: its loads say what it costs
+                metrics.update({f"{prefix}{policy}.hit_rate": result.hit_rate,
+                                f"{prefix}{policy}.loads_per_layer_step": result.loads_per_layer_step})
             details.setdefault("exact", main.exact)
             details.setdefault("fraction", main.fraction)
         if "control_hit_rate" in metrics:
