@@ -8,9 +8,11 @@ stream checked by the gate's ``analyze_stream``) at several concurrency levels:
   1,000 tokens and its CPU share (near 100% of a core means the client is the limit), and the
   server's CPU share (near 100% means the server is);
 * timing: the server sleeps a known TTFT before the first content chunk and a known delay between
-  tokens; reports the client's TTFT and inter-token errors. The server stamps each chunk with its own
-  time since the request arrived, so the error splits into the server's own lateness and the
-  client's (transit, parse, scheduling).
+  tokens; reports the client's TTFT and inter-token errors. Every client counts from the request's
+  write on an open connection and records that moment's wall clock; the server stamps when it read the
+  request and when it sent each chunk (one clock on one machine), so the error splits into the server's
+  lateness (reading the request late, e.g. from its accept queue, and oversleeping) and the client's
+  own (the first token's arrival stamped after the server sent it: transit, parse, scheduling).
 
     python benchmarks/client_capacity.py                   # the README's figures
     python benchmarks/client_capacity.py --levels 1,4 --json out.json
@@ -62,7 +64,7 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 if name.strip().lower() == "content-length":
                     length = int(value.strip())
             body = await reader.readexactly(length) if length else b"{}"
-            received = time.perf_counter()
+            received, received_wall = time.perf_counter(), time.time()
             if not request_line.startswith(b"POST"):
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}")
                 await writer.drain()
@@ -80,7 +82,8 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 srv = time.perf_counter() - received
                 writer.write(_chunk(f'{{"id":"b","choices":[{{"index":0,"delta":{{"content":" tok"}},'
                                     f'"finish_reason":null}}],"timings":{{"predicted_n":{i + 1}}},'
-                                    f'"srv_t":{srv:.6f}}}'))
+                                    f'"srv_t":{srv:.6f},"srv_rcv":{received_wall:.6f},'
+                                    f'"srv_snd":{time.time():.6f}}}'))
                 if itl or i % 16 == 15:
                     await writer.drain()
             writer.write(_chunk('{"id":"b","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}'))
@@ -139,7 +142,7 @@ async def _peer_aiohttp(port: int) -> Any:
     session = aiohttp.ClientSession(f"http://127.0.0.1:{port}", connector=aiohttp.TCPConnector(limit=0))
 
     async def stream(body: dict[str, Any]) -> dict[str, Any]:
-        events, done, start = [], False, time.perf_counter()
+        events, done, start, sent_wall = [], False, time.perf_counter(), time.time()
         async with session.post("/v1/chat/completions", json={**body, "stream": True}) as response:
             async for line in response.content:
                 now = time.perf_counter() - start
@@ -149,7 +152,7 @@ async def _peer_aiohttp(port: int) -> Any:
                         done = True
                     else:
                         events.append({"t": now, "data": json.loads(payload)})
-        return {"status": response.status, "events": events, "done_marker": done,
+        return {"status": response.status, "events": events, "done_marker": done, "sent_wall": sent_wall,
                 "elapsed_s": time.perf_counter() - start}
 
     return stream, session.close
@@ -161,8 +164,8 @@ async def _peer_raw(port: int) -> Any:
 
     async def stream(body: dict[str, Any]) -> dict[str, Any]:
         payload = json.dumps({**body, "stream": True}).encode()
-        start = time.perf_counter()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        start, sent_wall = time.perf_counter(), time.time()  # from the write, as the gate's client counts
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
         events, done, buffer = [], False, b""
@@ -180,7 +183,8 @@ async def _peer_raw(port: int) -> Any:
                     else:
                         events.append({"t": now, "data": json.loads(line[5:])})
         writer.close()
-        return {"status": 200, "events": events, "done_marker": done, "elapsed_s": time.perf_counter() - start}
+        return {"status": 200, "events": events, "done_marker": done, "sent_wall": sent_wall,
+                "elapsed_s": time.perf_counter() - start}
 
     async def close() -> None:
         return None
@@ -280,9 +284,12 @@ def timing(levels: list[int], ttft: float, itl: float, tokens: int, requests: in
         ttft_err, server_late, client_late, itl_err, decode_err = [], [], [], [], []
         for record, stats in zip(result["records"], result["stats"]):
             times = _srv_times(record)
+            first = next(e["data"] for e in record["events"] if "srv_snd" in e.get("data", {}))
             ttft_err.append(stats.ttft_s - ttft)  # against the injected value
-            server_late.append(times[0][1] - ttft)  # the server's own sleep overshoot
-            client_late.append(times[0][0] - times[0][1])  # arrival after the server sent it
+            # the server's part: it read the request late (accept queue, busy loop), then overslept
+            server_late.append(first["srv_rcv"] - record["sent_wall"] + times[0][1] - ttft)
+            # the client's part: its stamp of the first token after the server sent it
+            client_late.append(record["sent_wall"] + stats.ttft_s - first["srv_snd"])
             gaps = [(b[0] - a[0]) - (b[1] - a[1]) for a, b in zip(times, times[1:])]
             itl_err.append(statistics.fmean(abs(g) for g in gaps))
             server_rate = (len(times) - 1) / (times[-1][1] - times[0][1])
@@ -351,9 +358,11 @@ def _ratios(cap: list[dict[str, Any]], tim: list[dict[str, Any]]) -> list[str]:
     for level in sorted({r["level"] for r in tim}):
         at = {r["client"]: r for r in tim if r["level"] == level}
         if "campaign" in at and "raw-socket" in at:
-            lines.append(f"C{level}: TTFT error {at['campaign']['ttft_error_ms']} ms, the raw socket's "
-                         f"{at['raw-socket']['ttft_error_ms']} ms: "
-                         f"{at['campaign']['ttft_error_ms'] - at['raw-socket']['ttft_error_ms']:+.2f} ms")
+            mine, floor = at["campaign"], at["raw-socket"]
+            lines.append(f"C{level}: TTFT error {mine['ttft_error_ms']} ms, the raw socket's {floor['ttft_error_ms']} ms "
+                         f"({mine['ttft_error_ms'] - floor['ttft_error_ms']:+.2f} ms); the client's own part "
+                         f"{mine['of_which_client_ms']} ms (the raw socket's {floor['of_which_client_ms']} ms), the "
+                         f"rest the server's lateness")
     return lines
 
 

@@ -15,7 +15,8 @@ Then many windows are simulated from that model with a known true change, judged
   change against the control boots' mean; bootstrap CI over prompts widened in quadrature by the
   control boots' prediction half-width (t with 2 df);
 * new: the interleaved schedule of campaign/gates/speed/sequential.py with ``--max-pairs`` pairs,
-  looks after each pair from the second with a Bonferroni share, stopping at the first decision.
+  looks after each pair from the second with a Bonferroni share, stopping at the first decision, or
+  with INCONCLUSIVE once no number of pairs could decide (``reachable``), as the gate does.
 
 Printed per design and true change: PASS / FAIL / INCONCLUSIVE rates (the old design's "FAIL" is
 "bar not met") and the mean number of boots. A/A (true change 0) PASS is the false-positive rate;
@@ -40,7 +41,7 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from campaign.gates.common.stats import paired_bootstrap_ci  # noqa: E402
-from campaign.gates.speed.sequential import BootValues, estimate, look, look_confidence  # noqa: E402
+from campaign.gates.speed.sequential import BootValues, estimate, look, look_confidence, reachable  # noqa: E402
 
 EFFECTS = (0.0, 0.05, 0.10, 0.25)
 
@@ -79,14 +80,17 @@ def noise_from_bundles(paths: list[Path]) -> dict[str, float] | None:
 
 
 def simulate_window(rng: np.random.Generator, effect: float, positions: int, prompts: int, noise: dict) -> np.ndarray:
-    """Log values, boots x prompts, in window order; odd positions are the candidate's."""
+    """Log values, boots x prompts, in window order; odd positions are the candidate's. ``effect_sd``: how
+    much the true change differs from prompt to prompt (n-gram speculation helps a prompt that repeats
+    its input and not one that does not), around ``effect``."""
     base = rng.normal(math.log(80), 0.2, prompts)
+    per_prompt = math.log1p(effect) + rng.normal(0, noise.get("effect_sd", 0.0), prompts)
     y = np.empty((positions, prompts))
     for position in range(positions):
         shift = noise["drift"] * position + rng.normal(0, noise["boot_sd"])
         y[position] = base + shift + rng.normal(0, noise["prompt_sd"], prompts)
         if position % 2 == 1:
-            y[position] += math.log1p(effect)
+            y[position] += per_prompt
     return y
 
 
@@ -104,7 +108,7 @@ def old_design(rng: np.random.Generator, effect: float, prompts: int, noise: dic
 
 
 def new_design(rng: np.random.Generator, effect: float, prompts: int, noise: dict, bar: float,
-               max_pairs: int) -> tuple[str, int]:
+               max_pairs: int, futility: bool = True) -> tuple[str, int]:
     y = simulate_window(rng, effect, 2 * max_pairs + 1, prompts, noise)
     confidence = look_confidence(0.95, max_pairs)
     ids = [f"p{i}" for i in range(prompts)]
@@ -114,6 +118,8 @@ def new_design(rng: np.random.Generator, effect: float, prompts: int, noise: dic
         decided = look(est, min_mean_change=bar, ci_lower_above=0.0)
         if decided.verdict:
             return decided.verdict, 2 * pairs + 1
+        if futility and not any(reachable(est, min_mean_change=bar, ci_lower_above=0.0)):
+            return "INCONCLUSIVE", 2 * pairs + 1  # the gate boots no more pairs: none could decide
     return "INCONCLUSIVE", 2 * max_pairs + 1
 
 
@@ -125,14 +131,19 @@ def main() -> None:
     parser.add_argument("--max-pairs", type=int, default=4)
     parser.add_argument("--boot-sd", type=float, help="override the measured boot-to-boot SD (log)")
     parser.add_argument("--prompt-sd", type=float, help="override the measured prompt SD (log)")
+    parser.add_argument("--effect-sd", type=float, default=0.0,
+                        help="how much the true change varies from prompt to prompt (log SD)")
+    parser.add_argument("--no-futility", action="store_true", help="the new design without its futility stop")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     bundles = args.bundle or sorted(p for p in Path("runs").glob("*") if p.is_dir() and (p / "gates").is_dir())
     noise = noise_from_bundles(bundles) or {"boot_sd": 0.04, "prompt_sd": 0.03, "drift": 0.0, "levels": 0}
     noise["boot_sd"] = args.boot_sd if args.boot_sd is not None else noise["boot_sd"]
     noise["prompt_sd"] = args.prompt_sd if args.prompt_sd is not None else noise["prompt_sd"]
+    noise["effect_sd"] = args.effect_sd
     print(f"noise: boot-to-boot SD {noise['boot_sd']:.3f}, prompt SD {noise['prompt_sd']:.3f}, drift "
           f"{noise['drift']:+.4f} per position (log), from {noise['levels']} level(s) of {len(bundles)} bundle(s); "
+          f"the change's own SD over prompts {noise['effect_sd']:.3f}; "
           f"{args.prompts} prompts, {args.runs} windows per cell")
     rng = np.random.default_rng(args.seed)
     for bar in (0.05, 0.0):
@@ -141,7 +152,8 @@ def main() -> None:
               f"{'new PASS':>9} {'new FAIL':>9} {'new INCONCL':>11} {'boots':>6}")
         for effect in EFFECTS:
             old = [old_design(rng, effect, args.prompts, noise, bar) for _ in range(args.runs)]
-            new = [new_design(rng, effect, args.prompts, noise, bar, args.max_pairs) for _ in range(args.runs)]
+            new = [new_design(rng, effect, args.prompts, noise, bar, args.max_pairs, not args.no_futility)
+                   for _ in range(args.runs)]
             verdicts = [v for v, _ in new]
             rate = {k: verdicts.count(k) / args.runs for k in ("PASS", "FAIL", "INCONCLUSIVE")}
             print(f"{effect:>+12.0%} | {old.count('PASS') / args.runs:>9.1%} {old.count('FAIL') / args.runs:>11.1%} "

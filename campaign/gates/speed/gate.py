@@ -35,7 +35,7 @@ from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.rows import RowResult, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
 from campaign.gates.speed.sequential import (POWER, BootValues, Estimate, Look, estimate, look, look_confidence,
-                                             looks_allowed, pairs_needed)
+                                             looks_allowed, pairs_needed, reachable)
 from campaign.gates.common.streams import StreamStats
 from campaign.lanes.runtimes.hostcpu import pinned_threads
 from campaign.lanes.session import LaneRun
@@ -72,6 +72,7 @@ class _Sequence:
     pairs: int = 0  # complete pairs: candidate boots bracketed by a later control boot
     looks_made: int = 0
     stop: int | None = None  # the pairs after which a look decided (or found a problem)
+    futile: int | None = None  # the pairs after which a look found that no more pairs could decide
     verdict: Verdict | None = None
     problems: list[str] = field(default_factory=list)  # the comparison cannot be judged at all
     caveats: list[str] = field(default_factory=list)
@@ -174,7 +175,7 @@ class SpeedGate(Gate):
         if pairs_done >= self.spec.max_boot_pairs:
             return False
         seq = self.sequence(candidate, control, pairs=pairs_done)
-        return seq.verdict is None and not seq.problems
+        return seq.verdict is None and not seq.problems and seq.futile is None
 
     def sequence(self, candidate: EffectiveLane, control: EffectiveLane, pairs: int | None = None) -> _Sequence:
         """Every boot with records in window order, the boots that cannot count, and the looks replayed:
@@ -202,7 +203,24 @@ class SpeedGate(Gate):
             if seq.verdict is not None or seq.problems:
                 seq.stop = k
                 break
+            if self._futile(seq):
+                seq.futile = k
+                break
         return seq
+
+    def _futile(self, seq: _Sequence) -> bool:
+        """No more pairs could decide: some judged level can never PASS (so the gate cannot) and none can
+        ever FAIL, at the last look, with the boot term gone (``sequential.reachable``)."""
+        rule, judged = self.spec.rule, set(self.spec.rule.levels or self.spec.concurrency)
+        could_pass, could_fail = True, False
+        for level in judged:
+            est = (seq.levels.get(level) or [{}])[-1].get("estimate")
+            if est is None:
+                return False  # a level without an estimate yet: another pair may give it one
+            can_pass, can_fail = reachable(est, min_mean_change=rule.min_mean_change,
+                                           ci_lower_above=rule.ci_lower_above)
+            could_pass, could_fail = could_pass and can_pass, could_fail or can_fail
+        return not could_pass and not could_fail
 
     def _boot_views(self, candidate: EffectiveLane, control: EffectiveLane, pairs: int | None) -> list[_Boot]:
         """control@j at position 2j, candidate@j at 2j + 1: each candidate boot between two control boots."""
@@ -298,7 +316,15 @@ class SpeedGate(Gate):
                                "prompt: more prompts, or a quieter host")
         return {"verdict": "INCONCLUSIVE",
                 "reason": f"{text}: undecided; this window could detect >= {detectable:+.1%} with "
-                          f"{POWER:.0%} power at the noise measured; {more}{self._stopped_early(seq)}"}
+                          f"{POWER:.0%} power at the noise measured; {more}{self._stopped_early(seq)}"
+                          f"{self._futility_words(seq)}"}
+
+    @staticmethod
+    def _futility_words(seq: _Sequence) -> str:
+        if seq.futile is None:
+            return ""
+        return (f"; no more boot pairs after pair {seq.futile}: however small the boot-to-boot noise got, the "
+                "spread of the change from prompt to prompt keeps both the bar and zero inside the CI")
 
     def _stopped_early(self, seq: _Sequence) -> str:
         """Why this comparison has fewer pairs than it asked for, when the window stopped pairing (its time

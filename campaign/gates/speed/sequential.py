@@ -18,7 +18,9 @@ degrees of freedom combined by Welch-Satterthwaite. Both terms hold the prompts'
 the CI is a little conservative, never narrow.
 
 Repeated looks: after each pair (from the second on) the estimate is looked at, and the gate may stop
-with PASS or FAIL. Each look uses a Bonferroni share of the error rate (``1 - confidence`` over the looks
+with PASS or FAIL, or stop pairing when no number of pairs could decide (``reachable``: the change
+varies so much from prompt to prompt that the bar and zero stay inside the CI however small the boot
+term gets; it ends INCONCLUSIVE, saying so). Each look uses a Bonferroni share of the error rate (``1 - confidence`` over the looks
 that ``max_boot_pairs`` allows), so the chance of a false PASS over every look together stays at most
 ``1 - confidence`` whatever the stopping. benchmarks/speed_power.py measures both error rates.
 """
@@ -32,7 +34,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["BootValues", "Estimate", "Look", "estimate", "look", "look_confidence", "looks_allowed", "pairs_needed"]
+__all__ = ["BootValues", "Estimate", "Look", "estimate", "look", "look_confidence", "looks_allowed", "pairs_needed",
+           "reachable"]
 
 POWER = 0.8  # the power the minimum detectable effect is stated at
 
@@ -138,6 +141,20 @@ def look(est: Estimate, *, min_mean_change: float, ci_lower_above: float) -> Loo
     if est.high < min_mean_change:
         return Look("FAIL", f"not met: even the CI's high end is below {min_mean_change:+.0%}")
     return Look(None, "undecided")
+
+
+def reachable(est: Estimate, *, min_mean_change: float, ci_lower_above: float) -> tuple[bool, bool]:
+    """(could PASS, could FAIL) with more boot pairs. More pairs shrink the boot term toward zero, never the
+    prompt term: the CI can get no narrower than the prompt term's, at the change as estimated now. The
+    prompt term is taken at the low end of its own 90% interval (four prompts leave three degrees of
+    freedom, and a boot's noise inflates it early), so a comparison stops for futility only when even a
+    generous reading leaves the bar and zero both inside the CI. Stopping for futility ends INCONCLUSIVE:
+    it never makes a PASS or a FAIL, so the error rates of the looks stand."""
+    df = max(est.prompts - 1, 1)
+    generous = est.se_prompt * math.sqrt(sps.chi2.ppf(0.10, df) / df)
+    floor = float(sps.norm.ppf(1 - (1 - est.confidence) / 2)) * generous
+    bar, low = math.log1p(min_mean_change), math.log1p(ci_lower_above)
+    return (est.log_change >= bar and est.log_change - floor > low), est.log_change + floor < bar
 
 
 def pairs_needed(est: Estimate, target: float, pairs: int, power: float = POWER) -> int | None:

@@ -89,19 +89,19 @@ class LaneClient:
 
     async def stream(self, path: str, body: dict[str, Any], *, sink: JsonlAppender | None = None,
                      tags: dict[str, Any] | None = None) -> RawRecord:
-        """A streaming POST; every SSE event is kept with its arrival time (seconds after sending).
+        """A streaming POST; every SSE event is kept with its arrival time (seconds after the request was
+        written on an open connection; the handshake before it is ``connect_s``).
 
         Sent through the load path of ``sse.py`` (bytes kept with their arrival time, framed after the
         response ends), on a fresh connection per stream: llama-server closes the connection after every
-        streamed response while advertising keep-alive, and a connection per stream costs every lane the
-        same local handshake inside its TTFT."""
+        streamed response while advertising keep-alive."""
         body = {**body, "stream": True}
         record: RawRecord = {"seq": next(self._seq), "lane": self.lane, "path": path, "request": body,
                              "tags": tags or {}, "wall_start": time.time()}
-        start = time.perf_counter()
-        response = await post_stream(self.base_url, path, body, headers=self._headers, timeout=self._timeout,
-                                     start=start)
+        response = await post_stream(self.base_url, path, body, headers=self._headers, timeout=self._timeout)
         record["elapsed_s"] = response.elapsed_s
+        if response.connect_s is not None:
+            record["connect_s"], record["sent_wall"] = response.connect_s, response.sent_wall
         record["events"] = response.events
         if response.status is not None:
             record["status"] = response.status

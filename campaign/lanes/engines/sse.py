@@ -9,8 +9,10 @@ The HTTP framing (head, chunked body), the SSE events and their JSON are read af
 ended, with each event stamped with the arrival of the read that completed its line.
 
 A fresh connection per stream (``Connection: close``): llama-server closes a streamed response's
-connection while advertising keep-alive, so reuse fails there anyway; one local handshake sits inside
-every lane's TTFT alike. httpx stays for everything else (health, metrics, scoring requests).
+connection while advertising keep-alive, so reuse fails there anyway. Times count from the request's
+write on the open connection, so the handshake (slow under load, when the server is busy streaming to
+others and accepts late) is never inside a TTFT: it is recorded beside it (``connect_s``), as a client
+with pooled connections would never pay it. httpx stays for everything else (health, metrics, scoring).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class StreamedResponse:
     response_text: str | None = None
     elapsed_s: float = 0.0  # to the last byte received (framing it afterwards is not the server's time), or
     # to the connect error or timeout
+    connect_s: float | None = None  # the handshake before the request was written (outside every time above)
+    sent_wall: float | None = None  # the wall clock when the request was written: the events' zero
 
 
 class _Reads(asyncio.Protocol):
@@ -173,21 +177,23 @@ def _tls_context() -> ssl.SSLContext:
 
 
 async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float,
-                      connect_timeout: float = 10.0, start: float | None = None) -> StreamedResponse:
-    """POST ``body`` and read the whole streamed response. ``start`` (a ``perf_counter`` value) is the
-    zero of the events' times; ``timeout`` is the longest silence tolerated (as httpx's read timeout);
-    failures come back in ``error``, never raised (a gate decides)."""
-    start = time.perf_counter() if start is None else start
+                      connect_timeout: float = 10.0) -> StreamedResponse:
+    """POST ``body`` and read the whole streamed response. The events' times count from the moment the
+    request is written on an open connection; the handshake before it is ``connect_s``. ``timeout`` is the
+    longest silence tolerated (as httpx's read timeout); failures come back in ``error``, never raised (a
+    gate decides)."""
     request, (host, port, tls) = _request_bytes(url, path, body, headers)
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     reads = _Reads(done)
+    called = time.perf_counter()
     try:
         transport, _ = await asyncio.wait_for(loop.create_connection(
             lambda: reads, host, port, ssl=_tls_context() if tls else None), connect_timeout)
     except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
         return StreamedResponse(error=f"ConnectError: {str(exc) or f'no connection within {connect_timeout:g}s'}",
-                                elapsed_s=time.perf_counter() - start)
+                                elapsed_s=time.perf_counter() - called)
+    start, sent_wall = time.perf_counter(), time.time()
     try:
         transport.write(request)
         while not done.done():
@@ -206,6 +212,7 @@ async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dic
         transport.close()
     response = _read(reads, start)
     response.elapsed_s = (reads.times[-1] if reads.times else time.perf_counter()) - start
+    response.connect_s, response.sent_wall = start - called, sent_wall
     return response
 
 

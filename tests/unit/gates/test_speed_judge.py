@@ -101,6 +101,24 @@ def test_a_small_change_confidently_under_the_bar_fails_early(tmp_path: Path) ->
     assert not gate.wants_pair(cand, ctrl, 2)
 
 
+def test_a_change_that_varies_by_prompt_beyond_any_pairs_reach_stops_pairing(tmp_path: Path) -> None:
+    """n-gram speculation on the demo: a prompt that repeats its input gets faster, the others slower;
+    after two pairs the spread over prompts alone keeps the bar and zero inside the CI, so pairs three
+    and four would have been booted for nothing."""
+    gate, cand, ctrl = make_gate(tmp_path, pairs=4)
+    mixed = [1.3, 0.75, 1.3, 0.75, 1.3, 0.75]
+
+    def candidate(scale: float) -> dict[str, float]:
+        return {pid: value * factor for (pid, value), factor in zip(rates(scale).items(), mixed)}
+
+    write_boots(gate, [rates(), rates(1.01), rates(0.99)], [candidate(1.0), candidate(1.01)])
+    assert not gate.wants_pair(cand, ctrl, 2)
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
+    assert "no more boot pairs after pair 2: however small the boot-to-boot noise got" in result.reasons[0]
+    assert "out of reach while the change varies this much from prompt to prompt" in result.reasons[0]
+
+
 def test_a_steady_drift_across_the_window_is_taken_out(tmp_path: Path) -> None:
     """The host warms up through the window: every boot 2% faster than the one before. The candidate is
     the control's twin; without the drift term its boots (always later than the control's before them)

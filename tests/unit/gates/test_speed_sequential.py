@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from campaign.gates.speed.sequential import (BootValues, estimate, look, look_confidence, looks_allowed,
-                                             pairs_needed)
+                                             pairs_needed, reachable)
 
 PROMPTS = [f"p{i}" for i in range(6)]
 
@@ -85,3 +85,32 @@ def test_pairs_needed_grows_as_the_target_shrinks() -> None:
     est = estimate(boots(0.02, 3, rng=np.random.default_rng(5), boot_sd=0.04), higher_is_better=True,
                    confidence=0.95)
     assert pairs_needed(est, 0.05, 3) > pairs_needed(est, 0.25, 3) >= 4
+
+
+def _with_per_prompt_change(changes: list[float], pairs: int, boot_sd: float = 0.01) -> list[BootValues]:
+    """The true change differs by prompt (speculation helps a prompt that repeats its input, not another)."""
+    out = []
+    rng = np.random.default_rng(5)
+    for boot in boots(0.0, pairs, rng=rng, boot_sd=boot_sd):
+        if boot.candidate:
+            boot = BootValues(boot.key, boot.position, True,
+                              {p: v * (1 + c) for (p, v), c in zip(boot.values.items(), changes)})
+        out.append(boot)
+    return out
+
+
+def test_futility_when_the_change_varies_so_much_by_prompt_that_no_pair_could_decide() -> None:
+    # +30% on half the prompts, -25% on the rest: about +0% overall, the prompt term alone spans the bar and 0
+    est = estimate(_with_per_prompt_change([0.3, -0.25] * 3, 2), higher_is_better=True, confidence=0.98)
+    assert reachable(est, min_mean_change=0.05, ci_lower_above=0.0) == (False, False)
+
+
+def test_no_futility_while_a_verdict_stays_within_reach() -> None:
+    clear_win = estimate(_with_per_prompt_change([0.25, 0.35] * 3, 2, boot_sd=0.15), higher_is_better=True,
+                         confidence=0.98)
+    assert clear_win.low < 0  # undecided now: the boots scatter too much after two pairs
+    assert reachable(clear_win, min_mean_change=0.05, ci_lower_above=0.0) == (True, False)
+    no_win = estimate(_with_per_prompt_change([0.0, 0.01] * 3, 2, boot_sd=0.15), higher_is_better=True,
+                      confidence=0.98)
+    assert no_win.high > 0.05  # undecided now, but more pairs would show it below the bar
+    assert reachable(no_win, min_mean_change=0.05, ci_lower_above=0.0) == (False, True)
