@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal, Protocol, Union
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
-from campaign.contracts.model import NAME_PATTERN, SHA256_PATTERN, CountRule, LaneFile, StrictModel, StrList, valid_regexes
+from campaign.contracts.model import (FILE_REF, NAME_PATTERN, SHA256_PATTERN, CountRule, LaneFile, StrictModel, StrList,
+                                     valid_regexes)
 from campaign.contracts.units import Cpuset, Duration, Size
 
 __all__ = ["GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
@@ -501,10 +502,21 @@ class ScreenSpec(GateSpecBase):
         names = [f.name for f in self.files]
         if len(set(names)) != len(names):
             raise ValueError("screen file names must be unique")
+        if self.cache_replay is not None and {"timeout", "memory"} & self.model_fields_set:
+            raise ValueError("`timeout` and `memory` limit a script screen; the built-in replay runs in the runner")
         return self
 
     def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
         names = {f.name for f in self.files}
+        if self.script is not None:  # each reference resolves for every candidate, or the screen cannot run
+            for lane in (lane for lane in loaded.lanes.values() if lane.role == "candidate"):
+                known = names | {f.name for f in lane.files}
+                for arg in self.script.args:
+                    for name in FILE_REF.findall(arg):
+                        if name not in known:
+                            raise loaded.error(("gates", index, "script", "args"),
+                                               f"${{file:{name}}} names no screen file and no file of lane "
+                                               f"{lane.name!r}")
         if self.cache_replay is not None:
             if self.cache_replay.trace not in names:
                 raise loaded.error(("gates", index, "cache_replay", "trace"),

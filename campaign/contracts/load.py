@@ -161,15 +161,22 @@ def _files_resolved(loaded: LoadedContract, lane: EffectiveLane) -> EffectiveLan
 
 
 def _check_file_refs(loaded: LoadedContract) -> None:
-    """Every ${file:NAME} in a lane's args and env names one of that lane's files."""
+    """Every ${file:NAME} in a lane's args and env names one of that lane's files, and is a whole value (an
+    argument, the value after '=', an env value): a path built around it (``${file:map}.lora``) would make
+    the engine read a file nobody pinned."""
     for index, lane in enumerate(loaded.contract.lanes):
         effective = loaded.lanes[lane.name]
         names = {f.name for f in effective.files}
-        for value in [*effective.args, *effective.env.values()]:
+        values = [arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg for arg in effective.args]
+        for value in [*values, *effective.env.values()]:
             for name in FILE_REF.findall(value):
                 if name not in names:
                     raise loaded.error(("lanes", index, "set"), f"${{file:{name}}} names no file of lane "
                                                                 f"{lane.name!r} (its files: {sorted(names) or 'none'})")
+                if not FILE_REF.fullmatch(value):
+                    raise loaded.error(("lanes", index, "set"), f"{value!r}: ${{file:{name}}} must be a whole value "
+                                       "(an argument, the value after '=', an env value): a path built around it "
+                                       "names a file nobody pinned")
 
 
 def _check_confined(loaded: LoadedContract) -> None:

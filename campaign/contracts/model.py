@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-__all__ = ["FILES_MOUNT_ROOT", "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "StrDict", "StrList", "StrictModel", "parse_fraction", "stringify_scalars",
+__all__ = ["FILE_REF", "FILES_MOUNT_ROOT", "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "StrDict", "StrList", "StrictModel", "parse_fraction", "stringify_scalars",
            "valid_regexes"]
 
 # names become file names in the bundle: identifiers, never paths (no '@', which visit keys use)
@@ -72,6 +72,8 @@ CountRule = Annotated[str, AfterValidator(lambda text: (parse_fraction(text), te
 
 
 FILES_MOUNT_ROOT = "/campaign/files"
+# ${file:slotmap} in args and env (and a screen's args): the path the reader sees the file at
+FILE_REF = re.compile(r"\$\{file:([A-Za-z0-9][A-Za-z0-9_.-]*)\}")
 
 
 class LaneFile(StrictModel):

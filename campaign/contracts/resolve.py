@@ -8,14 +8,13 @@ Readiness budgets and boot-log rules are checks on a lane, not how it serves, so
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
 from campaign.contracts.engines import EngineKind
-from campaign.contracts.model import StrictModel
+from campaign.contracts.model import FILE_REF, StrictModel
 from campaign.contracts.schema import (FILES_MOUNT_ROOT, BootLogRules, Contract, DockerHost, Lane, LaneFile, ModelSpec,
                                        Mount, ReadinessSpec, Role)
 from campaign.contracts.units import format_cpuset, parse_cpuset
@@ -25,8 +24,6 @@ __all__ = ["FILE_REF", "EffectiveLane", "axis_difference", "contract_docker_host
 
 _NOT_AXES = {"readiness", "boot_log", "stop"}
 
-# ${file:slotmap} in args and env: the path the engine sees the lane file at (resolved at launch)
-FILE_REF = re.compile(r"\$\{file:([A-Za-z0-9][A-Za-z0-9_.-]*)\}")
 
 
 class EffectiveLane(StrictModel):

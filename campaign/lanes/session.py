@@ -17,7 +17,7 @@ from typing import Any, Callable
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import substitute
-from campaign.errors import LaunchError, PreflightError
+from campaign.errors import LaunchError, PreflightError, RunError
 from campaign.fsutil import JsonlAppender
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.registry import adapter_for
@@ -29,7 +29,7 @@ from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime, scratch_path
 
 __all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "port_is_free",
-           "read_back_files", "resolve_executable", "resolve_refs", "runtime_for"]
+           "files_unchanged", "read_back_files", "resolve_executable", "resolve_refs", "runtime_for"]
 
 
 @dataclass
@@ -201,6 +201,20 @@ def read_back_files(running: RunningLane, lane: EffectiveLane) -> dict[str, dict
             raise LaunchError(f"lane {lane.name}: file {file.name} at {seen_at} has sha256 {digest}, not the pinned "
                               f"{file.sha256}", cause="file_mismatch")
     return found
+
+
+def files_unchanged(lane: EffectiveLane) -> None:
+    """Each lane file still holds the bytes the window measured (promotion starts the daily on them later):
+    RunError naming the first that moved or changed."""
+    for file in lane.files:
+        try:
+            digest = sha256_file(Path(file.path))
+        except OSError as exc:
+            raise RunError(f"lane {lane.name}: file {file.name} ({file.path}) is gone: {exc.strerror}; the daily "
+                           "would read something else") from exc
+        if digest != file.sha256:
+            raise RunError(f"lane {lane.name}: file {file.name} ({file.path}) changed since the window measured it "
+                           f"(sha256 {digest[:12]}..., pinned {file.sha256[:12]}...); refusing to promote")
 
 
 async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:

@@ -42,10 +42,11 @@ def _as_written(snapshot: dict[str, Any], values: list[str] | dict[str, str]) ->
     if not paths:
         return values
 
-    def one(value: str) -> str:
-        for path in sorted(paths, key=len, reverse=True):
-            value = value.replace(path, paths[path])
-        return value
+    def one(value: str) -> str:  # whole values only, as the contract may write them
+        if value in paths:
+            return paths[value]
+        option, eq, rest = value.partition("=")
+        return f"{option}={paths[rest]}" if eq and option.startswith("-") and rest in paths else value
 
     if isinstance(values, dict):
         return {k: one(v) for k, v in values.items()}

@@ -25,7 +25,8 @@ from campaign.gates.registry import gate_for
 from campaign.gates.result import GateResult, Verdict, worst
 from campaign.window.inspectdiff import runtime_axis_difference
 
-__all__ = ["SCREENED_OUT", "LaneOutcome", "build_gates", "input_copies", "judge_bundle", "predicate", "summarize"]
+__all__ = ["SCREENED_OUT", "LaneOutcome", "build_gates", "input_copies", "judge_bundle", "judge_one", "predicate",
+           "summarize"]
 
 
 @dataclass
@@ -65,7 +66,7 @@ def judge_bundle(loaded: LoadedContract, gates: list[Gate], lanes: dict[str, Lan
                 if error:
                     _write_error(bundle, gate.gate_id, candidate.name, error)
             else:
-                result = _judge_one(bundle, gate, candidate, control)
+                result = judge_one(bundle, gate, candidate, control)
             results.append(result)
             atomic_write_json(bundle / "gates" / result.gate / f"{result.candidate}.json", result.dump())
     _write_tables(bundle, gates)
@@ -92,7 +93,7 @@ def _blocked(bundle: Path, control: EffectiveLane, candidate: EffectiveLane,
     return ([f"what ran differs from the declared axis: {mismatch}"] if mismatch else []), None
 
 
-def _judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
+def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
     try:
         return gate.judge(candidate, control)
     except Exception as exc:
@@ -190,6 +191,7 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
                     for g in required]
         entry["promotion_gates"] = required
         entry["promotion_rule"] = promotion is not None  # without one, promote refuses whatever passed
+        entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
     for name, entry in candidates.items():
         outcome = lanes.get(name)
         if outcome is not None and outcome.status == SCREENED_OUT:
@@ -197,5 +199,4 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
                           None)
             entry["screened_out"] = {"gate": screen, "verdict": entry["gates"][screen]["verdict"] if screen else None,
                                      "reason": outcome.message}
-        entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
     return candidates

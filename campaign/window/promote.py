@@ -34,7 +34,7 @@ from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.records import greedy_replays
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.runtimes.process import BASE_ENV_KEYS
-from campaign.lanes.session import resolve_refs
+from campaign.lanes.session import files_unchanged, resolve_refs
 from campaign.receipts.bundle import ENVELOPE, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
@@ -131,6 +131,7 @@ def _candidate_launch(copy: Path, candidate: str, daily: dict[str, Any]) -> dict
     argv = _unredacted_argv(inspect["launched_argv"], EffectiveLane.model_validate(spec), candidate)
     if sha256_file(Path(argv[0])) != inspect.get("executable_sha256"):
         raise RunError(f"{argv[0]} changed since the window measured it; refusing to promote a different binary")
+    files_unchanged(EffectiveLane.model_validate(spec))
     # the declared env, its ${env:NAME} references resolved now, as every launch resolves them
     lane = resolve_refs(EffectiveLane.model_validate(spec))
     env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)

@@ -19,7 +19,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import RunError
 from campaign.window.faults import crash_point
 from campaign.fsutil import load_json_strict
-from campaign.lanes.session import resolve_refs
+from campaign.lanes.session import files_unchanged, resolve_refs
 from campaign.window import dailycontainer
 
 __all__ = ["candidate_container", "put_back", "swap_back", "swap_in"]
@@ -55,6 +55,7 @@ def candidate_container(copy: Path, candidate: str, daily: dict[str, Any], windo
         raise RunError(f"lane {candidate}: its measured command holds a redacted credential; a container daily "
                        "is made from the command byte for byte, so put the credential in env as ${env:NAME}")
     lane = EffectiveLane.model_validate(load_json_strict(copy / "lanes" / candidate / "spec.json"))
+    files_unchanged(lane)  # a moved file would be bound as an empty directory in its place
     labels = {k: v for k, v in (daily["config"].get("Labels") or {}).items() if not k.startswith("campaign.")}
     labels["campaign.promoted_from"] = f"{window or ''}/{candidate}"
     config = {"Image": inspect["image_id"], "Entrypoint": inspect.get("entrypoint"), "Cmd": inspect.get("cmd"),

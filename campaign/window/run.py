@@ -35,7 +35,8 @@ from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
-from campaign.window.judge import SCREENED_OUT, LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
+from campaign.window.judge import (SCREENED_OUT, LaneOutcome, build_gates, input_copies, judge_bundle, judge_one,
+                                   predicate, summarize)
 from campaign.window.restore import restore
 from campaign.window.schedule import (PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget,
                                       step_seconds)
@@ -295,7 +296,8 @@ async def _execute(w: _Window) -> WindowOutcome:
                          reason="no candidate is worth a live window: the daily was not stopped")
             progress.restore_record = {"event": "done", "action": NEVER_STOPPED}
         else:
-            await _visit_lanes(w, live, [g for g in gates if not g.offline], journal, progress.lanes)
+            screens_run = sum(1 for g in gates if g.offline) * len(w.loaded.candidates())
+            await _visit_lanes(w, live, [g for g in gates if not g.offline], journal, progress.lanes, screens_run)
             if w.loaded.contract.incumbent is not None:
                 progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal,
                                                                   "window finished")
@@ -329,6 +331,8 @@ def _open(w: _Window, journal: Any) -> list[Gate]:
     if not w.resumed or not (w.bundle / "source.json").exists():
         # a first start killed before source.json was written measured nothing: what runs now is the first
         _copy_contract(loaded, w.record_path, w.bundle)
+        for lane in loaded.lanes.values():  # every lane as meant, booted or not (a rejudge reads them all)
+            atomic_write_json(w.bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
         atomic_write_json(w.bundle / "source.json", source_snapshot())
     return build_gates(loaded, w.bundle)
 
@@ -353,7 +357,7 @@ async def _run_screens(w: _Window, screens: list[Gate], journal: Any,
                 with JsonlAppender(raw) as sink:
                     await asyncio.to_thread(gate.screen, candidate, control, sink)  # type: ignore[attr-defined]
                 journal.done("gate", gate=gate.gate_id, lane=candidate.name)
-            result = gate.judge(candidate, control)
+            result = judge_one(w.bundle, gate, candidate, control)  # a judge's bug: INCONCLUSIVE, not a crash
             if result.verdict is not Verdict.PASS and candidate.name not in out:
                 out.add(candidate.name)
                 lanes[candidate.name] = LaneOutcome(status=SCREENED_OUT, cause=f"screen {gate.gate_id}: "
@@ -377,13 +381,13 @@ def _live_part(loaded: LoadedContract, screened_out: set[str]) -> LoadedContract
 
 
 async def _visit_lanes(w: _Window, loaded: LoadedContract, gates: list[Gate], journal: Any,
-                       lanes: dict[str, LaneOutcome]) -> None:
+                       lanes: dict[str, LaneOutcome], screens_run: int = 0) -> None:
     """The daily down behind the failsafe, then every visit in the plan: boot, gates, stop."""
     if loaded.contract.incumbent is not None:
         await asyncio.to_thread(_take_down_incumbent, w, journal)
     labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
     # for the progress line: one step per boot and per gate of each visit, if every pair is needed
-    journal.done("plan", steps=most_steps(loaded, gates), visits=len(first_visits(loaded, gates)))
+    journal.done("plan", steps=screens_run + most_steps(loaded, gates), visits=len(first_visits(loaded, gates)))
     for visit, visit_gates in first_visits(loaded, gates):
         await _visit(w, visit, visit_gates, journal, lanes, labels)
     pairs_done = 1
@@ -416,8 +420,6 @@ def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[Gate]]]) -> st
 
 async def _visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome],
                  labels: dict[str, str]) -> None:
-    if visit.index == 0:
-        atomic_write_json(w.bundle / "lanes" / visit.lane.name / "spec.json", visit.lane.model_dump(mode="json"))
     visit_gates = [g for g in gates if (g.gate_id, str(visit.key)) not in w.finished_gates]
     outcome = lanes.setdefault(str(visit.key), LaneOutcome())
     if not visit_gates and w.resumed:
@@ -429,6 +431,8 @@ async def _visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lane
 async def _close(w: _Window, journal: Any, progress: _Progress) -> dict[str, Any]:
     """Whatever happened: the daily back if nothing brought it back yet, SUMMARY.json, the end record."""
     loaded = w.loaded
+    if loaded.contract.incumbent is not None and progress.restore_record is None and w.state.reload().incumbent is None:
+        progress.restore_record = {"event": "done", "action": NEVER_STOPPED}  # ended before it was touched
     if loaded.contract.incumbent is not None and progress.restore_record is None:
         try:
             progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal,
@@ -573,7 +577,8 @@ def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
     pinned = [(lane.name, file, Path(file.path), lane.file_seen_at(file))
               for lane in loaded.lanes.values() for file in lane.files]
     pinned += [(f"screen {gate.gate_id}", file, loaded.resolve(file.path), None)
-               for gate in loaded.contract.gates for file in getattr(gate, "files", None) or []]
+               for where, file in loaded.written_files() if where[0] == "gates"
+               for gate in [loaded.contract.gates[where[1]]]]
     listed: dict[str, dict[str, Any]] = {}
     for owner, file, path, seen_at in pinned:
         size = path.stat().st_size

@@ -57,9 +57,12 @@ def next_pair(loaded: LoadedContract, gates: list[Gate], pairs_done: int) -> Pla
 
 
 def most_steps(loaded: LoadedContract, gates: list[Gate], *, boots: bool = True) -> int:
-    """Gate runs (and boots) if every pairing gate goes to its last pair: the progress line's total."""
+    """Gate runs (and boots) if every pairing gate goes to its last pair: the progress line's total. A
+    screen runs once per candidate, before any boot."""
+    screens = sum(1 for gate in gates if gate.offline) * len(loaded.candidates())
+    gates = [gate for gate in gates if not gate.offline]
     per_visit = 1 if boots else 0
-    steps = sum(per_visit + len(g) for _, g in first_visits(loaded, gates))
+    steps = screens + sum(per_visit + len(g) for _, g in first_visits(loaded, gates))
     pairing = [g for g in gates if g.max_boot_pairs > 1]
     extra = max((g.max_boot_pairs for g in pairing), default=1) - _fixed_reruns(gates)
     if pairing and extra > 0:

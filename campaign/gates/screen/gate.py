@@ -11,6 +11,7 @@ never a PASS; and a subsampled replay says so in its verdict's words.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import operator
@@ -21,7 +22,8 @@ from typing import Any
 
 from campaign.contracts.gatespecs import ScreenSpec, parse_clause
 from campaign.contracts.resolve import FILE_REF, EffectiveLane
-from campaign.errors import CampaignError
+from campaign.contracts.hashing import sha256_file
+from campaign.errors import CampaignError, InputError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import Gate, Visit
 from campaign.gates.result import GateResult, Metric, Verdict
@@ -31,6 +33,7 @@ from campaign.lanes.session import LaneRun
 __all__ = ["ScreenGate", "evaluate"]
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
 
 
 class ScreenGate(Gate):
@@ -70,17 +73,28 @@ class ScreenGate(Gate):
                                                  f"lane {candidate.name}"}
         source = Path(str(self.ctx.contract.resolve(script.path)))
         limits = SandboxLimits(timeout_s=self.spec.timeout, memory_bytes=int(self.spec.memory), file_bytes=64 << 20)
-        result = run_python(source.read_text(encoding="utf-8"), "", limits, audit_hook=False, as_main=True,
-                            argv=[source.name, *args], site_packages=True)
-        record: dict[str, Any] = {"sandbox": {"reason": result.reason, "exit_code": result.exit_code,
+        program = source.read_bytes()
+        if hashlib.sha256(program).hexdigest() != script.sha256:  # what runs is what was frozen, or nothing
+            return {"status": "error", "reason": f"{script.path} changed since freezing"}
+        # the sandbox's fences and audit hook (no processes, sockets or writes outside its directory); it
+        # can read what the runner can, so only the numbers the rule weighs leave it: no text it wrote
+        # (a value, a key, an exception's message) enters the bundle
+        result = run_python(program.decode("utf-8", errors="replace"), "", limits, as_main=True,
+                            argv=[source.name, *args], site_packages=True, preload=("numpy",))
+        # what failed, never the script's own words (an exception's text can carry what it read)
+        kind = result.reason.split(":", 1)[0]
+        record: dict[str, Any] = {"sandbox": {"reason": kind, "exit_code": result.exit_code,
                                               "containment": result.containment,
-                                              "stderr_tail": result.stderr_tail[-1000:]}}
+                                              "violations": [v.split(":", 1)[0] for v in result.violations]}}
         if not result.passed:
-            return {**record, "status": "error", "reason": f"the screen script did not finish: {result.reason}"}
+            return {**record, "status": "error", "reason": f"the screen script did not finish ({kind}, exit code "
+                                                           f"{result.exit_code}): run it by hand to see its error"}
         metrics, problem = _one_json_object(result.stdout_tail)
         if problem:
             return {**record, "status": "error", "reason": problem}
-        return {**record, "status": "ok", "metrics": metrics}
+        weighed = {parse_clause(clause)[0] for clause in self.spec.rule.require}
+        kept = {k: v for k, v in metrics.items() if k in weighed and _finite_number(v)}
+        return {**record, "status": "ok", "metrics": kept, "reported": len(metrics)}
 
     def _cache_replay(self, candidate: EffectiveLane, control: EffectiveLane) -> dict[str, Any]:
         from campaign.gates.screen import cachereplay
@@ -88,6 +102,7 @@ class ScreenGate(Gate):
         spec = self.spec.cache_replay
         assert spec is not None
         paths = self._paths(candidate)
+        _still_pinned(Path(paths[spec.trace]), next(f.sha256 for f in self.spec.files if f.name == spec.trace))
         trace = cachereplay.load_trace(Path(paths[spec.trace]), spec.n_experts)
         details: dict[str, Any] = {"trace": {"file": Path(paths[spec.trace]).name, "steps": trace.steps,
                                              "layers": trace.layers, "k": trace.k, "experts": trace.n_experts}}
@@ -96,6 +111,7 @@ class ScreenGate(Gate):
             slot_file = next((f for f in lane.files if f.name == spec.slot_map), None)
             if slot_file is None:
                 continue  # a control without the slot map: the candidate's figures stand alone
+            _still_pinned(Path(slot_file.path), slot_file.sha256)
             slots = cachereplay.load_slot_map(Path(slot_file.path), trace.layers, trace.n_experts)
             replays = {policy: cachereplay.replay(trace, slots, policy, lookahead=spec.lookahead,
                                                   sample_every=spec.sample_every)
@@ -163,6 +179,20 @@ def evaluate(clauses: list[str], metrics: dict[str, Any]) -> tuple[Verdict, list
     return (Verdict.FAIL if failed else Verdict.PASS), reasons
 
 
+def _still_pinned(path: Path, sha256: str) -> None:
+    """What the screen reads is what was frozen (the window checked at its start; a screen runs later)."""
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it: {exc.strerror}") from exc
+    if digest != sha256:
+        raise InputError(f"{path} changed since freezing (sha256 {digest[:12]}..., pinned {sha256[:12]}...)")
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _sampling_words(record: dict[str, Any]) -> list[str]:
     details = record.get("details") or {}
     words = (details.get("candidate") or {}).get("words") or []
@@ -182,7 +212,7 @@ def _one_json_object(stdout: str) -> tuple[dict[str, Any], str | None]:
         try:
             value = json.loads(last)
         except ValueError:
-            return {}, f"the screen script's output is not one JSON object: {last[:120]!r}"
+            return {}, "the screen script's output is not one JSON object (its last line is not JSON either)"
     if not isinstance(value, dict):
         return {}, f"the screen script printed a JSON {type(value).__name__}, not an object of metrics"
     return value, None

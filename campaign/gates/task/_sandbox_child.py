@@ -195,6 +195,11 @@ def main():
     for name in list(os.environ):
         if name not in ("PATH", "LANG", "HOME", "TMPDIR"):
             del os.environ[name]
+    for name in cfg.get("preload") or ():  # a screen's numpy sets variables as it loads: before the hook
+        try:
+            __import__(name)
+        except ImportError:
+            pass
     if cfg.get("audit_hook", True):
         _install_hook(workdir)
     # like the HumanEval harness: a reply's `if __name__ == "__main__":` demo block does not run

@@ -52,16 +52,18 @@ class SandboxResult:
 
 def run_python(program: str, tests: str, limits: SandboxLimits = SandboxLimits(), *,
                audit_hook: bool = True, as_main: bool = False, argv: list[str] | None = None,
-               site_packages: bool = False) -> SandboxResult:
+               site_packages: bool = False, preload: tuple[str, ...] = ()) -> SandboxResult:
     """Run ``program`` then ``tests`` (which raise on a wrong answer) in one fenced interpreter.
 
     ``audit_hook=False`` leaves only the kernel's fences; tests use it to prove those hold alone. A screen
     script runs ``as_main`` (its ``if __name__ == "__main__":`` block runs) with its ``argv``, and with the
-    runner's site-packages (numpy), which model-written code never gets."""
+    runner's site-packages, which model-written code never gets; modules in ``preload`` (numpy) are
+    imported before the audit hook, as they set variables while loading."""
     workdir = Path(tempfile.mkdtemp(prefix="campaign-sandbox-"))
     try:
         return _run(program, tests, limits, workdir, audit_hook,
-                    {"as_main": as_main, "argv": argv or ["program.py"], "site": site_packages})
+                    {"as_main": as_main, "argv": argv or ["program.py"], "site": site_packages,
+                     "preload": list(preload)})
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -73,7 +75,7 @@ def _run(program: str, tests: str, limits: SandboxLimits, workdir: Path, audit_h
     nonce = secrets.token_hex(16)
     cfg = {"nonce": nonce, "workdir": str(workdir), "memory_bytes": limits.memory_bytes,
            "cpu_seconds": int(limits.timeout_s) + 2, "file_bytes": limits.file_bytes, "audit_hook": audit_hook,
-           "as_main": mode["as_main"], "argv": mode["argv"]}
+           "as_main": mode["as_main"], "argv": mode["argv"], "preload": mode["preload"]}
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)}
     out_path, err_path = workdir / ".stdout", workdir / ".stderr"
     timed_out = False

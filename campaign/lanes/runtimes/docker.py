@@ -322,15 +322,21 @@ class DockerLane:
         """The sha256 of a file as the running container sees it, streamed out through the engine (no tool
         inside the image is needed)."""
         stream, _ = self.container.get_archive(path)
-        with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:
-            for member in archive:
+        try:
+            with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:
+                member = archive.next()  # the archive of one path starts with that path itself
+                if member is None or not member.isfile() or member.name != PurePosixPath(path).name:
+                    raise LaunchError(f"lane {self.lane.name}: {path} is not a regular file inside the container",
+                                      cause="file_mismatch")
                 handle = archive.extractfile(member)
-                if handle is not None:
-                    digest = hashlib.sha256()
-                    while block := handle.read(1 << 20):
-                        digest.update(block)
-                    return digest.hexdigest()
-        raise LaunchError(f"lane {self.lane.name}: {path} is not a file inside the container", cause="file_mismatch")
+                digest = hashlib.sha256()
+                while handle is not None and (block := handle.read(1 << 20)):
+                    digest.update(block)
+                return digest.hexdigest()
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, SIGKILL after ``timeout``; then the container is kept or removed, per the lane."""

@@ -1,10 +1,13 @@
 """A window that ends at its screen: the cache replay says the candidate's slot map is not worth a live
-window, so no lane boots, and the signed bundle carries the exact hit rate and the decision."""
+window, so no lane boots and the daily (a real llama-server, started by hand) is never stopped, and the
+signed bundle carries the exact hit rate and the decision."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign
 from tests.support.contracts import MODEL, MODEL_SHA256, free_port, write_contract
+from tests.support.daily import daily_pid, serves
 
 pytestmark = pytest.mark.integration
 
@@ -21,12 +25,13 @@ def _write(path: Path, text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path: Path) -> None:
+def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path: Path, llama_server: str) -> None:
     # 2 layers, 6 experts, top-2; every step routes the next two ids of a cycle over all 6: an LRU of 4
     # slots never holds the ids asked for next (each was used 3 steps ago, behind 4 newer ids)
     trace = "".join(json.dumps({"layers": [[(2 * s) % 6, (2 * s + 1) % 6]] * 2}) + "\n" for s in range(300))
     digests = {"trace": _write(tmp_path / "trace.jsonl", json.dumps({"n_experts": 6}) + "\n" + trace),
                "a": _write(tmp_path / "slots-a.json", "[2, 2]\n"), "b": _write(tmp_path / "slots-b.json", "[4, 4]\n")}
+    port = free_port()
     contract = write_contract(tmp_path, f"""\
         contract: t-screen-window
         version: 1
@@ -34,7 +39,7 @@ def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path
           runtime: process
           engine: llamacpp
           executable: llama-server
-          port: {free_port()}
+          port: {port}
           model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
           env: {{SLOT_CACHE_PER_LAYER: "${{file:slotmap}}"}}
           files: [{{name: slotmap, path: slots-a.json, sha256: {digests['a']}}}]
@@ -61,12 +66,25 @@ def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path
             rule: {{self_identical: "3/3"}}
         promotion:
           requires: [cache, greedy]
+        incumbent:
+          runtime: process
+          endpoint: http://127.0.0.1:{port}
+          pidfile: daily.pid
+          lane: base
+        failsafe: {{deadline: 10m}}
         """)
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
     assert campaign("keys", "init", env=env).returncode == 0
     assert campaign("freeze", str(contract), env=env).returncode == 0
-    ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"), env=env)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    started = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily.log"), env=env)
+    assert started.returncode == 0, started.stderr
+    pid = daily_pid(tmp_path)
+    try:
+        ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"), env=env)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert daily_pid(tmp_path) == pid and serves(port)  # the same process: never stopped, still serving
+    finally:
+        os.killpg(pid, signal.SIGKILL)
     bundle = next((tmp_path / "runs").iterdir())
     verified = campaign("verify", str(bundle), env=env)
     assert verified.returncode == 0, verified.stderr
@@ -76,12 +94,19 @@ def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path
     assert screen["metrics"]["hit_rate"]["value"] == 0  # exact: every access of the cycle misses
     assert screen["details"]["details"]["exact"] is True
     assert screen["details"]["details"]["trace"]["steps"] == 300
-    assert not (bundle / "lanes" / "base" / "boot.log").exists() and not (bundle / "lanes" / "wide").exists()
-    assert any(r.get("step") == "screened" for r in read_jsonl(bundle / "journal.jsonl"))
+    assert [p.name for p in (bundle / "lanes" / "wide").iterdir()] == ["spec.json"]  # never booted
+    assert [p.name for p in (bundle / "lanes" / "base").iterdir()] == ["spec.json"]
+    steps = {r.get("step") for r in read_jsonl(bundle / "journal.jsonl")}
+    assert "screened" in steps and not steps & {"incumbent.snapshot", "failsafe.arm", "incumbent.stop"}
     summary = load_json_strict(bundle / "SUMMARY.json")
     assert summary["candidates"]["wide"]["screened_out"]["gate"] == "cache"
+    assert summary["restore"] == {"incumbent": f"http://127.0.0.1:{port}", "proved": None, "action": "never stopped",
+                                  "error": None}
     assert summary["candidates"]["wide"]["gates"]["greedy"]["verdict"] == "INCONCLUSIVE"
     assert "not worth a live window" in summary["candidates"]["wide"]["gates"]["greedy"]["reasons"][0]
+    rejudged = campaign("rejudge", str(bundle), "--out", str(tmp_path / "rejudged"), env=env)
+    assert rejudged.returncode == 0, rejudged.stdout + rejudged.stderr
+    assert "changed:" not in rejudged.stdout  # the screen's verdict replays from its raw record
     published = campaign("publish", str(bundle), "--out", str(tmp_path / "report"), env=env)
     assert published.returncode == 0, published.stderr
     assert "wide: REFUSED: cache: not worth a live window: hit_rate 0 >= 0.5: does not hold" in published.stdout

@@ -113,3 +113,14 @@ def test_a_file_outside_the_contracts_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ContractError, match=r"lanes\[1\]\.set\.files\[0\]\.path: .* is outside the contract's folder"):
         load_contract(path)
     assert load_contract(path, allow_paths=[tmp_path]).lanes["wide"].files[0].path == str(outside)
+
+
+def test_a_reference_inside_a_longer_value_is_refused(tmp_path: Path) -> None:
+    """`${file:slotmap}.lora` would make the engine read a file next to the pinned one that nobody pinned."""
+    path = _contract(tmp_path)
+    path.write_text(path.read_text().replace('"${file:slotmap}"', '"${file:slotmap}.lora"'))
+    with pytest.raises(ContractError, match=r"must be a whole value"):
+        load_contract(path)
+    path.write_text(path.read_text().replace('"${file:slotmap}.lora"', '"${file:slotmap}"').replace(
+        'args: [--ctx-size, "512"]', 'args: [--ctx-size, "512", "--slot-map=${file:slotmap}"]'))
+    assert resolve_refs(load_contract(path).lanes["wide"]).args[-1] == f"--slot-map={tmp_path}/slots/slots-b.json"

@@ -82,16 +82,17 @@ def test_a_script_screen_reads_the_candidates_file_and_its_rule_decides(tmp_path
                                                                         verdict: Verdict) -> None:
     path = _contract(tmp_path, _script_screen(tmp_path, METRICS, rule, args='"${file:slotmap}"'))
     result, record = _run(path)
-    assert record["metrics"] == {"hit_rate": 0.8, "layers": 2}  # the candidate's map: [4, 4]
+    assert record["metrics"] == {"hit_rate": 0.8} and record["reported"] == 2  # the candidate's map: [4, 4]
     assert result.verdict is verdict, result.reasons
     assert result.reasons == [f"hit_rate 0.8 >= {float(rule.split()[-1]):g}: "
                               f"{'holds' if verdict is Verdict.PASS else 'does not hold'}"]
 
 
 @pytest.mark.parametrize(("source", "timeout", "reason"), [
-    ("raise SystemExit(3)\n", "20s", "did not finish: program: exited (3)"),
-    ("import time\ntime.sleep(30)\n", "1s", "did not finish: timeout: still running after 1s"),
-    ("print('hit rate: 0.8')\n", "20s", "not one JSON object: 'hit rate: 0.8'"),
+    ("raise SystemExit(3)\n", "20s", "did not finish (program, exit code 1)"),
+    ("import time\ntime.sleep(30)\n", "1s", "did not finish (timeout, exit code"),
+    ("print('hit rate: 0.8')\n", "20s", "not one JSON object"),
+    ("import subprocess\nsubprocess.run(['true'])\n", "20s", "did not finish (program, exit code 1)"),
     ("print('[0.8]')\n", "20s", "printed a JSON list, not an object"),
     ("import json\nprint(json.dumps({'miss': 1}))\n", "20s", None),
 ])
@@ -99,7 +100,7 @@ def test_a_screen_that_cannot_measure_is_inconclusive_with_the_reason(tmp_path: 
                                                                       reason: str | None) -> None:
     result, _ = _run(_contract(tmp_path, _script_screen(tmp_path, source, "hit_rate >= 0.5", timeout=timeout)))
     assert result.verdict is Verdict.INCONCLUSIVE
-    expected = reason or "hit_rate was not reported (reported: miss)"
+    expected = reason or "hit_rate was not reported"
     assert any(expected in text for text in result.reasons), result.reasons
 
 
@@ -155,3 +156,22 @@ def test_an_unreadable_trace_is_inconclusive(tmp_path: Path) -> None:
         gate.screen(loaded.lanes["wide"], loaded.lanes["base"], sink)
     result = gate.judge(loaded.lanes["wide"], loaded.lanes["base"])
     assert result.verdict is Verdict.INCONCLUSIVE and "could not measure" in result.reasons[0]
+
+
+def test_only_named_numbers_leave_a_screen_and_numpy_loads_under_the_audit_hook(tmp_path: Path) -> None:
+    """A contract from someone else may pin a script that reads what the runner can read: none of its text
+    (a printed string, a key made of it, an exception's message) reaches the bundle."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2-do-not-leak")
+    leak = f"""\
+import json, numpy as np
+text = open({str(secret)!r}).read()
+print(json.dumps({{"hit_rate": float(np.mean([0.7, 0.9])), "leak": text, text: 1.0}}))
+"""
+    result, record = _run(_contract(tmp_path, _script_screen(tmp_path, leak, "hit_rate >= 0.75")))
+    assert result.verdict is Verdict.PASS and record["metrics"] == {"hit_rate": 0.8} and record["reported"] == 3
+    assert "hunter2" not in json.dumps(record) and "hunter2" not in json.dumps(result.dump())
+    raising = f"raise ValueError(open({str(secret)!r}).read())\n"
+    (tmp_path / "again").mkdir()
+    result, record = _run(_contract(tmp_path / "again", _script_screen(tmp_path / "again", raising, "hit_rate >= 0.5")))
+    assert result.verdict is Verdict.INCONCLUSIVE and "hunter2" not in json.dumps(result.dump())

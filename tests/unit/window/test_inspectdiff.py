@@ -93,3 +93,4 @@ def test_a_file_that_is_not_the_pinned_one_inside_the_lane_is_caught(tmp_path: P
     same = with_slot_map(snapshot(), "/recipe/slots-5792.json", "b" * 64, "a" * 64)
     assert check(tmp_path, a, b, {"files.slotmap"}) == ""  # still differs as declared: the boot check fails it
     assert check(tmp_path, a, same, {"files.slotmap"}) == "declared differences absent from what ran files.slotmap"
+

@@ -105,3 +105,17 @@ def test_an_unreadable_snapshot_is_a_judge_error_of_each_gate(tmp_path: Path) ->
     assert result.verdict is Verdict.INCONCLUSIVE
     assert result.reasons[0].startswith("judge error: InputError: ") and "inspect.json" in result.reasons[0]
     assert "Traceback" in (bundle / "gates" / "greedy" / "spec.judge-error.txt").read_text()
+
+
+def test_each_candidates_overall_verdict_is_its_own(tmp_path: Path) -> None:
+    """Two candidates, one lost on its required gate: the summary says so for that one only."""
+    contract = write_contract(tmp_path, demo_like(18000, extra_candidate="").replace(
+        "        inputs:", "          - name: spec2\n            role: candidate\n            axis: [args.spec-type]\n"
+        "            set: {args: {--spec-type: ngram-simple}}\n        inputs:"))
+    loaded = load_contract(contract)
+    results = [GateResult(gate="greedy", kind="greedy", candidate=name, control="base", verdict=verdict)
+               for name, verdict in (("spec", Verdict.FAIL), ("spec2", Verdict.PASS))]
+    lanes = {name: LaneOutcome(status="ran") for name in ("base", "spec", "spec2")}
+    summary = summarize(loaded, {}, "w", 0.0, "complete", lanes, results)
+    assert {name: entry["overall"] for name, entry in summary["candidates"].items()} == {"spec": "FAIL",
+                                                                                        "spec2": "PASS"}
