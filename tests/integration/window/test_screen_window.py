@@ -25,14 +25,22 @@ def _write(path: Path, text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path: Path, llama_server: str) -> None:
+def _screened_contract(tmp_path: Path, port: int, *, daily: bool = True) -> Path:
+    """Lanes that differ in their slot map; a cache screen that the candidate's map fails."""
     # 2 layers, 6 experts, top-2; every step routes the next two ids of a cycle over all 6: an LRU of 4
     # slots never holds the ids asked for next (each was used 3 steps ago, behind 4 newer ids)
     trace = "".join(json.dumps({"layers": [[(2 * s) % 6, (2 * s + 1) % 6]] * 2}) + "\n" for s in range(300))
     digests = {"trace": _write(tmp_path / "trace.jsonl", json.dumps({"n_experts": 6}) + "\n" + trace),
                "a": _write(tmp_path / "slots-a.json", "[2, 2]\n"), "b": _write(tmp_path / "slots-b.json", "[4, 4]\n")}
-    port = free_port()
-    contract = write_contract(tmp_path, f"""\
+    incumbent = f"""\
+        incumbent:
+          runtime: process
+          endpoint: http://127.0.0.1:{port}
+          pidfile: daily.pid
+          lane: base
+        failsafe: {{deadline: 10m}}
+        """ if daily else ""
+    return write_contract(tmp_path, f"""\
         contract: t-screen-window
         version: 1
         lane_defaults:
@@ -66,13 +74,12 @@ def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path
             rule: {{self_identical: "3/3"}}
         promotion:
           requires: [cache, greedy]
-        incumbent:
-          runtime: process
-          endpoint: http://127.0.0.1:{port}
-          pidfile: daily.pid
-          lane: base
-        failsafe: {{deadline: 10m}}
-        """)
+""" + incumbent)
+
+
+def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path: Path, llama_server: str) -> None:
+    port = free_port()
+    contract = _screened_contract(tmp_path, port)
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
     assert campaign("keys", "init", env=env).returncode == 0
     assert campaign("freeze", str(contract), env=env).returncode == 0
@@ -111,3 +118,22 @@ def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path
     assert published.returncode == 0, published.stderr
     assert "wide: REFUSED: cache: not worth a live window: hit_rate 0 >= 0.5: does not hold" in published.stdout
     assert "not worth a live window" in (tmp_path / "report" / "SUMMARY.md").read_text()
+
+
+def test_a_window_killed_after_its_screen_resumes_without_running_it_again(tmp_path: Path) -> None:
+    contract = _screened_contract(tmp_path, free_port(), daily=False)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    assert campaign("keys", "init", env=env).returncode == 0
+    assert campaign("freeze", str(contract), env=env).returncode == 0
+    # records: start, the screen's intent, its done: killed right after the screen finished
+    killed = campaign("run", str(contract), "--out", str(tmp_path / "runs"),
+                      env={**env, "CAMPAIGN_FAULT_KILL_AFTER_RECORD": "3"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    bundle = next((tmp_path / "runs").iterdir())
+    assert len(read_jsonl(bundle / "raw" / "cache" / "wide.jsonl")) == 1
+    resumed = campaign("resume", bundle.name, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert len(read_jsonl(bundle / "raw" / "cache" / "wide.jsonl")) == 1  # not run again, nothing set aside
+    assert not list((bundle / "raw" / "cache").glob("*.interrupted-*"))
+    assert load_json_strict(bundle / "SUMMARY.json")["candidates"]["wide"]["screened_out"]["gate"] == "cache"
+    assert campaign("verify", str(bundle), env=env).returncode == 0
