@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.cli import campaign
+from tests.support.cli import frozen_window
 from tests.support.contracts import MODEL_SHA256, free_port, write_contract
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
 
@@ -97,15 +97,7 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> dict:
                            model=MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf", **digests)
     contract = write_contract(root, body, prompts=[("capital", "What is the capital of France?"),
                                                    ("count", "Count from one to five.")])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(contract))
-        assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(contract), "--out", str(root / "runs"))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        bundle = next((root / "runs").iterdir())
-        verified = campaign("verify", str(bundle))
+    bundle, verified = frozen_window(contract, root / "runs", env={"XDG_CONFIG_HOME": str(root / "xdg")})
     return {"bundle": bundle, "verified": verified, "digests": digests}
 
 

@@ -15,7 +15,7 @@ import pytest
 from campaign.contracts.hashing import sha256_file
 from campaign.fsutil import load_json_strict
 from tests.support.contracts import MODEL_SHA256, REPO, free_port, write_contract
-from tests.support.cli import campaign
+from tests.support.cli import campaign, frozen_window
 from tests.support.docker import (CACHE, ENGINE_DIR, LLAMA_SERVER, MODELS_DIR, leftovers, need_docker, need_engine_files,
                              pinned_demo_docker)
 
@@ -36,13 +36,7 @@ def demo(image_id: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
         contract = pinned_demo_docker(root, image_id, free_port())
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(contract))
-        assert frozen.returncode == 0, frozen.stderr
-        ran = campaign("run", str(contract), "--out", str(root / "runs"))
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        bundle = next((root / "runs").iterdir())
-        verified = campaign("verify", str(bundle))
+        bundle, verified = frozen_window(contract, root / "runs")
         yield {"bundle": bundle, "verified": verified, "image_id": image_id}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.cli import campaign
+from tests.support.cli import campaign, frozen_window
 from tests.support.contracts import MODEL, MODEL_SHA256, free_port, write_contract
 from tests.support.daily import daily_pid, serves
 
@@ -87,13 +87,10 @@ def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path
     assert started.returncode == 0, started.stderr
     pid = daily_pid(tmp_path)
     try:
-        ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"), env=env)
-        assert ran.returncode == 0, ran.stdout + ran.stderr
+        bundle, verified = frozen_window(contract, tmp_path / "runs", env=env)
         assert daily_pid(tmp_path) == pid and serves(port)  # the same process: never stopped, still serving
     finally:
         os.killpg(pid, signal.SIGKILL)
-    bundle = next((tmp_path / "runs").iterdir())
-    verified = campaign("verify", str(bundle), env=env)
     assert verified.returncode == 0, verified.stderr
 
     screen = load_json_strict(bundle / "gates" / "cache" / "wide.json")
