@@ -76,7 +76,8 @@ def runtime_for(lane: EffectiveLane) -> Runtime:
 
 def resolve_refs(lane: EffectiveLane) -> EffectiveLane:
     """The lane with every ``${file:NAME}`` in its args and env replaced by the path its engine reads the
-    file at, and every ``${env:NAME}`` by the runner's value. Only the runtime ever sees this copy; everything recorded is built from the lane as written, then redacted."""
+    file at, and every ``${env:NAME}`` by the runner's value. Only the runtime ever sees this copy; everything
+    recorded is built from the lane as written, then redacted."""
     lane = lane.with_file_paths()
     try:
         return lane.model_copy(update={"args": [substitute(a) for a in lane.args],
@@ -192,7 +193,7 @@ def read_back_files(running: RunningLane, lane: EffectiveLane) -> dict[str, dict
     for file in lane.files:
         seen_at = lane.file_seen_at(file)
         try:
-            digest = running.file_sha256(seen_at)  # type: ignore[attr-defined]
+            digest = running.file_sha256(seen_at)
         except Exception as exc:  # an engine that cannot hand the file out: the lane cannot be proven
             raise LaunchError(f"lane {lane.name}: cannot read file {file.name} back at {seen_at}: {exc}",
                               cause="file_mismatch") from exc

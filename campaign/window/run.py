@@ -431,8 +431,9 @@ async def _visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lane
 async def _close(w: _Window, journal: Any, progress: _Progress) -> dict[str, Any]:
     """Whatever happened: the daily back if nothing brought it back yet, SUMMARY.json, the end record."""
     loaded = w.loaded
-    if loaded.contract.incumbent is not None and progress.restore_record is None and w.state.reload().incumbent is None:
-        progress.restore_record = {"event": "done", "action": NEVER_STOPPED}  # ended before it was touched
+    if loaded.contract.incumbent is not None and progress.restore_record is None:
+        if w.state.reload().incumbent is None:  # ended before the daily was touched (during its screens)
+            progress.restore_record = {"event": "done", "action": NEVER_STOPPED}
     if loaded.contract.incumbent is not None and progress.restore_record is None:
         try:
             progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal,
@@ -576,9 +577,8 @@ def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
     read which, and where."""
     pinned = [(lane.name, file, Path(file.path), lane.file_seen_at(file))
               for lane in loaded.lanes.values() for file in lane.files]
-    pinned += [(f"screen {gate.gate_id}", file, loaded.resolve(file.path), None)
-               for where, file in loaded.written_files() if where[0] == "gates"
-               for gate in [loaded.contract.gates[where[1]]]]
+    pinned += [(f"screen {loaded.contract.gates[where[1]].gate_id}", file, loaded.resolve(file.path), None)
+               for where, file in loaded.written_files() if where[0] == "gates"]
     listed: dict[str, dict[str, Any]] = {}
     for owner, file, path, seen_at in pinned:
         size = path.stat().st_size

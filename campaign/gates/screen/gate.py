@@ -35,7 +35,6 @@ __all__ = ["ScreenGate", "evaluate"]
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
-
 class ScreenGate(Gate):
     offline = True
     spec: ScreenSpec
@@ -65,12 +64,8 @@ class ScreenGate(Gate):
     def _script(self, candidate: EffectiveLane) -> dict[str, Any]:
         script = self.spec.script
         assert script is not None
-        paths = self._paths(candidate)
-        try:
-            args = [FILE_REF.sub(lambda match: paths[match.group(1)], a) for a in script.args]
-        except KeyError as exc:
-            return {"status": "error", "reason": f"${{file:{exc.args[0]}}} names no screen file and no file of "
-                                                 f"lane {candidate.name}"}
+        paths = self._paths(candidate)  # every reference names one of them: checked when the contract loads
+        args = [FILE_REF.sub(lambda match: paths[match.group(1)], a) for a in script.args]
         source = Path(str(self.ctx.contract.resolve(script.path)))
         limits = SandboxLimits(timeout_s=self.spec.timeout, memory_bytes=int(self.spec.memory), file_bytes=64 << 20)
         program = source.read_bytes()
@@ -154,8 +149,7 @@ class ScreenGate(Gate):
             result.reasons.append(f"the screen could not measure: {record.get('reason')}")
             return result
         metrics = record.get("metrics") or {}
-        result.metrics = {name: Metric(value=value, unit="") for name, value in metrics.items()
-                          if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+        result.metrics = {name: Metric(value=value, unit="") for name, value in metrics.items() if _finite_number(value)}
         verdict, reasons = evaluate(self.spec.rule.require, metrics)
         result.verdict, result.reasons = verdict, reasons + _sampling_words(record)
         if verdict is Verdict.PASS and record.get("details", {}).get("exact") is False:
@@ -170,7 +164,7 @@ def evaluate(clauses: list[str], metrics: dict[str, Any]) -> tuple[Verdict, list
     for clause in clauses:
         name, op, bound = parse_clause(clause)
         value = metrics.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not _finite_number(value):
             shown = "not reported" if name not in metrics else f"{value!r}, not a number"
             return Verdict.INCONCLUSIVE, [f"{name} was {shown} (reported: {', '.join(sorted(metrics)) or 'nothing'})"]
         holds = _OPS[op](value, bound)

@@ -35,6 +35,10 @@ class RunningLane(Protocol):
 
     def inspect(self) -> dict[str, Any]: ...
 
+    def file_sha256(self, path: str) -> str:
+        """The sha256 of a file as the running lane sees it at ``path`` (a lane file read back)."""
+        ...
+
     def failure_facts(self) -> dict[str, Any]:
         """What the runtime itself knows about a death (e.g. ``oom_killed``, an engine ``error``)."""
         ...

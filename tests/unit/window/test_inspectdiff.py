@@ -87,10 +87,13 @@ def test_process_lanes_name_their_own_paths_without_an_argument_difference(tmp_p
     assert check(tmp_path, a, b, {"files.slotmap"}) == ""
 
 
-def test_a_file_that_is_not_the_pinned_one_inside_the_lane_is_caught(tmp_path: Path) -> None:
+def test_a_file_read_back_as_the_controls_makes_the_declared_difference_absent(tmp_path: Path) -> None:
+    """The comparison is of what each lane read back, not of the pins. A read-back that differs from its own
+    pin is the boot's check to fail (tests/unit/lanes/test_lane_files.py); here it still differs from the
+    control, as declared."""
     a = with_slot_map(snapshot(), "/recipe/slots-7360.json", "a" * 64, "a" * 64)
     b = with_slot_map(snapshot(), "/recipe/slots-5792.json", "b" * 64, "c" * 64)  # swapped under the mount
     same = with_slot_map(snapshot(), "/recipe/slots-5792.json", "b" * 64, "a" * 64)
-    assert check(tmp_path, a, b, {"files.slotmap"}) == ""  # still differs as declared: the boot check fails it
+    assert check(tmp_path, a, b, {"files.slotmap"}) == ""
     assert check(tmp_path, a, same, {"files.slotmap"}) == "declared differences absent from what ran files.slotmap"
 
