@@ -137,21 +137,28 @@ def schema() -> None:
 
 @app.command()
 @one_line_errors
-def run(contract: Path, out_dir: Path = typer.Option(Path("runs"), "--out", help="Where bundles go."),
+def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
+                                               help="One contract; or several, one window each, on separate boxes."),
+        out_dir: Path = typer.Option(Path("runs"), "--out", help="Where bundles go."),
         record: Optional[Path] = typer.Option(None, help="Freeze record (default: next to the contract)."),
         detach: bool = typer.Option(False, "--detach", help="Run in the background; print the window id and return."),
         allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP),
         window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
-    """Run a window of a frozen contract and write a signed receipt bundle."""
+    """Run a window of a frozen contract and write a signed receipt bundle. Several contracts run at once,
+    one window per contract, each on its own boxes (the command waits for all)."""
     _allow(allow_path)
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import run_window
 
     key, trusted = load_signing_key(), load_trusted()
+    if len(contracts) > 1:
+        _run_several(contracts, out_dir=out_dir, record=record, detach=detach, window_id=window_id, trusted=trusted)
+        return
+    contract = contracts[0]
     if detach:
         from campaign.window.detach import detach_window
 
-        window, bundle = detach_window(contract, out_dir=out_dir, record=record, trusted=trusted)
+        window, bundle, _pid = detach_window(contract, out_dir=out_dir, record=record, trusted=trusted)
         out.print(f"window {window} started in the background; log: {bundle / 'runner.log'}")
         out.print(f"follow it with: campaign status {window}")
         return
@@ -163,6 +170,29 @@ def run(contract: Path, out_dir: Path = typer.Option(Path("runs"), "--out", help
     if not background:
         _print_outcome(outcome.summary, outcome.bundle)
     if not outcome.signed or outcome.summary.get("restore", {}).get("proved") is False:
+        raise typer.Exit(1)
+
+
+def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path], detach: bool,
+                 window_id: Optional[str], trusted: Any) -> None:
+    from campaign.window.several import run_several
+
+    if record is not None or detach or window_id is not None:
+        raise InputError("--record and --detach take one contract (several contracts use their own records and "
+                         "are waited for; follow them with `campaign status`)")
+
+    def show(lines: list[str]) -> None:
+        for line in lines:
+            out.print(line, markup=False, highlight=False)
+
+    outcomes = run_several(contracts, out_dir=out_dir, trusted=trusted, show=show)
+    table = Table("contract", "window", "signed", "daily back", "decisions", "bundle")
+    for item in outcomes:
+        decisions = ", ".join(f"{name}: {overall}" for name, overall in item["decisions"].items()) or "-"
+        table.add_row(item["contract"], item["window"], "yes" if item["signed"] else "NO",
+                      "yes" if item["restored"] else "NO", decisions, item["bundle"])
+    out.print(table)
+    if not all(item["signed"] and item["restored"] for item in outcomes):
         raise typer.Exit(1)
 
 
@@ -221,7 +251,7 @@ def status(window: Optional[str] = typer.Argument(None),
 
 
 def _status_table(rows: list[dict]) -> Table:
-    table = Table("window", "phase", "lane", "gate", "progress", "runner", "failsafe", "daily")
+    table = Table("window", "boxes", "phase", "lane", "gate", "progress", "runner", "failsafe", "daily")
     for row in rows:
         runner = f"{row['runner_pid']} ({'alive' if row['runner_alive'] else 'gone'})"
         failsafe = "disarmed"
@@ -230,7 +260,9 @@ def _status_table(rows: list[dict]) -> Table:
             failsafe = f"armed until {row['deadline']}" + (f" (in {_clock(left)})" if left is not None else "")
         if row.get("failsafe_failed"):
             failsafe = f"restore FAILED ({row['failsafe_failed'].get('error', '')[:60]})"
-        table.add_row(row["window"], row["phase"], row["lane"] or "-", row["gate"] or "-",
+        if row["armed"] and row.get("failsafe_backend") == "engine":
+            failsafe += " (on the daily's box)"
+        table.add_row(row["window"], ", ".join(row.get("boxes") or []) or "-", row["phase"], row["lane"] or "-", row["gate"] or "-",
                       f"{row['gates_done']}/{row['gates_planned']}", runner, failsafe, row["daily"])
     return table
 
@@ -470,22 +502,44 @@ def rejudge(bundle: Path,
 def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of this window id."),
             contract: Optional[str] = typer.Option(None, help="Only containers of this contract hash."),
             docker_host: Optional[str] = typer.Option(None, help="Engine URL (default: DOCKER_HOST)."),
+            engines_of: Optional[Path] = typer.Option(None, "--engines-of", help="Every engine this contract "
+                                                      "names (its lanes' and its daily's), with their TLS and ssh "
+                                                      "settings."),
             remove: bool = typer.Option(False, "--remove", help="Stop and remove them (default: only list).")) -> None:
-    """List (or remove) containers left by windows: found by their campaign.* labels."""
+    """List (or remove) containers left by windows: lanes and stale box watchdogs, found by their campaign.*
+    labels. A watchdog whose window is still armed on this machine is never listed."""
     from campaign.contracts.schema import DockerHost
     from campaign.lanes.runtimes.docker import find_leftovers, remove_container
-    from campaign.lanes.runtimes.dockerhost import client_for
+    from campaign.lanes.runtimes.dockerhost import client_for, describe
+    from campaign.window.enginefailsafe import stale_watchdogs
 
-    client = client_for(DockerHost(url=docker_host) if docker_host else None)
-    found = find_leftovers(client, window=window, contract=contract)
-    table = Table("container", "lane", "window", "status")
-    for item in found:
-        table.add_row(item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-")
-        if remove:
-            remove_container(client, item["id"])
-    out.print(table if found else "no campaign containers")
-    if remove and found:
-        out.print(f"removed {len(found)}")
+    hosts: dict[str, Any] = {}
+    if engines_of is not None:
+        from campaign.contracts.load import load_contract
+
+        loaded = load_contract(engines_of, check_files=False)
+        named = [lane.docker_host for lane in loaded.lanes.values() if lane.runtime == "docker"]
+        if loaded.contract.incumbent is not None and loaded.contract.incumbent.runtime == "docker":
+            named.append(loaded.contract.incumbent.docker_host)
+        hosts = {describe(h): h for h in named}
+    else:
+        host = DockerHost(url=docker_host) if docker_host else None
+        hosts = {describe(host): host}
+    table = Table("engine", "container", "lane", "window", "status")
+    count = 0
+    for where, host in hosts.items():
+        client = client_for(host)
+        found = [*find_leftovers(client, window=window, contract=contract),
+                 *({**item, "lane": "(failsafe watchdog)"} for item in stale_watchdogs(client)
+                   if window is None or item["window"] == window)]
+        for item in found:
+            table.add_row(where, item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-")
+            if remove:
+                remove_container(client, item["id"])
+        count += len(found)
+    out.print(table if count else "no campaign containers")
+    if remove and count:
+        out.print(f"removed {count}")
 
 
 @app.command()

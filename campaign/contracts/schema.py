@@ -23,6 +23,7 @@ __all__ = [
     "BootLogRules",
     "Contract",
     "DockerHost",
+    "DockerSSH",
     "DockerTLS",
     "FailsafeSpec",
     "IncumbentSpec",
@@ -57,6 +58,13 @@ class DockerTLS(StrictModel):
     verify: bool = Field(True, description="Verify the engine's certificate against ca_cert.")
 
 
+class DockerSSH(StrictModel):
+    identity_file: str | None = Field(None, description="Private key to log in with (absolute or ~/); default: "
+                                                        "the runner's ssh config and agent.")
+    known_hosts: str | None = Field(None, description="known_hosts file holding the box's host key (absolute or "
+                                                      "~/); default: the runner's. An unknown box is refused.")
+
+
 def _docker_host_from_url(value: Any) -> Any:
     return {"url": value} if isinstance(value, str) else value
 
@@ -65,8 +73,20 @@ class DockerHost(StrictModel):
     """The Docker engine a lane runs on: this box's socket, or another box's engine."""
 
     url: str = Field(pattern=r"^(unix|tcp|ssh)://\S+$",
-                     description="unix:///var/run/docker.sock, tcp://box:2376 (with tls) or ssh://user@box.")
+                     description="unix:///var/run/docker.sock, tcp://box:2376 (with tls) or ssh://user@box[:port].")
     tls: DockerTLS | None = Field(None, description="tcp:// only: TLS client settings (paths absolute or ~/).")
+    ssh: DockerSSH | None = Field(None, description="ssh:// only: the key and known_hosts to use (never a prompt).")
+    socket: str = Field("/var/run/docker.sock", pattern=r"^/\S+$",
+                        description="The engine's socket on its own box: ssh:// forwards to it, and the "
+                                    "`engine` failsafe mounts it into its watchdog container.")
+
+    @model_validator(mode="after")
+    def _options_fit_the_scheme(self) -> "DockerHost":
+        if self.tls is not None and not self.url.startswith("tcp://"):
+            raise ValueError("`tls` applies to tcp:// engines only")
+        if self.ssh is not None and not self.url.startswith("ssh://"):
+            raise ValueError("`ssh` applies to ssh:// engines only")
+        return self
 
 
 class ModelSpec(StrictModel):
@@ -207,10 +227,25 @@ class IncumbentSpec(StrictModel):
 
 class FailsafeSpec(StrictModel):
     deadline: Duration = Field(description="Restore the incumbent no later than this after the window starts.")
-    backend: Literal["auto", "systemd", "watchdog"] = Field(
-        "auto", description="systemd transient timer where systemd runs, else a detached watchdog process.")
+    backend: Literal["auto", "systemd", "watchdog", "engine"] = Field(
+        "auto", description="Where the deadline is guarded. auto: `engine` for a daily container on another "
+                            "box's engine, else a systemd transient timer where systemd runs, else a detached "
+                            "watchdog process. engine: a watchdog container on the daily's own engine "
+                            "(restart policy always), so the runner's machine dying still restores the daily.")
     heartbeat_grace: Duration = Field(60.0, description="Watchdog: restore early when the runner's heartbeat "
                                                         "is older than this.")
+    image: str | None = Field(None, description="engine backend: the watchdog container's image, pinned by digest "
+                                                "(default: the daily's own image). It needs a python3.")
+    python: str = Field("python3", description="engine backend: the python inside that image (a path or PATH name).")
+    mounts: list[Mount] = Field(default_factory=list, description="engine backend: bind mounts the watchdog needs "
+                                                                  "on that box (e.g. where its python lives).")
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, image: str | None) -> str | None:
+        if image is not None and not _IMAGE.match(image):
+            raise ValueError(f"{image!r} is not pinned by digest: use name@sha256:<64 hex> or sha256:<64 hex>")
+        return image
 
 
 class PromotionRule(StrictModel):

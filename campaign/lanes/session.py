@@ -96,16 +96,18 @@ def is_local(lane: EffectiveLane) -> bool:
     return engine_is_local(lane.docker_host)
 
 
-def check_lane(lane: EffectiveLane, model_path: str) -> None:
+def check_lane(lane: EffectiveLane, model_path: str) -> dict[str, Any]:
     """Pre-flight for what a launch needs beyond the model: referenced secrets set; for docker lanes the
-    engine, the pinned image, the mounts and the model's path inside the container."""
+    engine, the pinned image, the mounts and the model's path inside the container (returned with the
+    image id: ``{"image_id", "model_path"}``; empty for a process lane)."""
     resolve_refs(lane)
     if lane.runtime == "process" and lane.cpus:
         check_cpus_here(lane.cpus, f"lane {lane.name}")
     if lane.runtime == "docker":
         from campaign.lanes.runtimes.docker import check_lane as check_docker_lane
 
-        check_docker_lane(lane, model_path)
+        return check_docker_lane(lane, model_path)
+    return {}
 
 
 def launch_command(lane: EffectiveLane, adapter: EngineAdapter, model_path: str) -> tuple[list[str], Path | None]:

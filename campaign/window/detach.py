@@ -18,7 +18,8 @@ from campaign.window.run import _window_id, preflight
 __all__ = ["detach_window"]
 
 
-def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted: TrustedKeys) -> tuple[str, Path]:
+def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted: TrustedKeys) -> tuple[str, Path, int]:
+    """Pre-flight here, then the runner in a new session; returns the window id, its bundle and the runner's pid."""
     loaded = load_contract(contract)
     record = record or default_record_path(loaded.path)
     check_frozen(loaded, record, trusted)
@@ -27,8 +28,8 @@ def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted
     bundle = out_dir / window
     bundle.mkdir(parents=True)
     with open(bundle / "runner.log", "ab") as log:
-        subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out_dir),
+        runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out_dir),
                           "--record", str(record), "--window-id", window],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          close_fds=True)
-    return window, bundle
+    return window, bundle, runner.pid

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from campaign.errors import PreflightError
 from campaign.window.state import WindowState, boottime
@@ -27,10 +28,24 @@ DRY_RUN_WAIT = 15.0
 ACK_WAIT = 15.0  # a watchdog that has not acked by then is not trusted with the daily
 
 
-def choose_backend(requested: str) -> str:
+def choose_backend(requested: str, daily: Any = None) -> str:
+    """``auto``: the daily's own box keeps the deadline when the daily is a container on another box's engine
+    (the runner's machine is what may die); else systemd where it runs, else the watchdog pair."""
+    remote = daily is not None and daily.runtime == "docker" and not _engine_is_local(daily.docker_host)
+    if requested == "engine" and not (daily is not None and daily.runtime == "docker"):
+        raise PreflightError("failsafe.backend engine keeps the deadline beside a daily container: this daily is "
+                             "not a container")
     if requested != "auto":
         return requested
+    if remote:
+        return "engine"
     return "systemd" if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") else "watchdog"
+
+
+def _engine_is_local(host: Any) -> bool:
+    from campaign.lanes.runtimes.dockerhost import is_local
+
+    return is_local(host)
 
 
 def dry_run(backend: str, state_dir: Path) -> str:

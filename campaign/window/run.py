@@ -34,6 +34,7 @@ from campaign.lanes.session import (boot_lane, check_lane, is_local, launch_comm
 from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
+from campaign.window.boxes import boxes_of, claim
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.window.judge import (SCREENED_OUT, LaneOutcome, build_gates, input_copies, judge_bundle, judge_one,
                                    predicate, summarize)
@@ -68,6 +69,8 @@ def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, ou
     freeze_record = check_frozen(loaded, record_path, trusted)
     model_paths = preflight(loaded)
     window_id = window_id or _window_id(loaded)
+    boxes = boxes_of(loaded)
+    held = claim(window_id, boxes)  # held until this process ends: the kernel lets go if it dies
     bundle = out_dir / window_id
     bundle.mkdir(parents=True, exist_ok=window_id is not None)
     if any(bundle.iterdir()) and list(bundle.iterdir()) != [bundle / "runner.log"]:
@@ -75,11 +78,14 @@ def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, ou
     state = WindowState(window=window_id, bundle=str(bundle.resolve()), contract=str(loaded.path.resolve()),
                         record=str(record_path.resolve()), runner_pid=os.getpid(),
                         runner_start_time=process_start_time(os.getpid()), boot_id=boot_id(),
-                        allowed_paths=[str(p) for p in loaded.allowed_roots])
+                        allowed_paths=[str(p) for p in loaded.allowed_roots], boxes=[b.name for b in boxes])
     state.save()
     window = _Window(loaded=loaded, record_path=record_path, freeze_record=freeze_record, bundle=bundle,
                      window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo)
-    return _run_async(window)
+    try:
+        return _run_async(window)
+    finally:
+        held.release()
 
 
 def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
@@ -102,6 +108,7 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
     loaded = load_contract(state.contract, allow_paths=[Path(p) for p in state.allowed_paths])
     freeze_record = check_frozen(loaded, Path(state.record), trusted)
     model_paths = preflight(loaded, ports=False)
+    held = claim(window_id, boxes_of(loaded))
     _refuse_a_mixed_resume(bundle, loaded, model_paths)
     done = {(r.get("gate"), r.get("lane")) for r in records if r.get("event") == "done" and r.get("step") == "gate"}
     with state.locked():
@@ -111,7 +118,10 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
     window = _Window(loaded=loaded, record_path=Path(state.record), freeze_record=freeze_record, bundle=bundle,
                      window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo,
                      finished_gates=done, resumed=True)
-    return _run_async(window)
+    try:
+        return _run_async(window)
+    finally:
+        held.release()
 
 
 def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: dict[str, str]) -> None:
@@ -229,24 +239,31 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
                                 if spec.docker_host else None, {})
 
     model_paths: dict[str, str] = {}
-    hashed: dict[Path, str] = {}
+    hashed: dict[Any, str] = {}
     for lane in loaded.lanes.values():
         adapter_for(lane.engine)
         if lane.runtime == "process":
             resolve_executable(lane)
-        path = loaded.resolve(lane.model.path)
-        if not path.exists():
-            raise PreflightError(f"lane {lane.name}: model {path} not found")
+        if is_local(lane):
+            path = loaded.resolve(lane.model.path)
+            if not path.exists():
+                raise PreflightError(f"lane {lane.name}: model {path} not found")
+            model_paths[lane.name] = str(path.resolve())
+            check_lane(lane, model_paths[lane.name])
+        else:
+            model_paths[lane.name] = _remote_model_path(lane)
+            checked = check_lane(lane, model_paths[lane.name])
         if lane.model.sha256:
-            if path not in hashed:
-                hashed[path] = sha256_file(path)
-            if hashed[path] != lane.model.sha256:
-                raise PreflightError(f"lane {lane.name}: model {path} has sha256 {hashed[path]}, "
+            digest = (_hash_here(Path(model_paths[lane.name]), hashed) if is_local(lane)
+                      else _hash_there(lane, checked["image_id"], [model_paths[lane.name]], hashed)[0])
+            if digest != lane.model.sha256:
+                raise PreflightError(f"lane {lane.name}: model {model_paths[lane.name]} has sha256 {digest}"
+                                     f"{'' if is_local(lane) else ' on ' + describe_engine(lane)}, "
                                      f"not the pinned {lane.model.sha256}")
         if lane.model.sha256_manifest:
-            _check_manifest(loaded, lane, path)
-        model_paths[lane.name] = str(path.resolve())
-        check_lane(lane, model_paths[lane.name])
+            _check_manifest(loaded, lane, Path(model_paths[lane.name]),
+                            None if is_local(lane) else (lambda paths, lane=lane, image=checked["image_id"]:
+                                                         _hash_there(lane, image, paths, hashed)))
         if ports and is_local(lane) and lane.port != incumbent_port and not port_is_free(lane.host, lane.port):
             raise PreflightError(f"lane {lane.name}: port {lane.host}:{lane.port} is already in use; "
                                  "another server there would be measured instead")
@@ -261,14 +278,48 @@ def daily_port_of(loaded: LoadedContract) -> int | None:
     return urlsplit(incumbent.endpoint).port if incumbent else None
 
 
-def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path) -> None:
+def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path,
+                    hash_there: Callable[[list[str]], list[str]] | None = None) -> None:
     manifest = loaded.resolve(lane.model.sha256_manifest or "")
     lines = [l.split(None, 1) for l in manifest.read_text().splitlines() if l.strip()]
-    bad = [name.strip().lstrip("*") for digest, name in lines
-           if sha256_file(model_dir / name.strip().lstrip("*")) != digest]
+    files = [str(model_dir / name.strip().lstrip("*")) for _digest, name in lines]
+    digests = hash_there(files) if hash_there else [sha256_file(Path(f)) for f in files]
+    bad = [Path(f).relative_to(model_dir) for f, (digest, _), seen in zip(files, lines, digests) if seen != digest]
     if bad:
         raise PreflightError(f"lane {lane.name}: {len(bad)}/{len(lines)} model files differ from "
                              f"{manifest.name}, e.g. {bad[0]}")
+
+
+def _remote_model_path(lane: EffectiveLane) -> str:
+    """A lane on another box loads the model from that box's disk: its path is that box's, absolute."""
+    if not lane.model.path.startswith("/"):
+        raise PreflightError(f"lane {lane.name}: model path {lane.model.path!r} must be absolute: the lane runs on "
+                             f"{describe_engine(lane)}, and a path relative to the contract means nothing there")
+    return os.path.normpath(lane.model.path)
+
+
+def describe_engine(lane: EffectiveLane) -> str:
+    from campaign.lanes.runtimes.dockerhost import describe
+
+    return describe(lane.docker_host)
+
+
+def _hash_here(path: Path, hashed: dict[Any, str]) -> str:
+    if path not in hashed:
+        hashed[path] = sha256_file(path)
+    return hashed[path]
+
+
+def _hash_there(lane: EffectiveLane, image_id: str, paths: list[str], hashed: dict[Any, str]) -> list[str]:
+    """Each path hashed once per engine, on that box (lanes sharing a model share the work)."""
+    from campaign.lanes.runtimes.docker import hash_on_engine
+
+    engine = describe_engine(lane)
+    todo = [p for p in paths if (engine, p) not in hashed]
+    if todo:
+        for path, digest in hash_on_engine(lane, image_id, todo, labels={"campaign.lane": lane.name}).items():
+            hashed[(engine, path)] = digest
+    return [hashed[(engine, p)] for p in paths]
 
 
 @dataclass
@@ -451,9 +502,26 @@ async def _close(w: _Window, journal: Any, progress: _Progress) -> dict[str, Any
 
 
 async def _heartbeat(state: WindowState) -> None:
+    beats = 0
     while True:
         await asyncio.to_thread(state.beat)
+        beats += 1
+        fresh = await asyncio.to_thread(state.reload)
+        if fresh.failsafe_backend == "engine" and fresh.armed:
+            from campaign.window import enginefailsafe
+
+            try:  # a box that does not hear us for the grace restores its daily: the failsafe doing its job
+                await asyncio.to_thread(enginefailsafe.beat, fresh, beats)
+            except Exception as exc:  # noqa: BLE001 - any failure to reach the box is the same news
+                _note_beat_failure(fresh, exc)
         await asyncio.sleep(2.0)
+
+
+def _note_beat_failure(state: WindowState, exc: BaseException) -> None:
+    from campaign.window.watchdog import describe
+
+    with open(state.directory / "heartbeat.err", "a", encoding="utf-8") as handle:
+        handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} heartbeat to the box failed: {describe(exc)}\n")
 
 
 def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
@@ -474,11 +542,18 @@ def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
         atomic_write_json(w.bundle / "incumbent" / "snapshot.json", _redacted_snapshot(snap))
         journal.done("incumbent.snapshot", **({"container": snap["container_id"]} if snap.get("runtime") == "docker"
                                                else {"pid": snap["pid"]}))
-    backend = choose_backend(failsafe_spec.backend)
+    backend = choose_backend(failsafe_spec.backend, spec)
     journal.intent("failsafe.dry_run", backend=backend)
-    journal.done("failsafe.dry_run", result=dry_run(backend, state.directory))
-    journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
-    state = arm(state, backend, failsafe_spec.deadline)
+    if backend == "engine":
+        from campaign.window import enginefailsafe
+
+        journal.done("failsafe.dry_run", result=enginefailsafe.dry_run(state, failsafe_spec, spec.endpoint))
+        journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
+        state = enginefailsafe.arm(state, failsafe_spec, spec.endpoint)
+    else:
+        journal.done("failsafe.dry_run", result=dry_run(backend, state.directory))
+        journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
+        state = arm(state, backend, failsafe_spec.deadline)
     journal.done("failsafe.arm", backend=backend, generation=state.failsafe_generation,
                  deadline_wall=state.deadline_wall)
     journal.intent("incumbent.stop")
@@ -501,7 +576,12 @@ def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, An
         journal.reopen()
     atomic_write_json(w.bundle / "incumbent" / "restore.json", record)
     journal.intent("failsafe.disarm")
-    disarm(w.state)
+    if w.state.reload().failsafe_backend == "engine":
+        from campaign.window import enginefailsafe
+
+        enginefailsafe.disarm(w.state)
+    else:
+        disarm(w.state)
     journal.done("failsafe.disarm")
     return record
 

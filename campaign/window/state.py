@@ -125,6 +125,9 @@ class WindowState(BaseModel):
     lanes: list[LaneProcess] = Field(default_factory=list)
     allowed_paths: list[str] = Field(default_factory=list, description="Roots outside the contract's folder "
                                                                         "the runner allowed (--allow-path).")
+    boxes: list[str] = Field(default_factory=list, description="The boxes the window uses (this machine, or "
+                                                               "another box's engine URL), as `status` shows them.")
+    failsafe_container: str | None = Field(None, description="engine failsafe: the watchdog container's id.")
 
     @property
     def directory(self) -> Path:

@@ -29,7 +29,10 @@ def _states(window: str | None) -> list[WindowState]:
     dirs = sorted(windows_dir().glob("*/state.json"), key=lambda p: p.stat().st_mtime) if windows_dir().exists() else []
     if not dirs:
         raise InputError(f"no windows under {windows_dir()}")
-    return [WindowState.load(dirs[-1].parent.name)]
+    # every window still running or still holding a daily down (one per box), else the newest
+    states = [WindowState.load(d.parent.name) for d in dirs]
+    live = [s for s in states if s.armed or process_start_time(s.runner_pid) == s.runner_start_time]
+    return live or states[-1:]
 
 
 def _planned(state: WindowState) -> int:
@@ -69,6 +72,9 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
             else:
                 pid = incumbent.running_pid(state.incumbent)
                 daily = f"running (pid {pid})" if pid else "stopped"
+        box_failsafe = _box_failsafe(state)
+        if box_failsafe:
+            daily = f"{daily}; {box_failsafe}"
         failed = _failsafe_failed(state)
         if failed and not state.restored:  # `campaign status` prints `daily` as is: it must say so
             daily = f"{daily}; failsafe restore FAILED at {failed['at']}: {failed['error']}"
@@ -84,8 +90,18 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
             if state.deadline_wall else None, "deadline_wall": state.deadline_wall,
             "restored": state.restored, "daily": daily, "failsafe_failed": failed,
             "signed": (Path(state.bundle) / "receipt.dsse.json").exists(),
+            "boxes": state.boxes, "failsafe_backend": state.failsafe_backend,
         })
     return rows
+
+
+def _box_failsafe(state: WindowState) -> str | None:
+    """What the watchdog on the daily's box last said, when the deadline is kept there (the runner may be gone)."""
+    if state.failsafe_backend != "engine" or not state.failsafe_container or not state.incumbent:
+        return None
+    from campaign.window.enginefailsafe import box_report
+
+    return box_report(state)
 
 
 def abort_window(window: str, *, wait: float = 120.0) -> str:

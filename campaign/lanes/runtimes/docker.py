@@ -20,13 +20,13 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import LaunchError, PreflightError, RunError
-from campaign.lanes.runtimes.dockerhost import client_for, describe, is_local
+from campaign.lanes.runtimes.dockerhost import client_for, describe, is_local, why_unreachable
 from campaign.lanes.redact import RedactingLog, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
 
 __all__ = ["LABEL_CONTRACT", "LABEL_LANE", "LABEL_PREFIX", "LABEL_WINDOW", "DockerLane", "DockerRuntime",
-           "check_lane", "container_path", "create_kwargs", "device_requests", "find_leftovers", "host_path",
-           "remove_container", "resolve_image"]
+           "check_lane", "container_path", "create_kwargs", "device_requests", "find_leftovers", "hash_on_engine",
+           "host_path", "remove_container", "resolve_image"]
 
 LABEL_PREFIX = "campaign."
 LABEL_WINDOW = LABEL_PREFIX + "window"
@@ -89,7 +89,7 @@ def resolve_image(client: Any, ref: str, *, where: str = "") -> dict[str, Any]:
         raise PreflightError(f"{where}image {ref} is not on engine {_engine(client)}; no registry pull is "
                              "attempted (load or pull the pinned image first)") from exc
     except _failures() as exc:
-        raise PreflightError(f"{where}docker engine {_engine(client)} unreachable: {exc}") from exc
+        raise PreflightError(f"{where}docker engine {_engine(client)} unreachable: {why_unreachable(exc)}") from exc
 
 
 def _engine(client: Any) -> str:
@@ -158,6 +158,44 @@ def check_lane(lane: EffectiveLane, model_host_path: str) -> dict[str, Any]:
         raise PreflightError(f"{where}model {model_host_path} is not under any of the lane's mounts "
                              f"({', '.join(m.host for m in lane.mounts) or 'none'}): the container could not read it")
     return {"image_id": attrs["Id"], "model_path": inside}
+
+
+def hash_on_engine(lane: EffectiveLane, image_id: str, box_paths: list[str], *, labels: dict[str, str]) -> dict[str, str]:
+    """sha256 of files on the lane's own box, read by a one-shot container of the lane's image through the
+    lane's mounts: the bytes the engine will load, hashed where they lie (the runner's copy, if it has
+    one, proves nothing about the box's). No network; removed when done. The image needs ``sha256sum``."""
+    inside = {path: container_path(lane, path) for path in box_paths}
+    missing = [path for path, seen in inside.items() if seen is None]
+    if missing:
+        raise PreflightError(f"lane {lane.name}: {missing[0]} is not under any of the lane's mounts")
+    client = client_for(lane.docker_host)
+    types = _docker().types
+    mounts = [types.Mount(target=m.container, source=_mount_source(lane, m.host), type="bind", read_only=True)
+              for m in lane.mounts]
+    where = f"lane {lane.name}: on {describe(lane.docker_host)}"
+    try:
+        container = client.api.create_container(
+            image_id, entrypoint=["sha256sum", "--"], command=[inside[p] for p in box_paths],
+            labels={**labels, LABEL_PREFIX + "purpose": "model-hash"}, network_disabled=True,
+            host_config=client.api.create_host_config(mounts=mounts, network_mode="none"))
+        try:
+            client.api.start(container["Id"])
+            code = client.api.wait(container["Id"], timeout=3600).get("StatusCode")
+            said = client.api.logs(container["Id"], stdout=True, stderr=True).decode(errors="replace")
+        finally:
+            client.api.remove_container(container["Id"], force=True)
+    except _failures() as exc:
+        raise PreflightError(f"{where} the model could not be hashed: {why_unreachable(exc)}") from exc
+    digests: dict[str, str] = {}
+    for line in said.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and len(parts[0]) == 64:
+            digests[parts[1].strip().lstrip("*")] = parts[0]
+    found = {path: digests.get(inside[path] or "") for path in box_paths}
+    if code != 0 or not all(found.values()):
+        detail = " ".join(said.split())[-200:] or f"exit code {code}"
+        raise PreflightError(f"{where} sha256sum of {', '.join(p for p, d in found.items() if not d)} failed: {detail}")
+    return {path: digest for path, digest in found.items() if digest}
 
 
 # --- the container --------------------------------------------------------------------------------------

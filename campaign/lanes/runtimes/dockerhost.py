@@ -1,29 +1,44 @@
 """Docker engines, local or remote: one client per engine, so a campaign can drive several boxes.
 
 ``unix://`` is this box's socket; ``tcp://`` goes to another box's engine, with TLS client certificates
-when the contract gives them (``docker.tls.TLSConfig``); ``ssh://user@box`` tunnels through the system
-``ssh`` client (the user's keys, agent and ``~/.ssh/config`` apply; no paramiko needed). A lane without a
-host uses the runner's environment (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) like the CLI.
+when the contract gives them (``docker.tls.TLSConfig``); ``ssh://user@box`` forwards the box's engine socket
+to a private local socket through one system ``ssh`` process per engine (``ssh -N -L``), in batch mode: a
+key that is refused or a host key that is unknown is an error, never a prompt that hangs an unattended
+window. The user's keys, agent and ``~/.ssh/config`` apply unless the contract names a key and a
+known_hosts file. A lane without a host uses the runner's environment (DOCKER_HOST, DOCKER_TLS_VERIFY,
+DOCKER_CERT_PATH) like the CLI.
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+import hashlib
 import os
+import shutil
+import signal
+import subprocess
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from campaign.contracts.schema import DockerHost
 from campaign.errors import PreflightError
 
-__all__ = ["API_VERSION", "client_for", "client_kwargs", "describe", "is_local"]
+__all__ = ["API_VERSION", "client_for", "client_kwargs", "describe", "engine_identity", "is_local", "ssh_command",
+           "why_unreachable"]
 
 # Pinned rather than negotiated: negotiation costs a round trip per client and would make constructing a
 # client for an unreachable box fail before pre-flight can say which box it was. 1.41 is Docker 20.10's
 # API (DeviceRequests, ShmSize, Mounts are all older), understood by every later engine.
 API_VERSION = "1.41"
 _clients: dict[str, Any] = {}
+_tunnels: dict[str, subprocess.Popen[bytes]] = {}
 _lock = threading.Lock()
+SSH_CONNECT_WAIT = 20.0
 
 
 def describe(host: DockerHost | None) -> str:
@@ -48,12 +63,13 @@ def _path(text: str | None) -> str | None:
 
 
 def client_kwargs(host: DockerHost) -> dict[str, Any]:
-    """Arguments for ``docker.DockerClient`` (exposed so tests can check what a remote client gets)."""
+    """Arguments for ``docker.DockerClient`` (exposed so tests can check what a remote client gets). An
+    ssh:// engine is reached through its tunnel's local socket, opened here."""
     import docker.tls
 
     kwargs: dict[str, Any] = {"base_url": host.url, "version": API_VERSION, "timeout": 60}
     if host.url.startswith("ssh://"):
-        kwargs["use_ssh_client"] = True
+        kwargs["base_url"] = "unix://" + _tunnel(host)
     if host.tls is not None:
         if not host.url.startswith("tcp://"):
             raise PreflightError(f"docker host {host.url}: tls applies to tcp:// only")
@@ -72,12 +88,129 @@ def client_for(host: DockerHost | None) -> Any:
 
     key = host.model_dump_json() if host else "<env>"
     with _lock:
+        tunnel = _tunnels.get(key)
+        if tunnel is not None and tunnel.poll() is not None:  # the link dropped: a new tunnel, a new client
+            _clients.pop(key, None)
         if key not in _clients:
             try:
                 if host is None:
                     _clients[key] = docker.from_env(version=API_VERSION, timeout=60)
                 else:
                     _clients[key] = docker.DockerClient(**client_kwargs(host))
+                    if host.tls is not None:
+                        # requests lets REQUESTS_CA_BUNDLE (set on many machines) override the session's own
+                        # CA, so the contract's ca_cert would silently not be the one checked
+                        _clients[key].api.trust_env = False
             except docker.errors.DockerException as exc:
                 raise PreflightError(f"docker engine {describe(host)}: {exc}") from exc
         return _clients[key]
+
+
+def ssh_command(host: DockerHost, local_socket: str) -> list[str]:
+    """The ssh line that forwards the box's engine socket to ``local_socket``: batch mode (no prompt), a
+    forward that fails is an exit, a dead link is noticed within 30 s."""
+    parts = urlsplit(host.url)
+    if not parts.hostname:
+        raise PreflightError(f"docker host {host.url}: no box named in the URL")
+    command = ["ssh", "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-o", "ConnectTimeout=10",
+               "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3", "-o", "StreamLocalBindUnlink=yes"]
+    if parts.port:
+        command += ["-p", str(parts.port)]
+    if parts.username:
+        command += ["-l", parts.username]
+    if host.ssh is not None and host.ssh.identity_file:
+        command += ["-i", _ssh_path(host, host.ssh.identity_file), "-o", "IdentitiesOnly=yes"]
+    if host.ssh is not None and host.ssh.known_hosts:
+        command += ["-o", f"UserKnownHostsFile={_ssh_path(host, host.ssh.known_hosts)}",
+                    "-o", "StrictHostKeyChecking=yes"]
+    return [*command, "-L", f"{local_socket}:{host.socket}", "--", parts.hostname]
+
+
+def _ssh_path(host: DockerHost, text: str) -> str:
+    path = Path(text).expanduser()
+    if not path.is_absolute() or not path.is_file():
+        raise PreflightError(f"docker host {host.url}: ssh file {text} not found (give an absolute or ~/ path)")
+    return str(path)
+
+
+def _die_with_parent() -> None:
+    # a runner killed with SIGKILL must not leave its tunnels behind holding the box's engine open
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _tunnel(host: DockerHost) -> str:
+    """The local socket of a live tunnel to ``host``'s engine, started if needed. Called under ``_lock``."""
+    key = host.model_dump_json()
+    if shutil.which("ssh") is None:
+        raise PreflightError(f"docker engine {host.url}: no ssh client on this machine (install openssh-client)")
+    folder = Path(tempfile.gettempdir()) / f"campaign-ssh-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    local = str(folder / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}-{os.getpid()}.sock")
+    known = _tunnels.get(key)
+    if known is not None and known.poll() is None and os.path.exists(local):
+        return local
+    if os.path.exists(local):
+        os.unlink(local)
+    proc = subprocess.Popen(ssh_command(host, local), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    deadline = time.monotonic() + SSH_CONNECT_WAIT
+    while time.monotonic() < deadline and proc.poll() is None and not os.path.exists(local):
+        time.sleep(0.05)
+    if proc.poll() is not None or not os.path.exists(local):
+        if proc.poll() is None:
+            proc.kill()
+        said = (proc.communicate(timeout=5)[1] or b"").decode(errors="replace")
+        lines = [line.strip() for line in said.splitlines() if line.strip() and not line.startswith("Warning:")]
+        why = lines[-1] if lines else f"no tunnel within {SSH_CONNECT_WAIT:g}s"
+        raise PreflightError(f"docker engine {host.url}: ssh failed: {why}")
+    _tunnels[key] = proc
+    atexit.register(_close, proc, local)
+    return local
+
+
+def _close(proc: subprocess.Popen[bytes], local: str) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        os.unlink(local)
+    except OSError:
+        pass
+
+
+def why_unreachable(exc: BaseException) -> str:
+    """One line for an engine that did not answer: what a person can act on, not a stack of wrappers."""
+    text = " ".join(str(exc).split())
+    lowered = text.lower()
+    if "certificate verify failed" in lowered or "certificate_verify_failed" in lowered:
+        return "its TLS certificate is not signed by the given ca_cert (or names another host)"
+    if "unknown ca" in lowered or "bad certificate" in lowered or "certificate required" in lowered:
+        return "it refused our TLS client certificate"
+    if "http request to an https server" in lowered:
+        return "the engine wants TLS: give the host's `tls` (ca_cert, client_cert, client_key)"
+    if "connection refused" in lowered:
+        return "connection refused (no engine listening there)"
+    if "timed out" in lowered or "timeout" in lowered:
+        return "no answer (timed out)"
+    if "no route to host" in lowered or "network is unreachable" in lowered:
+        return "no route to that box"
+    if "name or service not known" in lowered or "failed to resolve" in lowered:
+        return "unknown host name"
+    return f"{type(exc).__name__}: {text[:160]}"
+
+
+def engine_identity(host: DockerHost | None) -> dict[str, str]:
+    """Which engine a URL reaches: two URLs (TLS and ssh, say) can reach one box, and two windows on one box
+    would measure each other. The engine's id, name and data root together tell engines apart (a cloned
+    VM image can share the id)."""
+    client = client_for(host)
+    try:
+        info = client.info()
+    except PreflightError:
+        raise
+    except Exception as exc:
+        raise PreflightError(f"docker engine {describe(host)} unreachable: {why_unreachable(exc)}") from exc
+    return {"id": str(info.get("ID") or ""), "name": str(info.get("Name") or ""),
+            "root": str(info.get("DockerRootDir") or ""), "url": describe(host)}

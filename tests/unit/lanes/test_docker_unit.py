@@ -13,7 +13,7 @@ from campaign.contracts.schema import DockerHost
 from campaign.errors import ContractError, PreflightError
 from campaign.lanes.bootlog import classify_failure
 from campaign.lanes.runtimes.docker import LABEL_LANE, container_path, create_kwargs, device_requests, host_path
-from campaign.lanes.runtimes.dockerhost import API_VERSION, client_kwargs, is_local
+from campaign.lanes.runtimes.dockerhost import API_VERSION, client_kwargs, is_local, ssh_command
 from campaign.lanes.runtimes.base import LaunchSpec
 from tests.support.contracts import write_contract
 
@@ -110,17 +110,26 @@ def test_remote_engine_clients_are_constructed_without_connecting(tmp_path: Path
     assert kwargs["tls"].cert == (pem["cert"], pem["key"]) and kwargs["tls"].verify is True and kwargs["tls"].ca_cert == pem["ca"]
     client = docker.DockerClient(**kwargs)
     assert client.api.base_url == "https://box.invalid:2376"
-    ssh = client_kwargs(DockerHost(url="ssh://ops@box.invalid"))
-    assert ssh["use_ssh_client"] is True and "tls" not in ssh
-    ssh_client = docker.DockerClient(**ssh)
-    assert ssh_client.api.base_url.startswith("http+docker://ssh")
+    key, known = tmp_path / "id", tmp_path / "known_hosts"
+    key.write_text("k"), known.write_text("h")
+    ssh = DockerHost.model_validate({"url": "ssh://ops@box.invalid:2222", "socket": "/run/d.sock",
+                                     "ssh": {"identity_file": str(key), "known_hosts": str(known)}})
+    line = ssh_command(ssh, "/tmp/l.sock")
+    assert line[:2] == ["ssh", "-N"] and "BatchMode=yes" in line and line[-2:] == ["--", "box.invalid"]
+    assert ["-p", "2222"] == line[line.index("-p"):line.index("-p") + 2] and ["-l", "ops"] == line[line.index("-l"):line.index("-l") + 2]
+    assert line[line.index("-i") + 1] == str(key) and f"UserKnownHostsFile={known}" in line
+    assert "StrictHostKeyChecking=yes" in line and line[line.index("-L") + 1] == "/tmp/l.sock:/run/d.sock"
+    with pytest.raises(PreflightError, match="ssh file .* not found"):
+        ssh_command(DockerHost.model_validate({"url": "ssh://b", "ssh": {"identity_file": "/no/key"}}), "/tmp/x")
     unix = docker.DockerClient(**client_kwargs(DockerHost(url="unix:///var/run/docker.sock")))
     assert unix.api.base_url.startswith("http+docker://")
     assert is_local(DockerHost(url="unix:///x.sock")) and not is_local(tcp) and not is_local(DockerHost(url="ssh://b"))
     with pytest.raises(PreflightError, match="both tls client_cert and client_key"):
         client_kwargs(DockerHost.model_validate({"url": "tcp://b:2376", "tls": {"client_cert": pem["cert"]}}))
-    with pytest.raises(PreflightError, match="tcp:// only"):
-        client_kwargs(DockerHost.model_validate({"url": "ssh://b", "tls": {"ca_cert": pem["ca"]}}))
+    with pytest.raises(ValueError, match="tcp:// engines only"):
+        DockerHost.model_validate({"url": "ssh://b", "tls": {"ca_cert": pem["ca"]}})
+    with pytest.raises(ValueError, match="ssh:// engines only"):
+        DockerHost.model_validate({"url": "tcp://b:2376", "ssh": {"known_hosts": "/x"}})
 
 
 DOCKER_CONTRACT = """\

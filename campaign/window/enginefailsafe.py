@@ -1,0 +1,256 @@
+"""The ``engine`` failsafe: the deadline kept on the daily's own box, by a watchdog container on its engine.
+
+A daily container on another box is restored by that box, not by the runner's machine: the runner may be
+the thing that dies. ``boxwatchdog.py`` is copied into a container of a python image (the failsafe's
+``image``, by default the daily's own), with the box engine's socket mounted and restart policy
+``always``; its labels carry the window, the generation and the deadline in the box's own clock (read from
+the engine, so the two machines' clocks need not agree). The runner rewrites a heartbeat file inside it
+through the engine's archive API; a runner that stops beating for ``heartbeat_grace`` is taken as dead.
+
+Pre-flight runs the same image with ``--dry-run`` (it must reach the engine through the socket and see the
+daily), and removes a stale watchdog of an ended window found on that engine, saying so.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from campaign.contracts.schema import DockerHost, FailsafeSpec
+from campaign.errors import PreflightError, RunError
+from campaign.window.state import WindowState, windows_dir
+
+__all__ = ["LABEL_FAILSAFE", "arm", "beat", "box_report", "disarm", "dry_run", "remove_stale", "stale_watchdogs"]
+
+LABEL_FAILSAFE = "campaign.failsafe"
+SCRIPT = Path(__file__).with_name("boxwatchdog.py")
+ACK_WAIT = 30.0
+DRY_RUN_WAIT = 60.0
+
+
+def _client(snap: dict[str, Any]) -> Any:
+    from campaign.lanes.runtimes.dockerhost import client_for
+
+    return client_for(DockerHost.model_validate(snap["docker_host"]))
+
+
+def _host(snap: dict[str, Any]) -> DockerHost:
+    return DockerHost.model_validate(snap["docker_host"])
+
+
+def _failures() -> tuple[type[BaseException], ...]:
+    import docker.errors
+    import requests
+
+    return (docker.errors.DockerException, requests.exceptions.RequestException)
+
+
+def _why(exc: BaseException) -> str:
+    from campaign.lanes.runtimes.dockerhost import why_unreachable
+
+    return why_unreachable(exc)
+
+
+def _archive(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _create(snap: dict[str, Any], spec: FailsafeSpec, state: WindowState, *, name: str, settings: dict[str, Any],
+            labels: dict[str, str], restart: bool, command: list[str]) -> str:
+    from docker.types import Mount
+
+    client = _client(snap)
+    host = _host(snap)
+    mounts = [Mount(target="/campaign/docker.sock", source=host.socket, type="bind"),
+              *(Mount(target=m.container, source=m.host, type="bind", read_only=m.read_only) for m in spec.mounts)]
+    container = client.api.create_container(
+        spec.image or snap["image_id"], entrypoint=[spec.python, "/campaign/watchdog.py"], command=command,
+        name=name, environment={"CAMPAIGN_FAILSAFE": json.dumps(settings), "PYTHONDONTWRITEBYTECODE": "1"},
+        labels={LABEL_FAILSAFE: "1", "campaign.window": state.window, **labels},
+        host_config=client.api.create_host_config(
+            mounts=mounts, network_mode="host", restart_policy={"Name": "always"} if restart else {"Name": "no"}))
+    client.api.put_archive(container["Id"], "/", _archive({"campaign/watchdog.py": SCRIPT.read_bytes(),
+                                                           "campaign/heartbeat": b"0\n"}))
+    return container["Id"]
+
+
+def _settings(snap: dict[str, Any], state: WindowState, spec: FailsafeSpec, endpoint: str, deadline: float) -> dict[str, Any]:
+    return {"window": state.window, "daily": snap["container_id"], "restart_policy": snap["restart_policy"],
+            "deadline": deadline, "grace": spec.heartbeat_grace, "endpoint": endpoint, "budget": 600}
+
+
+def dry_run(state: WindowState, spec: FailsafeSpec, endpoint: str) -> str:
+    """The watchdog's image, python and socket work on that box and it sees the daily: else nothing is touched."""
+    snap = state.incumbent or {}
+    client = _client(snap)
+    where = _host(snap).url
+    try:
+        stale = remove_stale(snap)
+        container = _create(snap, spec, state, name=f"campaign-failsafe-dryrun-{state.window}"[:120],
+                            settings=_settings(snap, state, spec, endpoint, time.time()), labels={},
+                            restart=False, command=["--dry-run"])
+        try:
+            client.api.start(container)
+            code = client.api.wait(container, timeout=DRY_RUN_WAIT).get("StatusCode")
+            said = client.api.logs(container).decode(errors="replace")
+        finally:
+            client.api.remove_container(container, force=True)
+    except _failures() as exc:
+        raise PreflightError(f"failsafe dry run on {where} failed, so the incumbent was not touched: "
+                             f"{_why(exc)}") from exc
+    if code != 0 or "fired" not in said:
+        last = (said.strip().splitlines() or [f"exit code {code}"])[-1]
+        raise PreflightError(f"failsafe dry run on {where} failed, so the incumbent was not touched: the watchdog "
+                             f"container said: {last[:200]} (failsafe.image needs a python at failsafe.python)")
+    removed = "".join(f"; removed the stale watchdog {item['name']} of window {item['window'] or '?'} ({item['status']})"
+                      for item in stale)
+    return f"engine dry run fired on {where}{removed}"
+
+
+def _box_clock(client: Any) -> float:
+    text = str(client.info().get("SystemTime") or "")
+    try:  # "2026-12-01T12:00:00.123456789Z": Python wants at most microseconds
+        head, _, frac = text.rstrip("Z").partition(".")
+        return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
+    except ValueError:
+        return time.time()
+
+
+def arm(state: WindowState, spec: FailsafeSpec, endpoint: str) -> WindowState:
+    """Start the watchdog container on the daily's engine and see it report armed; records it in the state."""
+    snap = state.incumbent or {}
+    client = _client(snap)
+    where = _host(snap).url
+    with state.locked():
+        state = state.reload()
+        state.failsafe_generation += 1
+        state.failsafe_backend = "engine"
+        state.deadline_wall = time.time() + spec.deadline
+        state.deadline_boottime = None
+        state.armed = True
+        state.failsafe_failed = None
+        state.save()
+    generation = state.failsafe_generation
+    if state.failsafe_container:  # an earlier generation's (a resumed window): this one replaces it
+        try:
+            client.api.remove_container(state.failsafe_container, force=True)
+        except _failures():
+            pass
+    try:
+        box_deadline = _box_clock(client) + spec.deadline
+        container = _create(snap, spec, state, name=f"campaign-failsafe-{state.window}-{generation}"[:120],
+                            settings=_settings(snap, state, spec, endpoint, box_deadline),
+                            labels={"campaign.generation": str(generation), "campaign.deadline": f"{box_deadline:.0f}"},
+                            restart=True, command=[])
+        client.api.start(container)
+        with state.locked():
+            state = state.reload()
+            state.failsafe_container = container
+            state.save()
+        waited = time.monotonic() + ACK_WAIT
+        said = ""
+        while time.monotonic() < waited:
+            said = client.api.logs(container).decode(errors="replace")
+            if "armed:" in said:
+                return state.reload()
+            if not client.api.inspect_container(container)["State"]["Running"]:
+                break
+            time.sleep(0.2)
+    except _failures() as exc:
+        _disarm_quietly(state)
+        raise PreflightError(f"failsafe watchdog on {where} could not be armed: {_why(exc)}; the incumbent was not "
+                             "touched") from exc
+    _disarm_quietly(state)
+    last = (said.strip().splitlines() or ["nothing"])[-1]
+    raise PreflightError(f"failsafe watchdog on {where} did not report armed within {ACK_WAIT:g}s (it said: "
+                         f"{last[:160]}); the incumbent was not touched")
+
+
+def beat(state: WindowState, count: int) -> None:
+    """The runner is alive: rewrite the heartbeat inside the watchdog container."""
+    if not state.failsafe_container or not state.armed:
+        return
+    client = _client(state.incumbent or {})
+    client.api.put_archive(state.failsafe_container, "/", _archive({"campaign/heartbeat": f"{count}\n".encode()}))
+
+
+def _disarm_quietly(state: WindowState) -> None:
+    try:
+        disarm(state)
+    except RunError:
+        pass
+
+
+def disarm(state: WindowState) -> None:
+    """Remove the watchdog container. Called only once the daily is proven back: a watchdog left behind
+    (the engine did not answer) finds the daily running at its deadline and starts nothing."""
+    fresh = state.reload()
+    with fresh.locked():
+        fresh = fresh.reload()
+        fresh.armed = False
+        fresh.save()
+    if not fresh.failsafe_container:
+        return
+    try:
+        _client(fresh.incumbent or {}).api.remove_container(fresh.failsafe_container, force=True)
+    except _failures() as exc:
+        import docker.errors
+
+        if isinstance(exc, docker.errors.NotFound):
+            return
+        raise RunError(f"failsafe watchdog {fresh.failsafe_container[:12]} on {_host(fresh.incumbent or {}).url} "
+                       f"could not be removed ({_why(exc)}); it will find the daily serving and do nothing; "
+                       "remove it with `campaign cleanup --remove`") from exc
+
+
+def stale_watchdogs(client: Any) -> list[dict[str, Any]]:
+    """Watchdog containers on an engine whose window is not armed on this machine (ended, or unknown here)."""
+    found = []
+    for item in client.api.containers(all=True, filters={"label": [LABEL_FAILSAFE]}):
+        labels = item.get("Labels") or {}
+        window = labels.get("campaign.window", "")
+        state_file = windows_dir() / window / "state.json"
+        armed = False
+        if window and state_file.exists():
+            try:
+                state = WindowState.load(window)
+                armed = state.armed and state.failsafe_container == item["Id"]
+            except Exception:  # an unreadable state is not a live window's
+                armed = False
+        if not armed:
+            found.append({"id": item["Id"], "name": (item.get("Names") or ["?"])[0].lstrip("/"), "window": window,
+                          "status": item.get("Status")})
+    return found
+
+
+def remove_stale(snap: dict[str, Any]) -> list[dict[str, Any]]:
+    """Remove (and return, to be reported) stale watchdogs on the daily's engine: one of an ended window
+    would otherwise start the daily in the middle of this one."""
+    client = _client(snap)
+    stale = stale_watchdogs(client)
+    for item in stale:
+        client.api.remove_container(item["id"], force=True)
+    return stale
+
+
+def box_report(state: WindowState) -> str:
+    """The box watchdog's last word, for `campaign status`: armed, restoring, restored, or gone."""
+    try:
+        client = _client(state.incumbent or {})
+        attrs = client.api.inspect_container(state.failsafe_container)
+        said = client.api.logs(state.failsafe_container, tail=1).decode(errors="replace").strip()
+    except _failures() as exc:
+        return f"box watchdog: unknown ({_why(exc)})"
+    running = (attrs.get("State") or {}).get("Running")
+    return f"box watchdog {'running' if running else 'stopped'}: {said[21:] or 'nothing said yet'}"

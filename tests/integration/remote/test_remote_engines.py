@@ -1,0 +1,261 @@
+"""Windows on another box: a second Docker engine in its own network namespace (tests/support/remotebox.py),
+reached over TCP with TLS and over SSH, never through 127.0.0.1. The daily is a llama-server container on
+that box started by hand with `docker run`; the lanes are containers on the same engine, listening on the
+box's address; the model is hashed on the box; the failsafe is a watchdog container on the box's engine.
+The runner is killed mid-window and the box brings its own daily back; two windows run at once on two
+engines from one command; refused certificates and keys are one-line errors before anything is touched."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from campaign.fsutil import read_jsonl
+from tests.support.cli import campaign
+from tests.support.contracts import MODEL_SHA256, free_port, write_contract
+from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
+from tests.support.remotebox import BOX_ADDRESS, Box, box_containers, box_down, box_up
+
+pytestmark = pytest.mark.integration
+
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PYTHON_HOME = Path(sys.base_prefix)  # the test image carries python's libraries; its binary is mounted
+
+
+@pytest.fixture(scope="module")
+def box() -> Box:
+    need_docker()
+    need_engine_files()
+    started = box_up()
+    yield started
+    box_down()
+
+
+def serves_at(address: str, port: int) -> bool:
+    try:
+        answer = httpx.post(f"http://{address}:{port}/v1/chat/completions", timeout=20.0,
+                            json={"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        return answer.status_code == 200 and bool(answer.json()["choices"])
+    except httpx.HTTPError:
+        return False
+
+
+def _image(box: Box) -> str:
+    return box.docker("image", "inspect", "-f", "{{.Id}}", "campaign-test-base:2").stdout.strip()
+
+
+def start_daily(box: Box, port: int) -> str:
+    """The daily as the field starts it on its box: `docker run` by hand, restart policy unless-stopped."""
+    name = f"campaign-test-boxdaily-{uuid.uuid4().hex[:8]}"
+    started = box.docker("run", "-d", "--name", name, "--network", "host", "--restart", "unless-stopped",
+                         "-v", f"{ENGINE_DIR}:/opt/llama-server:ro", "-v", f"{MODELS_DIR}:/models:ro", _image(box),
+                         "/opt/llama-server/bin/llama-server", "-m", f"/models/{MODEL_FILE}", "--host", BOX_ADDRESS,
+                         "--port", str(port), "--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--seed", "0",
+                         "--no-webui")
+    assert started.returncode == 0, started.stderr
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not serves_at(BOX_ADDRESS, port):
+        time.sleep(0.5)
+    assert serves_at(BOX_ADDRESS, port), box.docker("logs", name).stderr[-1500:]
+    return name
+
+
+def box_contract(root: Path, box: Box, engine: dict, port: int, *, name: str, daily: str | None,
+                 grace: str = "60s", deadline: str = "10m", sha256: str = MODEL_SHA256) -> Path:
+    """Two llama-server lanes on the box's engine (one axis: n-gram speculation), greedy gate, and the box's
+    daily behind the failsafe kept on that box."""
+    body = {
+        "contract": name, "version": 1,
+        "lane_defaults": {
+            "runtime": "docker", "engine": "llamacpp", "image": _image(box),
+            "executable": "/opt/llama-server/bin/llama-server", "docker_host": engine,
+            "mounts": [{"host": str(ENGINE_DIR), "container": "/opt/llama-server"},
+                       {"host": str(MODELS_DIR), "container": "/models"}],
+            "network": "host", "host": BOX_ADDRESS, "port": port,
+            "model": {"path": str(MODELS_DIR / MODEL_FILE), "sha256": sha256},
+            "args": ["--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--seed", "0", "--no-webui"],
+            "readiness": {"budget": "120s"}, "stop": "remove"},
+        "lanes": [{"name": "base", "role": "control"},
+                  {"name": "spec", "role": "candidate", "axis": ["args.spec-type", "args.spec-draft-n-max"],
+                   "set": {"args": {"--spec-type": "ngram-simple", "--spec-draft-n-max": "4"}}}],
+        "inputs": {"p": {"file": "prompts/p.jsonl"}},
+        "gates": [{"kind": "greedy", "input": "p", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "2/2"}}],
+        "promotion": {"requires": ["greedy"]},
+    }
+    if daily is not None:
+        body["incumbent"] = {"runtime": "docker", "container": daily, "docker_host": copy.deepcopy(engine),
+                             "endpoint": f"http://{BOX_ADDRESS}:{port}"}
+        body["failsafe"] = {"deadline": deadline, "heartbeat_grace": grace,
+                            "python": str(PYTHON_HOME / "bin" / "python3"),
+                            "mounts": [{"host": str(PYTHON_HOME), "container": str(PYTHON_HOME)}]}
+    folder = root / name
+    folder.mkdir()
+    return write_contract(folder, yaml.safe_dump(body, sort_keys=False),
+                          prompts=[("capital", "What is the capital of France?"), ("sea", "Describe the sea.")])
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert campaign("keys", "init").returncode == 0
+    return tmp_path
+
+
+def _campaign_containers(box: Box) -> list[str]:
+    """What a window made on the box (lanes, model hashes, watchdogs); the image's own labels aside."""
+    return [c["Names"] for c in box_containers(box)
+            if any(label in c.get("Labels", "") for label in ("campaign.window=", "campaign.lane=", "campaign.failsafe"))]
+
+
+def test_a_window_on_the_box_over_tls_hashes_there_keeps_the_deadline_there_and_restores_its_daily(
+        box: Box, home: Path) -> None:
+    port = free_port()
+    daily = start_daily(box, port)
+    daily_id = json.loads(box.docker("inspect", daily).stdout)[0]["Id"]
+    contract = box_contract(home, box, box.tls_host(), port, name="tls", daily=daily)
+    assert campaign("freeze", str(contract)).returncode == 0
+    ran = campaign("run", str(contract), "--out", str(home / "runs"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundle = next((home / "runs").iterdir())
+    assert campaign("verify", str(bundle)).returncode == 0
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["restore"]["proved"] is True and summary["restore"]["action"] == "started"
+    assert summary["candidates"]["spec"]["gates"]["greedy"]["verdict"] in ("PASS", "FAIL")  # judged on the box
+    records = read_jsonl(bundle / "journal.jsonl")
+    armed = next(r for r in records if r["step"] == "failsafe.arm" and r["event"] == "done")
+    assert armed["backend"] == "engine"  # auto: the daily's box keeps its own deadline
+    dry = next(r for r in records if r["step"] == "failsafe.dry_run" and r["event"] == "done")
+    assert f"fired on {box.tls_url}" in dry["result"]
+    # the lanes ran in containers on the box, and what ran is recorded with that engine
+    inspect = json.loads((bundle / "lanes" / "spec" / "inspect.json").read_text())
+    assert inspect["docker_host"] == box.tls_url
+    after = json.loads(box.docker("inspect", daily).stdout)[0]
+    assert after["Id"] == daily_id and after["State"]["Running"]
+    assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    assert serves_at(BOX_ADDRESS, port)
+    assert _campaign_containers(box) == []  # lanes, the model hash and the watchdog: all gone
+    box.docker("rm", "-f", daily)
+
+
+def test_a_model_that_differs_on_the_box_is_refused_naming_the_box(box: Box, home: Path) -> None:
+    contract = box_contract(home, box, box.ssh_host(), free_port(), name="wrongpin", daily=None, sha256="0" * 64)
+    assert campaign("freeze", str(contract)).returncode == 0
+    ran = campaign("run", str(contract), "--out", str(home / "runs"))
+    assert ran.returncode != 0 and "Traceback" not in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    assert f"has sha256 {MODEL_SHA256} on {box.ssh_url}, not the pinned {'0' * 64}" in ran.stderr
+
+
+def test_the_runner_killed_mid_window_the_box_brings_its_daily_back(box: Box, home: Path) -> None:
+    port = free_port()
+    daily = start_daily(box, port)
+    contract = box_contract(home, box, box.tls_host(), port, name="killed", daily=daily, grace="6s")
+    assert campaign("freeze", str(contract)).returncode == 0
+    out = home / "runs"
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    booted = False
+    while time.monotonic() < deadline and not booted and runner.poll() is None:
+        journals = list(out.glob("*/journal.jsonl"))
+        booted = bool(journals) and any(r["step"] == "boot" and r["event"] == "done" for r in read_jsonl(journals[0]))
+        time.sleep(0.1)
+    assert booted, "the window never booted a lane on the box"
+    os.killpg(runner.pid, signal.SIGKILL)  # the runner's machine, as far as this window is concerned, is gone
+    runner.wait()
+    killed_at = time.monotonic()
+    daily_attrs = lambda: json.loads(box.docker("inspect", daily).stdout)[0]  # noqa: E731
+    while time.monotonic() - killed_at < 120 and not (daily_attrs()["State"]["Running"] and serves_at(BOX_ADDRESS, port)):
+        time.sleep(0.5)
+    assert daily_attrs()["State"]["Running"] and serves_at(BOX_ADDRESS, port), "the box did not restore its daily"
+    assert daily_attrs()["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    watchdog = [c for c in box_containers(box) if "campaign.failsafe" in c.get("Labels", "")]
+    assert len(watchdog) == 1
+    said = ""
+    while time.monotonic() - killed_at < 60 and "restored:" not in said:  # it checks the daily answers each second
+        said = box.docker("logs", watchdog[0]["ID"]).stdout
+        time.sleep(0.5)
+    assert "heartbeat stopped" in said and "restored: the daily answers" in said, said
+    lanes = [c for c in box_containers(box) if "campaign.lane=" in c.get("Labels", "")]
+    assert lanes == []  # the lane that held the port was removed first
+    # the runner's machine says which box's daily is in which state, and what the box watchdog did
+    shown = campaign("status", "--json")
+    rows = json.loads(shown.stdout)
+    assert rows[0]["boxes"] == [box.tls_url] and rows[0]["runner_alive"] is False
+    assert rows[0]["daily"].startswith(f"running (container {daily})") and "restored" in rows[0]["daily"]
+    # the watchdog of a window that is over is stale: cleanup finds it and removes it
+    listed = campaign("cleanup", "--engines-of", str(contract))
+    assert "(failsafe watchdog)" not in listed.stdout  # still armed on this machine: not stale yet
+    abort = campaign("abort", rows[0]["window"])
+    assert abort.returncode == 0, abort.stderr
+    cleaned = campaign("cleanup", "--engines-of", str(contract), "--remove")
+    assert cleaned.returncode == 0 and "(failsafe watchdog)" in cleaned.stdout and "removed 1" in cleaned.stdout
+    assert _campaign_containers(box) == []
+    box.docker("rm", "-f", daily)
+
+
+def test_two_windows_at_once_on_two_engines_from_one_command(box: Box, home: Path, image_id_local: str) -> None:
+    port_box = free_port()
+    daily = start_daily(box, port_box)
+    on_box = box_contract(home, box, box.ssh_host(), port_box, name="overssh", daily=daily)
+    local = box_contract(home, box, {"url": "unix:///var/run/docker.sock"}, free_port(), name="local", daily=None)
+    text = local.read_text().replace(BOX_ADDRESS, "127.0.0.1").replace(_image(box), image_id_local)
+    local.write_text(text)
+    for contract in (on_box, local):
+        assert campaign("freeze", str(contract)).returncode == 0
+    # the same box through two URLs is one box: refused before anything starts
+    also_tls = box_contract(home, box, box.tls_host(), free_port(), name="alsotls", daily=None)
+    assert campaign("freeze", str(also_tls)).returncode == 0
+    refused = campaign("run", str(on_box), str(also_tls), "--out", str(home / "refused"))
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "both use" in refused.stderr and not (home / "refused").exists()
+    ran = campaign("run", str(on_box), str(local), "--out", str(home / "runs"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    bundles = sorted((home / "runs").iterdir())
+    assert len(bundles) == 2
+    for bundle in bundles:
+        assert campaign("verify", str(bundle)).returncode == 0
+        records = read_jsonl(bundle / "journal.jsonl")
+        assert any(r["step"] == "gate" and r["event"] == "done" for r in records)
+    starts = [read_jsonl(b / "journal.jsonl")[0]["t"] for b in bundles]
+    ends = [read_jsonl(b / "journal.jsonl")[-1]["t"] for b in bundles]
+    assert max(starts) < min(ends)  # they ran at the same time
+    assert serves_at(BOX_ADDRESS, port_box)
+    assert _campaign_containers(box) == []
+    box.docker("rm", "-f", daily)
+
+
+@pytest.fixture
+def image_id_local() -> str:
+    return need_docker()
+
+
+@pytest.mark.parametrize("fault", ["other-ca", "stranger-cert", "refused-key", "nobody-listening"])
+def test_a_box_that_cannot_be_reached_is_a_one_line_error_before_anything_is_touched(box: Box, home: Path,
+                                                                                     fault: str) -> None:
+    engine = {"other-ca": box.tls_host(ca="other-ca.pem"), "stranger-cert": box.tls_host(client="stranger"),
+              "refused-key": box.ssh_host(key="stranger_ed25519"),
+              "nobody-listening": {"url": f"tcp://{BOX_ADDRESS}:2999"}}[fault]
+    contract = box_contract(home, box, engine, free_port(), name=fault, daily=None)
+    assert campaign("freeze", str(contract)).returncode == 0
+    ran = campaign("run", str(contract), "--out", str(home / "runs"))
+    assert ran.returncode != 0 and "Traceback" not in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    expected = {"other-ca": "TLS certificate is not signed by the given ca_cert",
+                "stranger-cert": "refused our TLS client certificate",
+                "refused-key": "Permission denied (publickey)",
+                "nobody-listening": "connection refused"}[fault]
+    assert expected in ran.stderr and BOX_ADDRESS in ran.stderr, ran.stderr
