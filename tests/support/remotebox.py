@@ -78,6 +78,11 @@ def _stop_pid(pidfile: Path) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our own child: reaped, not a zombie that still "exists"
+                return
+        except ChildProcessError:
+            pass
+        try:
             os.kill(pid, 0)
         except OSError:
             return

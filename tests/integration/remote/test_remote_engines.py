@@ -114,6 +114,21 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def kill_once_a_lane_is_up(contract: Path, out: Path) -> None:
+    """`campaign run`, SIGKILLed (with anything it started in its session) once its journal says a lane booted."""
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    booted = False
+    while time.monotonic() < deadline and not booted and runner.poll() is None:
+        journals = list(out.glob("*/journal.jsonl"))
+        booted = bool(journals) and any(r["step"] == "boot" and r["event"] == "done" for r in read_jsonl(journals[0]))
+        time.sleep(0.1)
+    assert booted, "the window never booted a lane on the box"
+    os.killpg(runner.pid, signal.SIGKILL)
+    runner.wait()
+
+
 def _campaign_containers(box: Box) -> list[str]:
     """What a window made on the box (lanes, model hashes, watchdogs); the image's own labels aside."""
     return [c["Names"] for c in box_containers(box)
@@ -142,6 +157,8 @@ def test_a_window_on_the_box_over_tls_hashes_there_keeps_the_deadline_there_and_
     # the lanes ran in containers on the box, and what ran is recorded with that engine
     inspect = json.loads((bundle / "lanes" / "spec" / "inspect.json").read_text())
     assert inspect["docker_host"] == box.tls_url
+    boot_log = (bundle / "lanes" / "spec" / "boot.log").read_text()
+    assert "llama_server: initializing" in boot_log and f"{BOX_ADDRESS}:{port}" in boot_log  # streamed from the box
     after = json.loads(box.docker("inspect", daily).stdout)[0]
     assert after["Id"] == daily_id and after["State"]["Running"]
     assert after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
@@ -164,18 +181,7 @@ def test_the_runner_killed_mid_window_the_box_brings_its_daily_back(box: Box, ho
     daily = start_daily(box, port)
     contract = box_contract(home, box, box.tls_host(), port, name="killed", daily=daily, grace="6s")
     assert campaign("freeze", str(contract)).returncode == 0
-    out = home / "runs"
-    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 300
-    booted = False
-    while time.monotonic() < deadline and not booted and runner.poll() is None:
-        journals = list(out.glob("*/journal.jsonl"))
-        booted = bool(journals) and any(r["step"] == "boot" and r["event"] == "done" for r in read_jsonl(journals[0]))
-        time.sleep(0.1)
-    assert booted, "the window never booted a lane on the box"
-    os.killpg(runner.pid, signal.SIGKILL)  # the runner's machine, as far as this window is concerned, is gone
-    runner.wait()
+    kill_once_a_lane_is_up(contract, home / "runs")  # the runner's machine, as far as this window goes, is gone
     killed_at = time.monotonic()
     daily_attrs = lambda: json.loads(box.docker("inspect", daily).stdout)[0]  # noqa: E731
     while time.monotonic() - killed_at < 120 and not (daily_attrs()["State"]["Running"] and serves_at(BOX_ADDRESS, port)):
@@ -196,14 +202,17 @@ def test_the_runner_killed_mid_window_the_box_brings_its_daily_back(box: Box, ho
     rows = json.loads(shown.stdout)
     assert rows[0]["boxes"] == [box.tls_url] and rows[0]["runner_alive"] is False
     assert rows[0]["daily"].startswith(f"running (container {daily})") and "restored" in rows[0]["daily"]
-    # the watchdog of a window that is over is stale: cleanup finds it and removes it
-    listed = campaign("cleanup", "--engines-of", str(contract))
-    assert "(failsafe watchdog)" not in listed.stdout  # still armed on this machine: not stale yet
+    # a new runner machine (its own state) opens a window on that box: the watchdog left there by the dead
+    # runner would start the daily in the middle of it, so the dry run finds it, removes it and says so
+    again = campaign("run", str(contract), "--out", str(home / "runs2"), env={"XDG_STATE_HOME": str(home / "state2")})
+    assert again.returncode == 0, again.stdout + again.stderr
+    records = read_jsonl(next((home / "runs2").iterdir()) / "journal.jsonl")
+    dry = next(r for r in records if r["step"] == "failsafe.dry_run" and r["event"] == "done")
+    assert f"removed the stale watchdog {watchdog[0]['Names']} of window {rows[0]['window']}" in dry["result"]
+    assert _campaign_containers(box) == [] and serves_at(BOX_ADDRESS, port)
+    # on the first machine the old window still reads armed; abort ends it there (the daily already serves)
     abort = campaign("abort", rows[0]["window"])
-    assert abort.returncode == 0, abort.stderr
-    cleaned = campaign("cleanup", "--engines-of", str(contract), "--remove")
-    assert cleaned.returncode == 0 and "(failsafe watchdog)" in cleaned.stdout and "removed 1" in cleaned.stdout
-    assert _campaign_containers(box) == []
+    assert abort.returncode == 0 and "restored" in abort.stdout, abort.stdout + abort.stderr
     box.docker("rm", "-f", daily)
 
 
@@ -236,6 +245,18 @@ def test_two_windows_at_once_on_two_engines_from_one_command(box: Box, home: Pat
     assert serves_at(BOX_ADDRESS, port_box)
     assert _campaign_containers(box) == []
     box.docker("rm", "-f", daily)
+
+
+def test_a_lane_left_on_the_box_by_a_killed_runner_is_found_and_removed_by_cleanup(box: Box, home: Path) -> None:
+    contract = box_contract(home, box, box.ssh_host(), free_port(), name="leftover", daily=None)
+    assert campaign("freeze", str(contract)).returncode == 0
+    kill_once_a_lane_is_up(contract, home / "runs")
+    assert len(_campaign_containers(box)) == 1  # no daily, so no failsafe: the lane stays until cleanup
+    listed = campaign("cleanup", "--engines-of", str(contract))
+    assert listed.returncode == 0 and box.ssh_url in listed.stdout and "base" in listed.stdout, listed.stdout
+    removed = campaign("cleanup", "--engines-of", str(contract), "--remove")
+    assert removed.returncode == 0 and "removed 1" in removed.stdout, removed.stdout
+    assert _campaign_containers(box) == []
 
 
 @pytest.fixture
