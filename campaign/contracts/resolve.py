@@ -121,25 +121,32 @@ def effective_lane(contract: Contract, lane: Lane) -> dict[str, Any]:
 
 
 _HOST_TLS_KEYS = {"tls_ca_cert": "ca_cert", "tls_client_cert": "client_cert", "tls_client_key": "client_key"}
+_HOST_SSH_KEYS = {"ssh_identity_file": "identity_file", "ssh_known_hosts": "known_hosts"}
 
 
 def contract_docker_host(contract: Contract) -> dict[str, Any] | None:
     """The contract's ``host: {docker: URL, tls_ca_cert: ..., tls_client_cert: ..., tls_client_key: ...,
-    tls_verify: "true"}`` as a lane's ``docker_host``; a lane's own ``docker_host`` wins."""
+    tls_verify: "true", ssh_identity_file: ..., ssh_known_hosts: ..., socket: ...}`` as a lane's
+    ``docker_host``; a lane's own ``docker_host`` wins."""
     if not contract.host:
         return None
-    unknown = sorted(set(contract.host) - {"docker", "tls_verify", *_HOST_TLS_KEYS})
+    known = {"docker", "tls_verify", "socket", *_HOST_TLS_KEYS, *_HOST_SSH_KEYS}
+    unknown = sorted(set(contract.host) - known)
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(unknown)} (known: docker, tls_ca_cert, tls_client_cert, "
-                         "tls_client_key, tls_verify)")
+        raise ValueError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     if "docker" not in contract.host:
         raise ValueError("`docker` (the engine URL) is missing")
     tls = {field: contract.host[key] for key, field in _HOST_TLS_KEYS.items() if key in contract.host}
     if "tls_verify" in contract.host:
         tls["verify"] = contract.host["tls_verify"].lower() in ("1", "true", "yes")
+    ssh = {field: contract.host[key] for key, field in _HOST_SSH_KEYS.items() if key in contract.host}
     host: dict[str, Any] = {"url": contract.host["docker"]}
     if tls:
         host["tls"] = tls
+    if ssh:
+        host["ssh"] = ssh
+    if "socket" in contract.host:
+        host["socket"] = contract.host["socket"]
     return DockerHost.model_validate(host).model_dump(exclude_none=True)
 
 

@@ -58,6 +58,8 @@ HINTS = {
                   "smaller model or context",
     "killed": "the engine was killed (SIGKILL) by something outside it; out of memory is the usual cause",
     "aborted": "the engine aborted (SIGABRT); see the boot log's last lines",
+    "engine_unreachable": "the lane's docker engine did not answer (a box down, its network, its certificate): "
+                          "nothing was started there",
     "missing_executable": "exit 127: the executable or one of its shared libraries is missing; check the "
                           "lane's executable and `ldd` on it",
 }

@@ -55,9 +55,10 @@ def _inspect(client: Any, name: str, where: str | None = None) -> dict[str, Any]
     except docker.errors.NotFound:
         return None
     except Exception as exc:  # refused, TLS, ssh: the SDK raises requests' and paramiko's errors as they are
+        from campaign.lanes.runtimes.dockerhost import why_unreachable
+
         where = where or getattr(client.api, "base_url", "the docker engine")
-        raise RunError(f"docker engine {where} did not answer for container {name!r} "
-                       f"({type(exc).__name__}); is it the engine the daily runs on?") from exc
+        raise RunError(f"docker engine {where} did not answer for container {name!r}: {why_unreachable(exc)}") from exc
 
 
 def container_id(docker_host: dict[str, Any] | None, name: str) -> str | None:

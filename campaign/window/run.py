@@ -572,6 +572,19 @@ def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, An
     journal.close()  # restore appends its own intent/result records to the same journal
     try:
         record = restore(w.window_id, reason=reason, by="runner", grace=1.0 if w.escalated else 10.0)
+    except RunError as exc:
+        state = w.state.reload()
+        if state.failsafe_backend == "engine" and state.armed:
+            from campaign.lanes.runtimes.dockerhost import describe
+            from campaign.contracts.schema import DockerHost
+
+            box = describe(DockerHost.model_validate((state.incumbent or {}).get("docker_host")))
+            deadline = time.strftime("%H:%M:%S", time.localtime(state.deadline_wall or 0))
+            raise RunError(f"{exc}; the watchdog on {box} restores the daily by itself once this runner's heartbeat "
+                           f"is silent for {state.heartbeat_grace:g}s or at the deadline {deadline} (an engine that "
+                           f"went down: once it is back); then `campaign resume {w.window_id}` finishes the "
+                           "window") from exc
+        raise
     finally:
         journal.reopen()
     atomic_write_json(w.bundle / "incumbent" / "restore.json", record)

@@ -66,7 +66,7 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
                 try:
                     up = incumbent.is_serving(state.incumbent)
                 except Exception as exc:  # an engine that does not answer: say so, status must not fail
-                    up, daily = False, f"unknown (docker engine: {type(exc).__name__})"
+                    up, daily = False, f"unknown ({str(exc)[:160] or type(exc).__name__})"
                 else:
                     daily = f"running (container {state.incumbent['container']})" if up else "stopped"
             else:

@@ -195,6 +195,35 @@ def _start(cmd: list[str], log: Path, pidfile: Path) -> int:
     return proc.pid
 
 
+def _start_dockerd() -> int:
+    folder, run_dir = CACHE / "box", Path("/run/campaign-box")
+    pki = folder / "pki"
+    dockerd = _start(["dockerd", "-H", f"unix://{run_dir / 'docker.sock'}", "-H", f"tcp://{BOX_ADDRESS}:{TLS_PORT}",
+                      "--tlsverify", f"--tlscacert={pki / 'ca.pem'}", f"--tlscert={pki / 'server-cert.pem'}",
+                      f"--tlskey={pki / 'server-key.pem'}", "--data-root", str(folder / "data"),
+                      "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "docker.pid"),
+                      "--storage-driver=vfs", "--iptables=false", "--ip6tables=false", "--bridge=none"],
+                     folder / "dockerd.log", folder / "dockerd.pid")
+    _wait_port(TLS_PORT, dockerd, folder / "dockerd.log", "the box's dockerd")
+    return dockerd
+
+
+def engine_gone(box: Box) -> None:
+    """The box's engine dies (SIGKILL): its API stops answering; what its containers do is up to their shims."""
+    os.kill(box.dockerd_pid, signal.SIGKILL)
+    try:
+        os.waitpid(box.dockerd_pid, 0)
+    except ChildProcessError:
+        pass
+    Path("/run/campaign-box/docker.pid").unlink(missing_ok=True)
+
+
+def engine_back(box: Box) -> None:
+    """The engine started again, as systemd would after a crash (without live-restore its containers were
+    stopped; those with restart policy always come back)."""
+    box.dockerd_pid = _start_dockerd()
+
+
 def box_up() -> Box:
     """Start the box (tearing down a leftover one first) and load the test image into its engine."""
     if os.geteuid() != 0 or not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
@@ -210,13 +239,7 @@ def box_up() -> Box:
     _network()
     _write_pki(pki)
     sock = str(run_dir / "docker.sock")
-    dockerd = _start(["dockerd", "-H", f"unix://{sock}", "-H", f"tcp://{BOX_ADDRESS}:{TLS_PORT}", "--tlsverify",
-                      f"--tlscacert={pki / 'ca.pem'}", f"--tlscert={pki / 'server-cert.pem'}",
-                      f"--tlskey={pki / 'server-key.pem'}", "--data-root", str(folder / "data"),
-                      "--exec-root", str(run_dir / "exec"), "--pidfile", str(run_dir / "docker.pid"),
-                      "--storage-driver=vfs", "--iptables=false", "--ip6tables=false", "--bridge=none"],
-                     folder / "dockerd.log", folder / "dockerd.pid")
-    _wait_port(TLS_PORT, dockerd, folder / "dockerd.log", "the box's dockerd")
+    dockerd = _start_dockerd()
     # sshd: root logs in with the test's key only; the box's host key is pinned in known_hosts
     authorized = _ssh_key(pki / "id_ed25519")
     _ssh_key(pki / "stranger_ed25519")

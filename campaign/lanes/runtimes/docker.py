@@ -24,7 +24,7 @@ from campaign.lanes.runtimes.dockerhost import client_for, describe, is_local, w
 from campaign.lanes.redact import RedactingLog, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
 
-__all__ = ["LABEL_CONTRACT", "LABEL_LANE", "LABEL_PREFIX", "LABEL_WINDOW", "DockerLane", "DockerRuntime",
+__all__ = ["LABEL_CONTRACT", "LABEL_LANE", "LABEL_PREFIX", "LABEL_WINDOW", "DockerLane", "DockerRuntime", "EngineUnreachable",
            "check_lane", "container_path", "create_kwargs", "device_requests", "find_leftovers", "hash_on_engine",
            "host_path", "remove_container", "resolve_image"]
 
@@ -89,7 +89,11 @@ def resolve_image(client: Any, ref: str, *, where: str = "") -> dict[str, Any]:
         raise PreflightError(f"{where}image {ref} is not on engine {_engine(client)}; no registry pull is "
                              "attempted (load or pull the pinned image first)") from exc
     except _failures() as exc:
-        raise PreflightError(f"{where}docker engine {_engine(client)} unreachable: {why_unreachable(exc)}") from exc
+        raise EngineUnreachable(f"{where}docker engine {_engine(client)} unreachable: {why_unreachable(exc)}") from exc
+
+
+class EngineUnreachable(PreflightError):
+    """The lane's engine did not answer: nothing is known about its image or anything else there."""
 
 
 def _engine(client: Any) -> str:
@@ -411,6 +415,8 @@ class DockerRuntime:
         client = client_for(lane.docker_host)
         try:
             image = resolve_image(client, lane.image or "", where=f"lane {lane.name}: ")
+        except EngineUnreachable as exc:
+            raise LaunchError(str(exc), cause="engine_unreachable") from exc
         except PreflightError as exc:
             raise LaunchError(str(exc), cause="missing_image") from exc
         log = RedactingLog(spec.log_path, redactor_for(lane))

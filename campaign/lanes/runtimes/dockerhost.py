@@ -86,6 +86,8 @@ def client_for(host: DockerHost | None) -> Any:
     import docker
     import docker.errors
 
+    if host is None and os.environ.get("DOCKER_HOST", "").startswith("ssh://"):
+        host = DockerHost(url=os.environ["DOCKER_HOST"])  # the same batch-mode tunnel as a contract's ssh://
     key = host.model_dump_json() if host else "<env>"
     with _lock:
         tunnel = _tunnels.get(key)

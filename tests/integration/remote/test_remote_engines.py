@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +25,7 @@ from campaign.fsutil import read_jsonl
 from tests.support.cli import campaign
 from tests.support.contracts import MODEL_SHA256, free_port, write_contract
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
-from tests.support.remotebox import BOX_ADDRESS, Box, box_containers, box_down, box_up
+from tests.support.remotebox import BOX_ADDRESS, Box, box_containers, box_down, box_up, engine_back, engine_gone
 
 pytestmark = pytest.mark.integration
 
@@ -244,6 +243,51 @@ def test_two_windows_at_once_on_two_engines_from_one_command(box: Box, home: Pat
     assert max(starts) < min(ends)  # they ran at the same time
     assert serves_at(BOX_ADDRESS, port_box)
     assert _campaign_containers(box) == []
+    box.docker("rm", "-f", daily)
+
+
+def test_the_box_engine_gone_mid_window_the_runner_says_so_and_the_box_restores_when_it_is_back(
+        box: Box, home: Path) -> None:
+    port = free_port()
+    daily = start_daily(box, port)
+    contract = box_contract(home, box, box.tls_host(), port, name="gone", daily=daily, grace="6s")
+    assert campaign("freeze", str(contract)).returncode == 0
+    out = home / "runs"
+    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    booted = False
+    while time.monotonic() < deadline and not booted and runner.poll() is None:
+        journals = list(out.glob("*/journal.jsonl"))
+        booted = bool(journals) and any(r["step"] == "boot" and r["event"] == "done" for r in read_jsonl(journals[0]))
+        time.sleep(0.1)
+    assert booted
+    engine_gone(box)
+    _, stderr = runner.communicate(timeout=600)
+    # the next lane could not start (the engine, not the lane, failed) and the daily could not be started
+    # from here: the runner says so in one line, naming who restores it, and leaves the window to resume
+    assert runner.returncode == 1 and len(stderr.strip().splitlines()) == 1, stderr
+    assert f"docker engine https://{BOX_ADDRESS}:2376 did not answer" in stderr and "connection refused" in stderr
+    assert f"the watchdog on {box.tls_url} restores the daily by itself" in stderr and "campaign resume" in stderr
+    bundle = next(out.iterdir())
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["lanes"]["spec"]["cause"] == "engine_unreachable", summary["lanes"]["spec"]
+    (row,) = json.loads(campaign("status", "--json").stdout)
+    assert row["armed"] and not row["restored"] and row["boxes"] == [box.tls_url]
+    assert row["daily"].startswith("unknown (docker engine") and "box watchdog: unknown" in row["daily"], row["daily"]
+    engine_back(box)  # the engine restarts its watchdog (restart policy always), which restores the daily
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not serves_at(BOX_ADDRESS, port):
+        time.sleep(0.5)
+    assert serves_at(BOX_ADDRESS, port), "the box did not restore its daily once its engine was back"
+    (row,) = json.loads(campaign("status", "--json").stdout)
+    assert row["daily"].startswith(f"running (container {daily})"), row["daily"]
+    resumed = campaign("resume", bundle.name)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert campaign("verify", str(bundle)).returncode == 0
+    summary = json.loads((bundle / "SUMMARY.json").read_text())
+    assert summary["restore"]["proved"] is True and summary["lanes"]["spec"]["status"] == "ran"
+    assert _campaign_containers(box) == [] and serves_at(BOX_ADDRESS, port)
     box.docker("rm", "-f", daily)
 
 

@@ -213,3 +213,24 @@ def test_demo_docker_contract_is_valid_and_pins_a_placeholder() -> None:
     assert base.runtime == candidate.runtime == "docker" and base.image == "sha256:" + "0" * 64
     assert all(m.read_only for m in base.mounts) and base.shm_size == 64 << 20 and base.stop == "remove"
     assert base.args == candidate.args[:-4]  # the same one axis as examples/demo.yaml
+
+
+def test_an_unreachable_engine_is_said_in_words_a_person_can_act_on() -> None:
+    from campaign.lanes.runtimes.dockerhost import why_unreachable
+
+    assert "not signed by the given ca_cert" in why_unreachable(Exception(
+        "SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed')"))
+    assert "refused our TLS client certificate" in why_unreachable(Exception("[SSL: TLSV1_ALERT_UNKNOWN_CA] unknown ca"))
+    assert "wants TLS" in why_unreachable(Exception('400 Client Error: "Client sent an HTTP request to an HTTPS server."'))
+    assert "connection refused" in why_unreachable(ConnectionError("[Errno 111] Connection refused"))
+    assert why_unreachable(ValueError("odd")) == "ValueError: odd"
+
+
+def test_the_box_clock_is_read_from_the_engine() -> None:
+    from campaign.window.enginefailsafe import _box_clock
+
+    class Client:
+        def info(self) -> dict:
+            return {"SystemTime": "2026-12-01T12:00:00.123456789Z"}
+
+    assert _box_clock(Client()) == pytest.approx(1796126400.123456)

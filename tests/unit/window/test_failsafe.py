@@ -72,6 +72,20 @@ def test_an_explicit_backend_is_kept_and_auto_picks_one() -> None:
     assert choose_backend("auto") in {"systemd", "watchdog"}
 
 
+def test_auto_keeps_the_deadline_on_the_box_of_a_remote_daily_container() -> None:
+    from campaign.contracts.schema import IncumbentSpec
+
+    remote = IncumbentSpec(runtime="docker", container="d", endpoint="http://box:1", docker_host="tcp://10.0.0.2:2376")
+    local = IncumbentSpec(runtime="docker", container="d", endpoint="http://127.0.0.1:1",
+                          docker_host="unix:///var/run/docker.sock")
+    process = IncumbentSpec(runtime="process", pidfile="d.pid", endpoint="http://127.0.0.1:1")
+    assert choose_backend("auto", remote) == "engine"
+    assert choose_backend("auto", local) in {"systemd", "watchdog"}
+    assert choose_backend("engine", local) == "engine"  # asked for: a local container daily may have it too
+    with pytest.raises(PreflightError, match="not a container"):
+        choose_backend("engine", process)
+
+
 def test_watchdog_dry_run_fires(tmp_path: Path) -> None:
     assert dry_run("watchdog", tmp_path) == "watchdog dry run fired"
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # its scratch folder is gone again
