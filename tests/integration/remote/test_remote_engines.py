@@ -230,8 +230,19 @@ def test_two_windows_at_once_on_two_engines_from_one_command(box: Box, home: Pat
     refused = campaign("run", str(on_box), str(also_tls), "--out", str(home / "refused"))
     assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "both use" in refused.stderr and not (home / "refused").exists()
-    ran = campaign("run", str(on_box), str(local), "--out", str(home / "runs"))
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    both = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(on_box), str(local), "--out",
+                             str(home / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: set[tuple[str, ...]] = set()
+    while both.poll() is None:  # `campaign status` shows every live window, each with its box
+        shown = campaign("status", "--json")
+        if shown.returncode == 0:
+            rows = [row for row in json.loads(shown.stdout) if row["runner_alive"]]
+            seen.add(tuple(sorted(box for row in rows for box in row["boxes"])))
+        time.sleep(0.5)
+    stdout, stderr = both.communicate()
+    assert both.returncode == 0, stdout + stderr
+    assert ("ssh://root@10.231.77.2:22", "this machine") in seen, seen
+    assert "overssh" in stdout and "local" in stdout and "signed" in stdout
     bundles = sorted((home / "runs").iterdir())
     assert len(bundles) == 2
     for bundle in bundles:
