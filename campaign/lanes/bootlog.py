@@ -19,7 +19,9 @@ _CAUSES: list[tuple[str, re.Pattern[str]]] = [
                                  r"\bBus error\b|SIGBUS", re.I)),
     ("gpu_unavailable", re.compile(r"could not select device driver|nvidia-container-cli|no CUDA-capable device|"
                                    r"unknown or invalid runtime name: nvidia", re.I)),
-    ("gpu_out_of_memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation", re.I)),
+    # PyTorch's words, CUDA's, and llama.cpp's (a cudaMalloc that failed while loading weights or the KV cache)
+    ("gpu_out_of_memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation|"
+                                     r"cudaMalloc failed: out of memory|unable to allocate CUDA\d* buffer", re.I)),
     ("out_of_memory", re.compile(r"out of memory|Cannot allocate memory|std::bad_alloc|failed to allocate|"
                                  r"less than desired (?:CPU|GPU) memory utilization|"  # vLLM's memory budget
                                  r"No available memory for the cache blocks", re.I)),

@@ -160,7 +160,8 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     try:
         running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env,
                                                                     log_path=log_path, labels=labels or {},
-                                                                    scratch=str(scratch), cpus=lane.cpus))
+                                                                    scratch=str(scratch), cpus=lane.cpus,
+                                                                    gpus=lane.gpus))
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

@@ -84,10 +84,25 @@ def _cpus(cpuset: str | None) -> str | None:
 
 
 def process_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any]:
-    """A process lane's pinning as launched (None: not pinned) or as the kernel reports it ({} for containers)."""
+    """A process lane's pinning and GPUs as launched (None: not set) or as read back from the running
+    process ({} for containers). The GPUs read back are the devices nvidia-smi sees it hold memory on
+    when it can say, else its CUDA_VISIBLE_DEVICES."""
     if snapshot.get("runtime") != "process":
         return {}
-    return {"cpus": snapshot.get("launched_cpus") if launched else snapshot.get("cpus")}
+    if launched:
+        return {"cpus": snapshot.get("launched_cpus"), "gpus": snapshot.get("launched_gpus")}
+    gpus = snapshot.get("gpus")
+    if snapshot.get("gpu_use"):
+        gpus = ",".join(str(use["index"]) for use in snapshot["gpu_use"])
+    return {"cpus": snapshot.get("cpus"), "gpus": gpus}
+
+
+def _env_of(snapshot: dict[str, Any], key: str) -> dict[str, str]:
+    """The env to compare: CUDA_VISIBLE_DEVICES belongs to ``gpus`` where the lane's gpus set it."""
+    env = dict(snapshot.get(key) or {})
+    if snapshot.get("launched_gpus") is not None:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
 
 
 def _image_env(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
@@ -124,13 +139,13 @@ def runtime_axis_difference(bundle: Path, control: EffectiveLane, candidate: Eff
             return f"no inspect snapshot for lane {lane.name}"
         snapshots[lane.name] = load_json_strict(path)
     a, b = snapshots[control.name], snapshots[candidate.name]
-    intended = _diff(launch_keys(_as_written(a, a["launched_argv"]), _as_written(a, a["launched_env"])),
-                     launch_keys(_as_written(b, b["launched_argv"]), _as_written(b, b["launched_env"])))
+    intended = _diff(launch_keys(_as_written(a, a["launched_argv"]), _as_written(a, _env_of(a, "launched_env"))),
+                     launch_keys(_as_written(b, b["launched_argv"]), _as_written(b, _env_of(b, "launched_env"))))
     intended |= _diff(file_keys(a, launched=True), file_keys(b, launched=True))
     intended |= _diff(container_keys(a, launched=True), container_keys(b, launched=True))
     intended |= _diff(process_keys(a, launched=True), process_keys(b, launched=True))
-    actual = _diff(launch_keys(_as_written(a, a["argv"]), _as_written(a, a["env"])),
-                   launch_keys(_as_written(b, b["argv"]), _as_written(b, b["env"])))
+    actual = _diff(launch_keys(_as_written(a, a["argv"]), _as_written(a, _env_of(a, "env"))),
+                   launch_keys(_as_written(b, b["argv"]), _as_written(b, _env_of(b, "env"))))
     actual |= _diff(file_keys(a, launched=False), file_keys(b, launched=False))
     actual |= _diff(container_keys(a, launched=False), container_keys(b, launched=False))
     actual |= _diff(process_keys(a, launched=False), process_keys(b, launched=False))

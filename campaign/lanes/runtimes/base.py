@@ -26,6 +26,7 @@ class LaunchSpec:
     # empty private tmpfs at the same path, since the host folder may not exist where docker runs
     scratch: str | None = None
     cpus: str | None = None  # a cpuset the lane is pinned to (the contract's lane.cpus)
+    gpus: str | int | None = None  # the contract's lane.gpus (a process lane: CUDA_VISIBLE_DEVICES)
 
 
 class RunningLane(Protocol):

@@ -20,6 +20,7 @@ from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.errors import LaunchError
 from campaign.lanes.redact import RedactingLog, Redactor
 from campaign.lanes.runtimes.base import LaunchSpec
+from campaign.lanes.runtimes.gpus import gpu_use, visible_devices
 
 __all__ = ["BASE_ENV_KEYS", "WINDOW_ENV", "ProcessLane", "ProcessRuntime", "marked_processes"]
 
@@ -106,6 +107,7 @@ class ProcessLane:
         # A SIGKILL is the OOM killer's only when the kernel counted a kill in our cgroup meanwhile.
         oom = self._popen.returncode == -signal.SIGKILL and oom_kills() > self._oom_kills_at_start
         return {"oom_killed": oom}
+
     def cpu_seconds(self) -> float | None:
         """CPU time used so far by the lane's processes (its session), for host-load checks."""
         from campaign.lanes.runtimes.hostcpu import session_cpu_seconds
@@ -118,6 +120,8 @@ class ProcessLane:
                                     "env": dict(self.spec.env), "launched_argv": list(self.spec.argv),
                                     "launched_env": dict(self._env),
                                     "launched_cpus": format_cpuset(parse_cpuset(self.spec.cpus)) if self.spec.cpus
+                                    else None,
+                                    "launched_gpus": self._env.get("CUDA_VISIBLE_DEVICES") if self.spec.gpus is not None
                                     else None}
         try:
             with open(f"/proc/{self.pid}/cmdline", "rb") as handle:
@@ -127,6 +131,10 @@ class ProcessLane:
                 snapshot["env"] = {k: v for k, v in (p for p in pairs if len(p) == 2)}
             snapshot["exe"] = os.readlink(f"/proc/{self.pid}/exe")
             snapshot["cpus"] = format_cpuset(os.sched_getaffinity(self.pid))
+            if self.spec.gpus is not None:
+                snapshot["gpus"] = snapshot["env"].get("CUDA_VISIBLE_DEVICES")
+                # what it holds on which device (None: nvidia-smi cannot say here); the engine's log says more
+                snapshot["gpu_use"] = gpu_use(self.pid)
         except OSError:
             snapshot["read_back"] = False  # exited already: keep what was launched
         return snapshot
@@ -171,6 +179,9 @@ class ProcessRuntime:
             # the same mark on every lane of a window: a restore finds a lane the runner started but did
             # not get to record (killed between the two) by this, in /proc
             env[WINDOW_ENV] = spec.labels[WINDOW_LABEL]
+        visible = visible_devices(spec.gpus, spec.lane)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         log: Any = (RedactingLog(spec.log_path, self.redactor) if self.redactor is not None
                     else open(spec.log_path, "ab", buffering=0))
