@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU box, in the repository's copy there, with .gpu/ carried (scripts/gpu/pack.sh):
+#   scripts/gpu/on-device.sh setup build model probe lanes windows
+# Each step is safe to repeat on a warm machine: the build and the model persist under $GPU_HOME between
+# calls (a cold machine starts over). Outputs that must come back go to $OUT (the device tool's folder).
+#   setup    the carried wheels into /tmp/site (PYTHONPATH), the project from this copy
+#   build    llama-server with CUDA for sm_90 (Hopper) and the same portable CPU baseline as on CPU boxes
+#   model    a random-weight LLaMA of $GPU_MODEL_SIZE (default 1b) with SmolLM2's tokenizer, F16
+#   probe    decode tok/s of the candidate axes, measured first, to choose the window's axis
+#   lanes    launch failures on a GPU, through campaign's own boot: a GPU that does not exist, a context that
+#            does not fit; and a GPU lane's device use read back
+#   windows  the A/A window and the real-axis window (greedy, teacher_forced, speed), verified, tarred to $OUT
+set -euo pipefail
+exec </dev/null
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+GPU_HOME="${GPU_HOME:-/root/campaign-gpu}"
+size="${GPU_MODEL_SIZE:-1b}"
+out="${OUT:-$GPU_HOME/out}"
+server="$GPU_HOME/llama-server/bin/llama-server"
+model="$GPU_HOME/model-$size.gguf"
+mkdir -p "$GPU_HOME" "$out"
+export PYTHONPATH="/tmp/site:$repo" XDG_CONFIG_HOME="$GPU_HOME/config" XDG_STATE_HOME="$GPU_HOME/state"
+say() { echo "[gpu $(date +%H:%M:%S)] $*"; }
+
+step_setup() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$repo"/.gpu/wheels/*.whl 2>&1 | grep -v "^WARNING: Target directory" || true
+  python3 -c "import campaign.cli, pydantic, cryptography, docker, orjson; print('campaign imports')"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+  nvcc --version | tail -n 1; nproc
+}
+
+step_build() {
+  if [ -x "$server" ]; then say "llama-server already built: $server"; return; fi
+  local work="$GPU_HOME/build"
+  mkdir -p "$work"
+  [ -d "$work/llama.cpp" ] || tar -xzf "$repo/.gpu/llama.cpp.tar.gz" -C "$work"
+  say "configure (CUDA sm_90, CPU baseline AVX2, never native)"
+  cmake -S "$work/llama.cpp" -B "$work/out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF \
+    -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF \
+    -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$work/configure.log" 2>&1 || { tail -n 20 "$work/configure.log"; exit 1; }
+  say "build llama-server"
+  local t0=$SECONDS
+  cmake --build "$work/out" --target llama-server -j "$(nproc)" >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log"; exit 1; }
+  mkdir -p "$(dirname "$server")"
+  cp "$work/out/bin/llama-server" "$server"
+  say "built in $((SECONDS - t0))s: $("$server" --version 2>&1 | tail -n 2 | tr '\n' ' ')"
+}
+
+step_model() {
+  if [ ! -f "$model" ]; then
+    PYTHONPATH="$GPU_HOME/build/llama.cpp/gguf-py:$PYTHONPATH" python3 "$repo/scripts/gpu/random_model.py" make \
+      "$model.tmp" "$repo/.gpu/tokenizer.json" "$size"
+    mv "$model.tmp" "$model"
+  fi
+  say "model $model $(du -h "$model" | cut -f1) sha256 $(sha256sum "$model" | cut -c1-16)..."
+}
+
+step_probe() { python3 "$repo/scripts/gpu/probe.py" "$server" "$model" | tee "$out/probe.txt"; }
+step_lanes() { python3 "$repo/scripts/gpu/check_lanes.py" "$server" "$model" | tee "$out/lanes.json"; }
+
+step_windows() {
+  local work="$GPU_HOME/windows"
+  rm -rf "$work"; mkdir -p "$work"
+  cp -r "$repo/examples/prompts" "$work/prompts"
+  local digest; digest="$(sha256sum "$model" | cut -d' ' -f1)"
+  python3 -m campaign.cli keys init >/dev/null 2>&1 || true
+  for name in gpu-aa gpu-axis; do
+    sed -e "s|@SERVER@|$server|; s|@MODEL@|$model|; s|@MODEL_SHA256@|$digest|" \
+      "$repo/examples/gpu/$name.yaml" >"$work/$name.yaml"
+    python3 -m campaign.cli freeze "$work/$name.yaml"
+    say "window $name"
+    python3 -m campaign.cli run "$work/$name.yaml" --out "$work/runs" || say "window $name ended non-zero ($?)"
+  done
+  for bundle in "$work"/runs/*/; do
+    python3 -m campaign.cli verify "$bundle" || true
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1]+'/SUMMARY.json')); print(json.dumps({'window': s['window'], 'candidates': {c: {g: r['verdict'] for g, r in e['gates'].items()} | {'overall': e['overall']} for c, e in s['candidates'].items()}}))" "$bundle"
+  done
+  tar -czf "$out/gpu-bundles.tar.gz" -C "$work" runs gpu-aa.yaml gpu-axis.yaml
+  say "bundles: $(du -h "$out/gpu-bundles.tar.gz" | cut -f1)"
+}
+
+for step in "$@"; do
+  say "step $step"
+  "step_$step"
+done

