@@ -207,6 +207,12 @@ def _counter_problem(counters: list[tuple[int, str]], tokens: int, finish: str) 
             return f"content chunk {index} jumps from token {previous} to {count}: lost chunks"
         previous = count
     expected = tokens - (1 if finish == "stop" else 0)  # a stop's EOS is counted, not streamed
-    if previous not in (expected, tokens):
-        return f"the last chunk is token {previous} but the engine counted {tokens}: lost chunks at the end"
-    return None
+    if previous in (expected, tokens):
+        return None
+    # llama-server holds back a token whose text ends in an incomplete UTF-8 character until the character
+    # is whole; a generation that reaches its limit there never streams it (up to 3 byte tokens of one
+    # 4-byte character). Seen on an H200 with random weights, which often end on a byte token. The decode
+    # time still runs to the finish event, after those tokens were made, so the count stays the engine's.
+    if finish == "length" and 0 < tokens - previous <= 3:
+        return None
+    return f"the last chunk is token {previous} but the engine counted {tokens}: lost chunks at the end"

@@ -76,8 +76,18 @@ def test_repeated_and_lost_chunks_are_caught_by_the_engine_counter() -> None:
     lost = stream(["a", "b", "c", "d"], usage=4)
     del lost["events"][2]  # token 2 never arrived
     assert "lost chunks" in analyze_stream(lost, 4, LLAMA)[1]
-    tail = stream(["a", "b", "c"], usage=4)  # the engine made 4, 3 arrived, finish 'length'
-    assert "lost chunks at the end" in analyze_stream(tail, 4, LLAMA)[1]
+    tail = stream(["a"], usage=5)  # the engine made 5, 1 arrived, finish 'length': more than one character held
+    assert "lost chunks at the end" in analyze_stream(tail, 5, LLAMA)[1]
+    stopped = stream(["a", "b"], finish="stop", usage=5)  # a stop after 2 streamed of 4 made: no character excuses it
+    assert "lost chunks at the end" in analyze_stream(stopped, 8, LLAMA)[1]
+
+
+def test_a_last_character_held_back_at_the_limit_is_not_a_lost_chunk() -> None:
+    # llama-server never streams a token that ends in an incomplete UTF-8 character when the limit comes
+    # there: the engine counted 4, the last streamed chunk is token 3 (seen on the H200 window)
+    stats, problem = analyze_stream(stream(["a", "b", "c"], usage=4), 4, LLAMA)
+    assert problem is None and stats.tokens == 4
+    assert stats.decode_tok_s == pytest.approx(3 / 0.3)  # first chunk -> the finish event, after all 4 were made
 
 
 def test_a_held_back_multibyte_character_is_not_a_lost_chunk() -> None:
