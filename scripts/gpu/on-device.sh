@@ -20,7 +20,11 @@ out="${OUT:-$GPU_HOME/out}"
 server="$GPU_HOME/llama-server/bin/llama-server"
 model="$GPU_HOME/model-$size.gguf"
 mkdir -p "$GPU_HOME" "$out"
-export PYTHONPATH="/tmp/site:$repo" XDG_CONFIG_HOME="$GPU_HOME/config" XDG_STATE_HOME="$GPU_HOME/state"
+# the signing key: carried in .gpu/config when the bundles must verify elsewhere (pack.sh --key), else one
+# made on the box (lost with it: then only the box could verify what it signed)
+config="$GPU_HOME/config"
+if [ -d "$repo/.gpu/config/campaign" ]; then config="$GPU_HOME/carried-config"; rm -rf "$config"; cp -r "$repo/.gpu/config" "$config"; fi
+export PYTHONPATH="/tmp/site:$repo" XDG_CONFIG_HOME="$config" XDG_STATE_HOME="$GPU_HOME/state"
 say() { echo "[gpu $(date +%H:%M:%S)] $*"; }
 
 step_setup() {
@@ -78,7 +82,8 @@ step_windows() {
     python3 -m campaign.cli verify "$bundle" || true
     python3 -c "import json,sys; s=json.load(open(sys.argv[1]+'/SUMMARY.json')); print(json.dumps({'window': s['window'], 'candidates': {c: {g: r['verdict'] for g, r in e['gates'].items()} | {'overall': e['overall']} for c, e in s['candidates'].items()}}))" "$bundle"
   done
-  tar -czf "$out/gpu-bundles.tar.gz" -C "$work" runs gpu-aa.yaml gpu-axis.yaml
+  cp "$XDG_CONFIG_HOME/campaign/signing.pub" "$work/signing.pub"
+  tar -czf "$out/gpu-bundles.tar.gz" -C "$work" runs gpu-aa.yaml gpu-axis.yaml signing.pub
   say "bundles: $(du -h "$out/gpu-bundles.tar.gz" | cut -f1)"
 }
 

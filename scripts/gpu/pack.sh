@@ -42,4 +42,6 @@ tar -czf "$out/llama.cpp.tar.gz" -C "$(dirname "$src")" llama.cpp
 # 3. the tokenizer
 model="$("$root/scripts/fetch-model.sh" | tail -n 1)"
 PYTHONPATH="$src/gguf-py" "$python" "$here/random_model.py" extract "$model" "$out/tokenizer.json"
+# 4. with --key DIR: a campaign config folder whose signing key signs the box's bundles, so they verify here
+if [ "${1:-}" = --key ]; then mkdir -p "$out/config"; cp -r "$2/campaign" "$out/config/"; fi
 du -sh "$out"
