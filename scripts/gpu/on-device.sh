@@ -23,7 +23,8 @@ mkdir -p "$GPU_HOME" "$out"
 # the signing key: carried in .gpu/config when the bundles must verify elsewhere (pack.sh --key), else one
 # made on the box (lost with it: then only the box could verify what it signed)
 config="$GPU_HOME/config"
-if [ -d "$repo/.gpu/config/campaign" ]; then config="$GPU_HOME/carried-config"; rm -rf "$config"; cp -r "$repo/.gpu/config" "$config"; fi
+if [ -d "$repo/.gpu/config/campaign" ]; then config="$GPU_HOME/carried-config"; rm -rf "$config"; cp -r "$repo/.gpu/config" "$config"
+  chmod 700 "$config" "$config/campaign"; chmod 600 "$config/campaign/signing.key"; fi
 export PYTHONPATH="/tmp/site:$repo" XDG_CONFIG_HOME="$config" XDG_STATE_HOME="$GPU_HOME/state"
 say() { echo "[gpu $(date +%H:%M:%S)] $*"; }
 
