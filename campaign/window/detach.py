@@ -13,18 +13,27 @@ from pathlib import Path
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.load import load_contract
 from campaign.signing import TrustedKeys
+from campaign.window.boxes import boxes_of, claim
 from campaign.window.run import _window_id, preflight
 
 __all__ = ["detach_window"]
 
 
-def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted: TrustedKeys) -> tuple[str, Path, int]:
-    """Pre-flight here, then the runner in a new session; returns the window id, its bundle and the runner's pid."""
+def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted: TrustedKeys,
+                  preflighted: bool = False) -> tuple[str, Path, int]:
+    """Pre-flight here (unless the caller just did), then the runner in a new session; returns the window id,
+    its bundle and the runner's pid."""
     loaded = load_contract(contract)
     record = record or default_record_path(loaded.path)
     check_frozen(loaded, record, trusted)
-    preflight(loaded)
     window = _window_id(loaded)
+    held = claim(window, boxes_of(loaded))  # refused here, before the model is hashed on a busy box
+    try:
+        if not preflighted:
+            preflight(loaded)
+    finally:
+        held.release()  # the runner claims again for the whole window
+
     bundle = out_dir / window
     bundle.mkdir(parents=True)
     with open(bundle / "runner.log", "ab") as log:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.schema import DockerHost, FailsafeSpec
-from campaign.errors import PreflightError, RunError
+from campaign.errors import CampaignError, PreflightError, RunError
 from campaign.window.state import WindowState, windows_dir
 
 __all__ = ["LABEL_FAILSAFE", "arm", "beat", "box_report", "disarm", "dry_run", "remove_stale", "stale_watchdogs"]
@@ -250,7 +250,7 @@ def box_report(state: WindowState) -> str:
         client = _client(state.incumbent or {})
         attrs = client.api.inspect_container(state.failsafe_container)
         said = client.api.logs(state.failsafe_container, tail=1).decode(errors="replace").strip()
-    except _failures() as exc:
-        return f"box watchdog: unknown ({_why(exc)})"
+    except Exception as exc:  # noqa: BLE001 - status must say "unknown", whatever kept the box from answering
+        return f"box watchdog: unknown ({_why(exc) if not isinstance(exc, CampaignError) else exc})"
     running = (attrs.get("State") or {}).get("Running")
     return f"box watchdog {'running' if running else 'stopped'}: {said[21:] or 'nothing said yet'}"

@@ -67,10 +67,12 @@ def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, ou
     loaded = load_contract(contract_path)
     record_path = record_path or default_record_path(loaded.path)
     freeze_record = check_frozen(loaded, record_path, trusted)
-    model_paths = preflight(loaded)
     window_id = window_id or _window_id(loaded)
     boxes = boxes_of(loaded)
-    held = claim(window_id, boxes)  # held until this process ends: the kernel lets go if it dies
+    # claimed before pre-flight: its model hash reads the whole model on the box, which a window measuring
+    # there would feel. Held until this process ends: the kernel lets go if it dies.
+    held = claim(window_id, boxes)
+    model_paths = preflight(loaded)
     bundle = out_dir / window_id
     bundle.mkdir(parents=True, exist_ok=window_id is not None)
     if any(bundle.iterdir()) and list(bundle.iterdir()) != [bundle / "runner.log"]:
@@ -107,8 +109,8 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
         raise InputError(f"window {window_id} already finished and was signed; nothing to resume")
     loaded = load_contract(state.contract, allow_paths=[Path(p) for p in state.allowed_paths])
     freeze_record = check_frozen(loaded, Path(state.record), trusted)
-    model_paths = preflight(loaded, ports=False)
     held = claim(window_id, boxes_of(loaded))
+    model_paths = preflight(loaded, ports=False)
     _refuse_a_mixed_resume(bundle, loaded, model_paths)
     done = {(r.get("gate"), r.get("lane")) for r in records if r.get("event") == "done" and r.get("step") == "gate"}
     with state.locked():

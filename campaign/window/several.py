@@ -17,10 +17,11 @@ from typing import Any, Callable
 
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.load import load_contract
-from campaign.errors import InputError, PreflightError
+from campaign.errors import CampaignError, InputError, PreflightError
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, overlapping
 from campaign.window.detach import detach_window
+from campaign.window.run import preflight
 from campaign.window.state import WindowState, process_start_time
 
 __all__ = ["run_several"]
@@ -39,13 +40,23 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
     clash = overlapping(boxes)
     if clash:
         raise PreflightError(f"two windows on one box would measure each other: {'; '.join(clash)}; nothing started")
-    started = []
-    for path in contracts:
-        window, bundle, pid = detach_window(path, out_dir=out_dir, record=None, trusted=trusted)
-        started.append((path, window, bundle, pid))
-    show([f"window {window} started for {path} on {', '.join(b.name for b in boxes[str(path)])}"
-          for path, window, _, _ in started])
-    states = {window: _wait_for_state(window, bundle, pid) for _, window, bundle, pid in started}
+    for path in contracts:  # every pre-flight before any window starts: a bad contract stops them all
+        try:
+            preflight(load_contract(path))
+        except CampaignError as exc:
+            raise _same_kind(exc)(f"{path}: {exc}; nothing started") from exc
+    started: list[tuple[Path, str, Path, int]] = []
+    try:
+        for path in contracts:
+            window, bundle, pid = detach_window(path, out_dir=out_dir, record=None, trusted=trusted,
+                                                preflighted=True)
+            started.append((path, window, bundle, pid))
+        show([f"window {window} started for {path} on {', '.join(b.name for b in boxes[str(path)])}"
+              for path, window, _, _ in started])
+        states = {window: _wait_for_state(window, bundle, pid) for _, window, bundle, pid in started}
+    except CampaignError as exc:
+        running = ", ".join(window for _, window, _, _ in started) or "none"
+        raise _same_kind(exc)(f"{exc} (windows already running: {running}; follow them with `campaign status`)") from exc
     while any(_alive(state) for state in states.values()):
         time.sleep(every)
         states = {window: state.reload() for window, state in states.items()}
@@ -55,11 +66,17 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
         summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
         signed = (bundle / "receipt.dsse.json").exists()
         restore = summary.get("restore") or {}
+        # True: proven back; None: no daily declared, or never stopped; False: not proven, or no summary at all
+        proved = restore.get("proved") if summary else False
         outcomes.append({"contract": str(path), "window": window, "bundle": str(bundle), "signed": signed,
-                         "restored": restore.get("proved") is not False,
+                         "restored": proved,
                          "decisions": {name: entry.get("overall") for name, entry in
                                        (summary.get("candidates") or {}).items()}})
     return outcomes
+
+
+def _same_kind(exc: CampaignError) -> type[CampaignError]:
+    return InputError if isinstance(exc, InputError) else PreflightError
 
 
 def _wait_for_state(window: str, bundle: Path, pid: int) -> WindowState:

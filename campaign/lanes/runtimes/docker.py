@@ -20,7 +20,7 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import LaunchError, PreflightError, RunError
-from campaign.lanes.runtimes.dockerhost import client_for, describe, is_local, why_unreachable
+from campaign.lanes.runtimes.dockerhost import EngineUnreachable, client_for, describe, is_local, why_unreachable
 from campaign.lanes.redact import RedactingLog, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
 
@@ -90,10 +90,6 @@ def resolve_image(client: Any, ref: str, *, where: str = "") -> dict[str, Any]:
                              "attempted (load or pull the pinned image first)") from exc
     except _failures() as exc:
         raise EngineUnreachable(f"{where}docker engine {_engine(client)} unreachable: {why_unreachable(exc)}") from exc
-
-
-class EngineUnreachable(PreflightError):
-    """The lane's engine did not answer: nothing is known about its image or anything else there."""
 
 
 def _engine(client: Any) -> str:
@@ -412,8 +408,8 @@ class DockerRuntime:
     def start(self, spec: LaunchSpec) -> DockerLane:
         docker = _docker()
         lane = self.lane
-        client = client_for(lane.docker_host)
         try:
+            client = client_for(lane.docker_host)  # an ssh tunnel that died is re-opened here, or refused
             image = resolve_image(client, lane.image or "", where=f"lane {lane.name}: ")
         except EngineUnreachable as exc:
             raise LaunchError(str(exc), cause="engine_unreachable") from exc

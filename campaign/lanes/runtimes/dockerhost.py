@@ -28,13 +28,18 @@ from urllib.parse import urlsplit
 from campaign.contracts.schema import DockerHost
 from campaign.errors import PreflightError
 
-__all__ = ["API_VERSION", "client_for", "client_kwargs", "describe", "engine_identity", "is_local", "ssh_command",
+__all__ = ["API_VERSION", "EngineUnreachable", "client_for", "client_kwargs", "describe", "engine_identity", "is_local", "ssh_command",
            "why_unreachable"]
 
 # Pinned rather than negotiated: negotiation costs a round trip per client and would make constructing a
 # client for an unreachable box fail before pre-flight can say which box it was. 1.41 is Docker 20.10's
 # API (DeviceRequests, ShmSize, Mounts are all older), understood by every later engine.
 API_VERSION = "1.41"
+class EngineUnreachable(PreflightError):
+    """An engine did not answer (refused, timed out, TLS refused, ssh refused or gone): nothing is known about
+    its images or containers. Before a window that is a refusal; mid-window a lane's `engine_unreachable`."""
+
+
 _clients: dict[str, Any] = {}
 _tunnels: dict[str, subprocess.Popen[bytes]] = {}
 _lock = threading.Lock()
@@ -104,7 +109,7 @@ def client_for(host: DockerHost | None) -> Any:
                         # CA, so the contract's ca_cert would silently not be the one checked
                         _clients[key].api.trust_env = False
             except docker.errors.DockerException as exc:
-                raise PreflightError(f"docker engine {describe(host)}: {exc}") from exc
+                raise EngineUnreachable(f"docker engine {describe(host)}: {exc}") from exc
         return _clients[key]
 
 
@@ -115,6 +120,7 @@ def ssh_command(host: DockerHost, local_socket: str) -> list[str]:
     if not parts.hostname:
         raise PreflightError(f"docker host {host.url}: no box named in the URL")
     command = ["ssh", "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-o", "ConnectTimeout=10",
+               "-o", "ControlMaster=no", "-o", "ControlPath=none",
                "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3", "-o", "StreamLocalBindUnlink=yes"]
     if parts.port:
         command += ["-p", str(parts.port)]
@@ -135,12 +141,17 @@ def _ssh_path(host: DockerHost, text: str) -> str:
     return str(path)
 
 
+try:  # loaded once here: a forked child of a threaded runner must not load libraries
+    _LIBC: Any = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
+
+
 def _die_with_parent() -> None:
-    # a runner killed with SIGKILL must not leave its tunnels behind holding the box's engine open
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    # a runner killed with SIGKILL must not leave its tunnels behind holding the box's engine open (the
+    # signal comes when the thread that started ssh ends; client_for then finds it dead and starts another)
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _tunnel(host: DockerHost) -> str:
@@ -150,6 +161,10 @@ def _tunnel(host: DockerHost) -> str:
         raise PreflightError(f"docker engine {host.url}: no ssh client on this machine (install openssh-client)")
     folder = Path(tempfile.gettempdir()) / f"campaign-ssh-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
+    for old in folder.glob("*.sock"):  # sockets of runners that were killed (their pid is the name's tail)
+        pid = old.stem.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            old.unlink(missing_ok=True)
     local = str(folder / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}-{os.getpid()}.sock")
     known = _tunnels.get(key)
     if known is not None and known.poll() is None and os.path.exists(local):
@@ -167,7 +182,7 @@ def _tunnel(host: DockerHost) -> str:
         said = (proc.communicate(timeout=5)[1] or b"").decode(errors="replace")
         lines = [line.strip() for line in said.splitlines() if line.strip() and not line.startswith("Warning:")]
         why = lines[-1] if lines else f"no tunnel within {SSH_CONNECT_WAIT:g}s"
-        raise PreflightError(f"docker engine {host.url}: ssh failed: {why}")
+        raise EngineUnreachable(f"docker engine {host.url}: ssh failed: {why}")
     _tunnels[key] = proc
     atexit.register(_close, proc, local)
     return local
@@ -213,6 +228,6 @@ def engine_identity(host: DockerHost | None) -> dict[str, str]:
     except PreflightError:
         raise
     except Exception as exc:
-        raise PreflightError(f"docker engine {describe(host)} unreachable: {why_unreachable(exc)}") from exc
+        raise EngineUnreachable(f"docker engine {describe(host)} unreachable: {why_unreachable(exc)}") from exc
     return {"id": str(info.get("ID") or ""), "name": str(info.get("Name") or ""),
             "root": str(info.get("DockerRootDir") or ""), "url": describe(host)}

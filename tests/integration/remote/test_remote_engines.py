@@ -274,6 +274,48 @@ def test_a_lane_left_on_the_box_by_a_killed_runner_is_found_and_removed_by_clean
     assert _campaign_containers(box) == []
 
 
+def test_two_windows_at_once_on_two_engines_from_one_command(box: Box, home: Path, image_id_local: str) -> None:
+    port_box = free_port()
+    daily = start_daily(box, port_box)
+    on_box = box_contract(home, box, box.ssh_host(), port_box, name="overssh", daily=daily)
+    local = box_contract(home, box, {"url": "unix:///var/run/docker.sock"}, free_port(), name="local", daily=None)
+    text = local.read_text().replace(BOX_ADDRESS, "127.0.0.1").replace(_image(box), image_id_local)
+    local.write_text(text)
+    for contract in (on_box, local):
+        assert campaign("freeze", str(contract)).returncode == 0
+    # the same box through two URLs is one box: refused before anything starts
+    also_tls = box_contract(home, box, box.tls_host(), free_port(), name="alsotls", daily=None)
+    assert campaign("freeze", str(also_tls)).returncode == 0
+    refused = campaign("run", str(on_box), str(also_tls), "--out", str(home / "refused"))
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "both use" in refused.stderr and not (home / "refused").exists()
+    both = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(on_box), str(local), "--out",
+                             str(home / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: set[tuple[str, ...]] = set()
+    while both.poll() is None:  # `campaign status` shows every live window, each with its box
+        shown = campaign("status", "--json")
+        if shown.returncode == 0:
+            rows = [row for row in json.loads(shown.stdout) if row["runner_alive"]]
+            seen.add(tuple(sorted(box for row in rows for box in row["boxes"])))
+        time.sleep(0.5)
+    stdout, stderr = both.communicate()
+    assert both.returncode == 0, stdout + stderr
+    assert ("ssh://root@10.231.77.2:22", "this machine") in seen, seen
+    assert "overssh" in stdout and "local" in stdout and "signed" in stdout
+    bundles = sorted((home / "runs").iterdir())
+    assert len(bundles) == 2
+    for bundle in bundles:
+        assert campaign("verify", str(bundle)).returncode == 0
+        records = read_jsonl(bundle / "journal.jsonl")
+        assert any(r["step"] == "gate" and r["event"] == "done" for r in records)
+    starts = [read_jsonl(b / "journal.jsonl")[0]["t"] for b in bundles]
+    ends = [read_jsonl(b / "journal.jsonl")[-1]["t"] for b in bundles]
+    assert max(starts) < min(ends)  # they ran at the same time
+    assert serves_at(BOX_ADDRESS, port_box)
+    assert _campaign_containers(box) == []
+    box.docker("rm", "-f", daily)
+
+
 @pytest.fixture
 def image_id_local() -> str:
     return need_docker()
