@@ -82,6 +82,8 @@ class DockerHost(StrictModel):
 
     @model_validator(mode="after")
     def _options_fit_the_scheme(self) -> "DockerHost":
+        if self.url.startswith("unix://") and "socket" not in self.model_fields_set:
+            object.__setattr__(self, "socket", self.url[len("unix://"):])  # a rootless engine's own socket
         if self.tls is not None and not self.url.startswith("tcp://"):
             raise ValueError("`tls` applies to tcp:// engines only")
         if self.ssh is not None and not self.url.startswith("ssh://"):
@@ -246,6 +248,14 @@ class FailsafeSpec(StrictModel):
         if image is not None and not _IMAGE.match(image):
             raise ValueError(f"{image!r} is not pinned by digest: use name@sha256:<64 hex> or sha256:<64 hex>")
         return image
+
+    @model_validator(mode="after")
+    def _engine_fields_need_the_engine_backend(self) -> "FailsafeSpec":
+        given = [name for name in ("image", "python", "mounts") if name in self.model_fields_set]
+        if given and self.backend in ("systemd", "watchdog"):
+            raise ValueError(f"failsafe {', '.join(given)} apply to the engine backend only (a watchdog container "
+                             f"on the daily's box); backend {self.backend} would ignore them")
+        return self
 
 
 class PromotionRule(StrictModel):

@@ -181,6 +181,11 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
         snapshot["executable_sha256"] = (await asyncio.to_thread(sha256_file, executable)
                                          if executable is not None else None)
         snapshot["files"] = await asyncio.to_thread(read_back_files, running, resolved)
+        if snapshot.get("launched_gpus") and snapshot.get("gpu_use") == []:
+            # nvidia-smi lists other processes' GPU memory but none of this one's: it serves on the CPU
+            raise LaunchError(f"lane {lane.name}: asked for GPUs {snapshot['launched_gpus']} but holds no GPU "
+                              "memory (nvidia-smi sees other processes, not this one): it serves on the CPU",
+                              cause="gpu_unavailable", log_tail=log_tail(log_path))
         run.inspect = redactor_for(lane).snapshot(snapshot)
         run.engine_version = await adapter.version(client)
     except BaseException:

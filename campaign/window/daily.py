@@ -13,6 +13,7 @@ import httpx
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.units import parse_cpuset
+from campaign.lanes.runtimes.gpus import visible_devices
 from campaign.errors import InputError, RunError
 from campaign.fsutil import atomic_write_bytes
 from campaign.lanes.engines.registry import adapter_for
@@ -48,6 +49,9 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     argv = daily_command(loaded)
     lane = resolve_refs(loaded.lanes[spec.lane or ""])
     env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)
+    visible = visible_devices(lane.gpus, f"daily ({lane.name})")  # the lane's GPUs, as its lane got them
+    if visible is not None:
+        env["CUDA_DEVICE_ORDER"], env["CUDA_VISIBLE_DEVICES"] = "PCI_BUS_ID", visible
     log_path.parent.mkdir(parents=True, exist_ok=True)
     offset = log_path.stat().st_size if log_path.exists() else 0  # the log is appended to: read this start's part
     with open(log_path, "ab") as log:

@@ -96,13 +96,17 @@ def _disk(out_dir: Path) -> Check:
 
 def _models(loaded: LoadedContract) -> list[Check]:
     checks, seen = [], set()
+    from campaign.lanes.session import is_local
+
     for lane in loaded.lanes.values():
         path = loaded.resolve(lane.model.path)
         if path in seen:
             continue
         seen.add(path)
         name = f"model {lane.model.path}"
-        if not path.exists():
+        if not is_local(lane):  # the file is the box's: hashed there, by a container, at the window's pre-flight
+            checks.append(Check(name, True, "on another box's engine: hashed there at pre-flight"))
+        elif not path.exists():
             checks.append(Check(name, False, f"{path} not found", "make model (or fix the lane's model.path)"))
         elif lane.model.sha256 and (got := sha256_file(path)) != lane.model.sha256:
             checks.append(Check(name, False, f"sha256 {got[:12]}..., pinned {lane.model.sha256[:12]}...",
@@ -137,8 +141,9 @@ def _docker(required: bool = True) -> Check:
     try:
         import docker
 
-        client = docker.from_env(timeout=10)
-        info = client.info()
+        from campaign.lanes.runtimes.dockerhost import client_for
+
+        info = client_for(None).info()  # DOCKER_HOST=ssh:// too, through the same tunnel as a window's
     except Exception as exc:  # no SDK, no engine, no permission: each means "no docker here"
         if not required:
             return Check("docker engine", True, f"not reachable ({type(exc).__name__}); no docker lane asked for")
@@ -160,7 +165,8 @@ def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
             continue
         seen.add(key)
         name = f"engine {lane.engine} ({lane.executable or lane.image}, lane {lane.name})"
-        model = str(loaded.resolve(lane.model.path).resolve())
+        model = (str(loaded.resolve(lane.model.path).resolve()) if is_local(lane)
+                 else lane.model.path)  # another box's path, as that box sees it
         try:
             if lane.runtime == "process":
                 resolve_executable(lane)

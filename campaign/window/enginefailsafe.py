@@ -215,20 +215,32 @@ def disarm(state: WindowState) -> None:
 
 
 def stale_watchdogs(client: Any) -> list[dict[str, Any]]:
-    """Watchdog containers on an engine whose window is not armed on this machine (ended, or unknown here)."""
+    """Watchdog containers on an engine that guard nothing any more. A window this machine knows is judged
+    by its state (armed, with this very container); one from another runner machine by the container itself:
+    stopped, its deadline passed on the box's clock, or it said it restored the daily. A live window of
+    another runner is never touched."""
     found = []
+    box_now: float | None = None
     for item in client.api.containers(all=True, filters={"label": [LABEL_FAILSAFE]}):
         labels = item.get("Labels") or {}
         window = labels.get("campaign.window", "")
         state_file = windows_dir() / window / "state.json"
-        armed = False
         if window and state_file.exists():
             try:
                 state = WindowState.load(window)
-                armed = state.armed and state.failsafe_container == item["Id"]
-            except Exception:  # an unreadable state is not a live window's
-                armed = False
-        if not armed:
+                stale = not (state.armed and state.failsafe_container == item["Id"])
+            except Exception:  # noqa: BLE001 - an unreadable state is not a live window's
+                stale = True
+        elif item.get("State") != "running":
+            stale = True
+        else:
+            if box_now is None:
+                box_now = _box_clock(client)
+            deadline = labels.get("campaign.deadline", "")
+            said = client.api.logs(item["Id"], tail=20).decode(errors="replace")
+            stale = (deadline.replace(".", "", 1).isdigit() and box_now > float(deadline)) or "restored:" in said \
+                or "restored already" in said
+        if stale:
             found.append({"id": item["Id"], "name": (item.get("Names") or ["?"])[0].lstrip("/"), "window": window,
                           "status": item.get("Status")})
     return found

@@ -102,6 +102,7 @@ def _env_of(snapshot: dict[str, Any], key: str) -> dict[str, str]:
     env = dict(snapshot.get(key) or {})
     if snapshot.get("launched_gpus") is not None:
         env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.pop("CUDA_DEVICE_ORDER", None)
     return env
 
 

@@ -19,7 +19,7 @@ from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.load import load_contract
 from campaign.errors import CampaignError, InputError, PreflightError
 from campaign.signing import TrustedKeys
-from campaign.window.boxes import boxes_of, overlapping
+from campaign.window.boxes import boxes_of, claim, overlapping
 from campaign.window.detach import detach_window
 from campaign.window.run import preflight
 from campaign.window.state import WindowState, process_start_time
@@ -42,7 +42,11 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
         raise PreflightError(f"two windows on one box would measure each other: {'; '.join(clash)}; nothing started")
     for path in contracts:  # every pre-flight before any window starts: a bad contract stops them all
         try:
-            preflight(load_contract(path))
+            held = claim(f"pre-flight of {path.name}", boxes[str(path)])  # no model hashing on a busy box
+            try:
+                preflight(load_contract(path))
+            finally:
+                held.release()
         except CampaignError as exc:
             raise _same_kind(exc)(f"{path}: {exc}; nothing started") from exc
     started: list[tuple[Path, str, Path, int]] = []

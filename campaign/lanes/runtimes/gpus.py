@@ -33,7 +33,8 @@ def _smi(*query: str) -> list[list[str]]:
 
 def devices_here() -> list[dict[str, Any]]:
     """This machine's GPUs: index, uuid, name, total memory (MiB)."""
-    return [{"index": int(row[0]), "uuid": row[1], "name": row[2], "memory_total_mib": int(float(row[3]))}
+    return [{"index": int(row[0]), "uuid": row[1], "name": row[2],
+             "memory_total_mib": int(float(row[3])) if row[3].replace(".", "", 1).isdigit() else None}
             for row in _smi("--query-gpu=index,uuid,name,memory.total")]
 
 
@@ -47,7 +48,7 @@ def visible_devices(gpus: str | int | None, lane: str) -> str | None:
         return ""
     try:
         here = devices_here()
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
         raise LaunchError(f"lane {lane}: gpus {gpus!r} asked for, but {exc}", cause="gpu_unavailable") from exc
     indices = [d["index"] for d in here]
     if text == "all":
@@ -78,9 +79,10 @@ def gpu_use(pid: int) -> list[dict[str, Any]] | None:
     try:
         here = {d["uuid"]: d["index"] for d in devices_here()}
         apps = _smi("--query-compute-apps=pid,gpu_uuid,used_memory")
-    except (OSError, subprocess.SubprocessError):
+        if not apps:
+            return None
+        return sorted(({"index": here.get(row[1]), "uuid": row[1],
+                        "used_mib": int(float(row[2])) if row[2].replace(".", "", 1).isdigit() else None}
+                       for row in apps if row[0].isdigit() and int(row[0]) == pid), key=lambda d: str(d["index"]))
+    except (OSError, subprocess.SubprocessError, ValueError):  # "[N/A]" fields (MIG) included
         return None
-    if not apps:
-        return None
-    return sorted(({"index": here.get(row[1]), "uuid": row[1], "used_mib": int(float(row[2]))}
-                   for row in apps if row[0].isdigit() and int(row[0]) == pid), key=lambda d: str(d["index"]))

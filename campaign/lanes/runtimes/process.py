@@ -181,6 +181,8 @@ class ProcessRuntime:
             env[WINDOW_ENV] = spec.labels[WINDOW_LABEL]
         visible = visible_devices(spec.gpus, spec.lane)
         if visible is not None:
+            # nvidia-smi numbers devices by PCI bus; CUDA by default fastest first: one order for both
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
             env["CUDA_VISIBLE_DEVICES"] = visible
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         log: Any = (RedactingLog(spec.log_path, self.redactor) if self.redactor is not None
