@@ -65,6 +65,12 @@ class DockerSSH(StrictModel):
                                                       "~/); default: the runner's. An unknown box is refused.")
 
 
+def pinned_image(image: str | None) -> str | None:
+    if image is not None and not _IMAGE.match(image):
+        raise ValueError(f"{image!r} is not pinned by digest: use name@sha256:<64 hex> or sha256:<64 hex>")
+    return image
+
+
 def _docker_host_from_url(value: Any) -> Any:
     return {"url": value} if isinstance(value, str) else value
 
@@ -162,9 +168,7 @@ class LaneFields(StrictModel):
     @field_validator("image")
     @classmethod
     def _pinned(cls, image: str | None) -> str | None:
-        if image is not None and not _IMAGE.match(image):
-            raise ValueError(f"{image!r} is not pinned by digest: use name@sha256:<64 hex> or sha256:<64 hex>")
-        return image
+        return pinned_image(image)
 
 
 class LaneChanges(LaneFields):
@@ -245,9 +249,7 @@ class FailsafeSpec(StrictModel):
     @field_validator("image")
     @classmethod
     def _pinned(cls, image: str | None) -> str | None:
-        if image is not None and not _IMAGE.match(image):
-            raise ValueError(f"{image!r} is not pinned by digest: use name@sha256:<64 hex> or sha256:<64 hex>")
-        return image
+        return pinned_image(image)
 
     @model_validator(mode="after")
     def _engine_fields_need_the_engine_backend(self) -> "FailsafeSpec":

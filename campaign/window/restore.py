@@ -72,6 +72,21 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
     return stopped
 
 
+def _start_if_down(state: WindowState, snap: dict[str, Any], record: dict[str, Any]) -> None:
+    if not incumbent.is_serving(snap):
+        started = incumbent.start(snap, state.directory / "incumbent.log")
+        if isinstance(started, dict):  # a container: started again, or recreated from the snapshot
+            record["started_container"], record["action"] = started["container_id"], started["action"]
+        else:
+            record["started_pid"], record["action"] = started, "started"
+    else:
+        record["action"] = "already serving"
+        if snap.get("runtime") == "docker":
+            from campaign.window.dailycontainer import ensure_restart_policy
+
+            ensure_restart_policy(snap)
+
+
 def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed: bool = False,
             generation: int | None = None) -> dict[str, Any]:
     """Bring the daily back. Safe to call from the runner, the failsafe and `campaign abort` alike.
@@ -95,19 +110,19 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
             if snap is None:
                 record["incumbent"] = "none declared"
             else:
-                if not incumbent.is_serving(snap):
-                    started = incumbent.start(snap, state.directory / "incumbent.log")
-                    if isinstance(started, dict):  # a container: started again, or recreated from the snapshot
-                        record["started_container"], record["action"] = started["container_id"], started["action"]
-                    else:
-                        record["started_pid"], record["action"] = started, "started"
-                else:
-                    record["action"] = "already serving"
-                    if snap.get("runtime") == "docker":
-                        from campaign.window.dailycontainer import ensure_restart_policy
-
-                        ensure_restart_policy(snap)
-                record["proof"] = incumbent.prove(snap, api_key=state.incumbent_api_key)
+                for attempt in (1, 2):
+                    _start_if_down(state, snap, record)
+                    try:
+                        record["proof"] = incumbent.prove(snap, api_key=state.incumbent_api_key)
+                        break
+                    except RunError:
+                        if attempt == 2 or snap.get("runtime") == "docker" or incumbent.is_serving(snap):
+                            raise
+                        # The daily died at once: a lane the dead runner had forked but not yet exec'd (so not
+                        # yet marked) can take the daily's port in that instant. Marked by now: stop it, again.
+                        time.sleep(0.5)
+                        record["stopped_lanes"] += stop_window_lanes(state, grace=grace)
+                        record["retried"] = True
             state.restored, state.incumbent_stopped = True, False
             state.save()
             record["event"] = "done"

@@ -113,10 +113,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def kill_once_a_lane_is_up(contract: Path, out: Path) -> None:
-    """`campaign run`, SIGKILLed (with anything it started in its session) once its journal says a lane booted."""
+def runner_once_a_lane_is_up(contract: Path, out: Path, **popen: object) -> subprocess.Popen:
+    """`campaign run` in the background, returned once its journal says a lane booted on the box."""
     runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                              **{"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen})
     deadline = time.monotonic() + 300
     booted = False
     while time.monotonic() < deadline and not booted and runner.poll() is None:
@@ -124,6 +124,12 @@ def kill_once_a_lane_is_up(contract: Path, out: Path) -> None:
         booted = bool(journals) and any(r["step"] == "boot" and r["event"] == "done" for r in read_jsonl(journals[0]))
         time.sleep(0.1)
     assert booted, "the window never booted a lane on the box"
+    return runner
+
+
+def kill_once_a_lane_is_up(contract: Path, out: Path) -> None:
+    """`campaign run`, SIGKILLed (with anything it started in its session) once a lane booted."""
+    runner = runner_once_a_lane_is_up(contract, out, start_new_session=True)
     os.killpg(runner.pid, signal.SIGKILL)
     runner.wait()
 
@@ -229,15 +235,7 @@ def test_the_box_engine_gone_mid_window_the_runner_says_so_and_the_box_restores_
     contract = box_contract(home, box, box.tls_host(), port, name="gone", daily=daily, grace="6s")
     assert campaign("freeze", str(contract)).returncode == 0
     out = home / "runs"
-    runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    booted = False
-    while time.monotonic() < deadline and not booted and runner.poll() is None:
-        journals = list(out.glob("*/journal.jsonl"))
-        booted = bool(journals) and any(r["step"] == "boot" and r["event"] == "done" for r in read_jsonl(journals[0]))
-        time.sleep(0.1)
-    assert booted
+    runner = runner_once_a_lane_is_up(contract, out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     engine_gone(box)
     _, stderr = runner.communicate(timeout=600)
     # the next lane could not start (the engine, not the lane, failed) and the daily could not be started
