@@ -139,8 +139,6 @@ def _ports(loaded: LoadedContract) -> list[Check]:
 
 def _docker(required: bool = True) -> Check:
     try:
-        import docker
-
         from campaign.lanes.runtimes.dockerhost import client_for
 
         info = client_for(None).info()  # DOCKER_HOST=ssh:// too, through the same tunnel as a window's
