@@ -23,7 +23,7 @@ from typing import Any
 
 from campaign.contracts.schema import DockerHost, FailsafeSpec
 from campaign.errors import CampaignError, PreflightError, RunError
-from campaign.window.state import WindowState, windows_dir
+from campaign.window.state import WindowState, mark_disarmed, record_arming, windows_dir
 
 __all__ = ["LABEL_FAILSAFE", "arm", "beat", "box_report", "disarm", "dry_run", "remove_stale", "stale_watchdogs"]
 
@@ -44,10 +44,9 @@ def _host(snap: dict[str, Any]) -> DockerHost:
 
 
 def _failures() -> tuple[type[BaseException], ...]:
-    import docker.errors
-    import requests
+    from campaign.lanes.runtimes.dockerhost import engine_failures
 
-    return (docker.errors.DockerException, requests.exceptions.RequestException)
+    return engine_failures()
 
 
 def _why(exc: BaseException) -> str:
@@ -132,15 +131,7 @@ def arm(state: WindowState, spec: FailsafeSpec, endpoint: str) -> WindowState:
     snap = state.incumbent or {}
     client = _client(snap)
     where = _host(snap).url
-    with state.locked():
-        state = state.reload()
-        state.failsafe_generation += 1
-        state.failsafe_backend = "engine"
-        state.deadline_wall = time.time() + spec.deadline
-        state.deadline_boottime = None
-        state.armed = True
-        state.failsafe_failed = None
-        state.save()
+    state = record_arming(state, "engine", spec.deadline, boot_clock=False)  # the box keeps its own clock
     generation = state.failsafe_generation
     if state.failsafe_container:  # an earlier generation's (a resumed window): this one replaces it
         try:
@@ -195,11 +186,8 @@ def _disarm_quietly(state: WindowState) -> None:
 def disarm(state: WindowState) -> None:
     """Remove the watchdog container. Called only once the daily is proven back: a watchdog left behind
     (the engine did not answer) finds the daily running at its deadline and starts nothing."""
+    mark_disarmed(state)
     fresh = state.reload()
-    with fresh.locked():
-        fresh = fresh.reload()
-        fresh.armed = False
-        fresh.save()
     if not fresh.failsafe_container:
         return
     try:

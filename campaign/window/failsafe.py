@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.errors import PreflightError
-from campaign.window.state import WindowState, boottime
+from campaign.window.state import WindowState, mark_disarmed, record_arming
 from campaign.window.watchdogfiles import LOG_NAME, ack_path, pidfile, record_pid, spawn_detached, spawn_watchdog
 
 __all__ = ["arm", "choose_backend", "disarm", "dry_run", "spawn_watchdog"]
@@ -77,15 +77,7 @@ def _dry_run(backend: str, state_dir: Path) -> str:
 
 def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
     """Record the deadline (boot id + boot clock), start the backend, check it is active."""
-    with state.locked():
-        state = state.reload()
-        state.failsafe_generation += 1
-        state.failsafe_backend = backend
-        state.deadline_boottime = boottime() + deadline_s
-        state.deadline_wall = time.time() + deadline_s
-        state.armed = True
-        state.failsafe_failed = None  # a failure of an earlier generation is not this one's
-        state.save()
+    state = record_arming(state, backend, deadline_s)
     state.beat()
     generation = state.failsafe_generation
     if backend == "watchdog":
@@ -96,7 +88,7 @@ def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
         while time.monotonic() < deadline and not all(ack.exists() for ack in acks):
             time.sleep(0.05)
         if not all(ack.exists() for ack in acks):
-            _disarm_state(state)
+            mark_disarmed(state)
             raise PreflightError(f"failsafe watchdog pair (pid {pid}) did not report active within {ACK_WAIT:g}s "
                                  f"(log: {state.directory / LOG_NAME}); the incumbent was not touched")
     elif backend == "systemd":
@@ -106,7 +98,7 @@ def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
                   state.window, str(generation)])
         active = subprocess.run(["systemctl", "is-active", f"{unit}.timer"], capture_output=True, text=True)
         if active.stdout.strip() != "active":
-            _disarm_state(state)
+            mark_disarmed(state)
             raise PreflightError(f"failsafe timer {unit}.timer is {active.stdout.strip() or 'unknown'}, not active")
         with state.locked():
             state = state.reload()
@@ -115,16 +107,15 @@ def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
     return state.reload()
 
 
-def _disarm_state(state: WindowState) -> None:
-    with state.locked():
-        fresh = state.reload()
-        fresh.armed = False
-        fresh.save()
-
-
 def disarm(state: WindowState) -> None:
-    """The watchdog sees ``armed: false`` and exits; a systemd timer is stopped."""
-    _disarm_state(state)
+    """The watchdog sees ``armed: false`` and exits; a systemd timer is stopped; the box's watchdog container
+    is removed."""
+    if state.reload().failsafe_backend == "engine":
+        from campaign.window import enginefailsafe
+
+        enginefailsafe.disarm(state)
+        return
+    mark_disarmed(state)
     fresh = state.reload()
     if fresh.failsafe_unit:
         subprocess.run(["systemctl", "stop", f"{fresh.failsafe_unit}.timer"], capture_output=True)

@@ -591,12 +591,7 @@ def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, An
         journal.reopen()
     atomic_write_json(w.bundle / "incumbent" / "restore.json", record)
     journal.intent("failsafe.disarm")
-    if w.state.reload().failsafe_backend == "engine":
-        from campaign.window import enginefailsafe
-
-        enginefailsafe.disarm(w.state)
-    else:
-        disarm(w.state)
+    disarm(w.state)
     journal.done("failsafe.disarm")
     return record
 

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from campaign.fsutil import atomic_write_bytes, load_json_strict
 
-__all__ = ["FailsafeFailure", "LaneProcess", "WindowState", "boot_id", "boottime", "process_start_time", "state_root",
+__all__ = ["FailsafeFailure", "LaneProcess", "WindowState", "boot_id", "boottime", "mark_disarmed", "process_start_time",
+           "record_arming", "state_root",
            "windows_dir"]
 
 
@@ -165,3 +166,25 @@ class WindowState(BaseModel):
 
     def reload(self) -> "WindowState":
         return WindowState.load(self.window)
+
+
+def record_arming(state: WindowState, backend: str, deadline_s: float, *, boot_clock: bool = True) -> WindowState:
+    """A new failsafe generation with its deadline, armed, saved before the backend starts. ``boot_clock``:
+    the deadline is this machine's too (not for a watchdog on another box, which keeps its own)."""
+    with state.locked():
+        state = state.reload()
+        state.failsafe_generation += 1
+        state.failsafe_backend = backend
+        state.deadline_boottime = boottime() + deadline_s if boot_clock else None
+        state.deadline_wall = time.time() + deadline_s
+        state.armed = True
+        state.failsafe_failed = None  # a failure of an earlier generation is not this one's
+        state.save()
+    return state
+
+
+def mark_disarmed(state: WindowState) -> None:
+    with state.locked():
+        fresh = state.reload()
+        fresh.armed = False
+        fresh.save()

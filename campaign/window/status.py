@@ -115,7 +115,7 @@ def abort_window(window: str, *, wait: float = 120.0) -> str:
     if state.incumbent is not None and not state.restored:
         restore(state.window, reason="abort", by="campaign abort")
         if state.failsafe_backend == "engine" and state.armed:  # proven back: the box's watchdog goes
-            from campaign.window.enginefailsafe import disarm
+            from campaign.window.failsafe import disarm
 
             disarm(state)
         return f"window {state.window}: runner gone; daily restored and proved"

@@ -7,8 +7,13 @@ import os
 import socket
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["DEFAULT_PYTHON", "EXAMPLES", "MODEL", "MODEL_SHA256", "PROMPTS", "REPO", "demo_like", "free_port", "write_contract"]
+if TYPE_CHECKING:
+    from campaign.contracts.resolve import EffectiveLane
+
+__all__ = ["DEFAULT_PYTHON", "EXAMPLES", "MODEL", "MODEL_SHA256", "PROMPTS", "REPO", "demo_like", "free_port",
+           "llama_server_lane", "write_contract"]
 
 REPO = Path(__file__).resolve().parent.parent.parent
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,3 +82,21 @@ def demo_like(port: int, *, model: Path = MODEL, extra_candidate: str = "", repe
         promotion:
           requires: [greedy]
         """
+
+
+def llama_server_lane(name: str, port: int, role: str = "control", **fields: object) -> "EffectiveLane":
+    """A process lane of the llama-server on PATH serving the small model, two threads, 512 tokens of
+    context; ``fields`` (cpus, gpus, ...) set what the test is about."""
+    import shutil
+
+    import pytest
+
+    from campaign.contracts.resolve import EffectiveLane
+
+    executable = shutil.which("llama-server")
+    if executable is None:
+        pytest.fail("llama-server is not on PATH: run the tests with `make test`")
+    return EffectiveLane.model_validate({
+        "name": name, "role": role, "control": None if role == "control" else "c", "runtime": "process",
+        "engine": "llamacpp", "executable": executable, "port": port,
+        "args": ["--threads", "2", "--ctx-size", "512"], "model": {"path": str(MODEL)}, **fields})

@@ -20,7 +20,8 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import LaunchError, PreflightError, RunError
-from campaign.lanes.runtimes.dockerhost import EngineUnreachable, client_for, describe, is_local, why_unreachable
+from campaign.lanes.runtimes.dockerhost import (EngineUnreachable, client_for, describe, engine_failures, is_local,
+                                                why_unreachable)
 from campaign.lanes.redact import RedactingLog, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
 
@@ -40,11 +41,7 @@ def _docker() -> Any:
     return docker
 
 
-def _failures() -> tuple[type[BaseException], ...]:
-    """What talking to an engine can raise: the SDK's errors, and requests' when the engine is unreachable."""
-    import requests
-
-    return (_docker().errors.DockerException, requests.exceptions.RequestException)
+_failures = engine_failures
 
 
 # --- images -------------------------------------------------------------------------------------------

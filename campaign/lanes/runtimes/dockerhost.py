@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 from campaign.contracts.schema import DockerHost
 from campaign.errors import PreflightError
 
-__all__ = ["API_VERSION", "EngineUnreachable", "client_for", "client_kwargs", "describe", "engine_identity", "is_local", "ssh_command",
+__all__ = ["API_VERSION", "EngineUnreachable", "client_for", "client_kwargs", "describe", "engine_failures",
+           "engine_identity", "is_local", "ssh_command",
            "why_unreachable"]
 
 # Pinned rather than negotiated: negotiation costs a round trip per client and would make constructing a
@@ -75,9 +76,7 @@ def client_kwargs(host: DockerHost) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"base_url": host.url, "version": API_VERSION, "timeout": 60}
     if host.url.startswith("ssh://"):
         kwargs["base_url"] = "unix://" + _tunnel(host)
-    if host.tls is not None:
-        if not host.url.startswith("tcp://"):
-            raise PreflightError(f"docker host {host.url}: tls applies to tcp:// only")
+    if host.tls is not None:  # tcp:// only: the schema refuses it elsewhere
         cert, key = _path(host.tls.client_cert), _path(host.tls.client_key)
         if (cert is None) != (key is None):
             raise PreflightError(f"docker host {host.url}: give both tls client_cert and client_key, or neither")
@@ -195,6 +194,14 @@ def _close(proc: subprocess.Popen[bytes], local: str) -> None:
         os.unlink(local)
     except OSError:
         pass
+
+
+def engine_failures() -> tuple[type[BaseException], ...]:
+    """What talking to an engine can raise: the SDK's errors, and requests' when the engine is unreachable."""
+    import docker.errors
+    import requests
+
+    return (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
 def why_unreachable(exc: BaseException) -> str:

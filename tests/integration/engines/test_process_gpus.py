@@ -19,19 +19,13 @@ from campaign.errors import LaunchError
 from campaign.fsutil import JsonlAppender, atomic_write_json
 from campaign.lanes.session import boot_lane
 from campaign.window.inspectdiff import runtime_axis_difference
-from tests.support.contracts import MODEL, free_port
+from tests.support.contracts import MODEL, free_port, llama_server_lane
 
 pytestmark = pytest.mark.integration
 
 
 def lane(name: str, gpus: str | int | None, port: int, role: str = "control") -> EffectiveLane:
-    executable = shutil.which("llama-server")
-    if executable is None:
-        pytest.fail("llama-server is not on PATH: run the tests with `make test`")
-    return EffectiveLane.model_validate({
-        "name": name, "role": role, "control": None if role == "control" else "c", "runtime": "process",
-        "engine": "llamacpp", "executable": executable, "port": port, "gpus": gpus,
-        "args": ["--threads", "2", "--ctx-size", "512"], "model": {"path": str(MODEL)}})
+    return llama_server_lane(name, port, role, gpus=gpus)
 
 
 def boot(spec: EffectiveLane, tmp_path: Path) -> dict:
