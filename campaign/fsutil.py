@@ -1,19 +1,157 @@
-"""Files that survive a crash: atomic replace with fsync, append-with-fsync, strict JSON reading."""
+"""Files that survive a crash (atomic replace with fsync, append-with-fsync) and files read safely.
+
+Reading: every file the tool reads from an input (a contract, an input set, a model, a lane file, an
+envelope, a SUMMARY, a key) goes through ``open_regular``: opened once without blocking (a FIFO never
+hangs the open), checked on the open descriptor to be a regular file (so ``/dev/zero``, a FIFO, a socket
+or a directory is refused by what it is, after links are followed, with a loop caught), refused on a
+kernel file system (proc, sys, dev: ``/proc/self/environ`` reports itself a regular file), and read with
+a byte bound that does not trust ``st_size``. Errors are ``UnreadableFile`` (an ``InputError``) naming the
+user's path and what is wrong with it.
+"""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import stat
 import tempfile
+from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
 from campaign.errors import InputError
 
-__all__ = ["DuplicateKeyError", "JsonlAppender", "atomic_write_bytes", "atomic_write_json", "fsync_dir",
-           "jsonl_line", "load_json_strict", "loads_strict", "read_jsonl"]
+__all__ = ["MAX_JSON_BYTES", "DuplicateKeyError", "JsonlAppender", "UnreadableFile",
+           "atomic_write_bytes", "atomic_write_json", "fsync_dir", "hash_regular_file", "jsonl_line",
+           "load_json_strict", "loads_strict", "open_regular", "read_bounded", "read_jsonl",
+           "read_text_bounded"]
+
+# A bundle's JSON files (SUMMARY, gate results, specs, inspect snapshots) are kilobytes to a few MB; raw
+# record files are read line by line elsewhere. The cap keeps a hostile file from costing memory.
+MAX_JSON_BYTES = 64 << 20
+
+# File systems whose files are the kernel's, never a user's input: procfs reports /proc/self/environ a
+# regular file of size 0 and would copy the runner's environment into a bundle.
+_KERNEL_FS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs", "cgroup",
+                        "cgroup2", "configfs", "bpf", "pstore", "efivarfs", "fusectl", "binfmt_misc",
+                        "mqueue", "hugetlbfs", "autofs", "rpc_pipefs", "nsfs"})
+
+
+class UnreadableFile(InputError):
+    """A path that cannot be read as the file it should be; ``reason`` is the words without the path."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{path}: {reason}")
+
+
+@lru_cache(maxsize=1)
+def _kernel_devices() -> frozenset[tuple[int, int]]:
+    """(major, minor) of every mount of a kernel file system, from /proc/self/mountinfo."""
+    devices = set()
+    try:
+        with open("/proc/self/mountinfo", "rb") as handle:
+            text = handle.read(4 << 20).decode("utf-8", "replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if sep and len(fields) >= 3 and tail and tail[0] in _KERNEL_FS:
+            major, _, minor = fields[2].partition(":")
+            if major.isdigit() and minor.isdigit():
+                devices.add((int(major), int(minor)))
+    return frozenset(devices)
+
+
+def _describe(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+@contextmanager
+def open_regular(path: Path | str, *, what: str = "file") -> Iterator[int]:
+    """A descriptor of ``path``, proven a regular file on an ordinary file system; closed on exit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except ValueError as exc:  # a NUL byte in the path
+        raise UnreadableFile(repr(str(path)), f"{what} path holds a NUL byte") from exc
+    except OSError as exc:
+        reason = {errno.ENOENT: f"no such {what}", errno.ELOOP: f"{what} path is a symlink loop",
+                  errno.EACCES: f"{what} not readable (permission denied)",
+                  errno.ENOTDIR: f"{what} path goes through something that is not a directory",
+                  errno.ENAMETOOLONG: f"{what} path is too long",
+                  errno.ENXIO: f"{what} is a socket or a device with nothing behind it"}.get(
+            exc.errno or 0, f"cannot open {what}: {exc.strerror}")
+        raise UnreadableFile(path, reason) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnreadableFile(path, f"{what} is {_describe(info.st_mode)}, not a regular file")
+        if (os.major(info.st_dev), os.minor(info.st_dev)) in _kernel_devices():
+            raise UnreadableFile(path, f"{what} lies on a kernel file system (proc, sys or dev), "
+                                       "which is never an input, whatever --allow-path says")
+        os.set_blocking(fd, True)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, limit: int, path: Path | str, what: str) -> bytes:
+    chunks, total = [], 0
+    while True:
+        block = os.read(fd, min(1 << 20, limit + 1 - total))
+        if not block:
+            return b"".join(chunks)
+        chunks.append(block)
+        total += len(block)
+        if total > limit:
+            raise UnreadableFile(path, f"{what} is over the {limit:,}-byte cap")
+
+
+def read_bounded(path: Path | str, limit: int, *, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (``st_size`` is not trusted)."""
+    with open_regular(path, what=what) as fd:
+        try:
+            return _read_fd(fd, limit, path, what)
+        except OSError as exc:
+            raise UnreadableFile(path, f"cannot read {what}: {exc.strerror}") from exc
+
+
+def read_text_bounded(path: Path | str, limit: int, *, what: str = "file") -> str:
+    data = read_bounded(path, limit, what=what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(path, f"{what} is not UTF-8 text (byte {exc.start})") from exc
+
+
+def hash_regular_file(path: Path | str, *, what: str = "file", limit: int | None = None) -> str:
+    """sha256 of a regular file, streamed (models are gigabytes); a device or FIFO is refused, not read
+    forever. ``limit`` bounds the bytes read where the caller knows one."""
+    digest, total = hashlib.sha256(), 0
+    with open_regular(path, what=what) as fd:
+        try:
+            while block := os.read(fd, 1 << 20):
+                digest.update(block)
+                total += len(block)
+                if limit is not None and total > limit:
+                    raise UnreadableFile(path, f"{what} is over the {limit:,}-byte cap")
+        except OSError as exc:
+            raise UnreadableFile(path, f"cannot read {what}: {exc.strerror}") from exc
+    return digest.hexdigest()
 
 
 class DuplicateKeyError(ValueError):
@@ -30,17 +168,21 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_strict(text: str | bytes) -> Any:
-    """JSON with duplicate keys refused (two readers could otherwise see two different documents)."""
-    return json.loads(text, object_pairs_hook=_no_duplicates)
-
-
-def load_json_strict(path: Path) -> Any:
+    """JSON with duplicate keys refused (two readers could otherwise see two different documents). The
+    stdlib parser stops a deep nesting (1 MiB of ``[``) with RecursionError at the interpreter's limit,
+    linear in the input: that is a bad document, not a crash."""
     try:
-        return loads_strict(path.read_bytes())
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from exc
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError as exc:
+        raise ValueError("nested too deeply (over the parser's recursion limit)") from exc
+
+
+def load_json_strict(path: Path, *, limit: int = MAX_JSON_BYTES, what: str = "file") -> Any:
+    data = read_bounded(path, limit, what=what)
+    try:
+        return loads_strict(data)
     except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from exc
+        raise UnreadableFile(path, f"not valid JSON: {exc}") from exc
 
 
 def fsync_dir(directory: Path) -> None:
