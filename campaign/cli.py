@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import sys
-import time
-from pathlib import Path
-from typing import Any, Callable, Optional
 
-import typer
-from rich.console import Console
-from rich.table import Table
 
-from campaign.errors import CampaignError, InputError
+def _interrupted_while_starting(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """Ctrl-C before main() can catch it (while typer, rich and the rest are imported): one line and 130."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
+    sys.__excepthook__(kind, value, tb)
+
+
+# first, before the imports that take most of the start (typer keeps it as the hook it falls back on)
+sys.excepthook = _interrupted_while_starting
+
+import errno  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable, Optional  # noqa: E402
+
+import click  # noqa: E402
+import typer  # noqa: E402
+from rich.table import Table  # noqa: E402
+from rich.text import Text  # noqa: E402
+
+from campaign.errors import CampaignError, InputError  # noqa: E402
+from campaign.terminal import console, shown, styled  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Frozen-contract experiment windows for LLM inference serving.")
@@ -24,21 +42,85 @@ daily_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The da
 app.add_typer(daily_app, name="daily")
 # One line stays one line, whatever the terminal width; written to a log file or CI (not a terminal),
 # tables get a wide page instead of rich's 80 columns, so no metric name or window id is cut to "...".
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
-err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 240)
+# Every string printed through them is data (campaign/terminal.py): no markup, no emoji, controls escaped;
+# our own styling is a Text (`styled`).
+out = console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+err = console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 240)
+
+
+def _error(message: object) -> None:
+    err.print(styled(("error:", "bold red"), " ", shown(message)), soft_wrap=True)
+
+
+def _cells(*values: object) -> list[Text]:
+    """A table row: every cell is shown text (a Text is ours, kept as it is)."""
+    return [value if isinstance(value, Text) else Text(shown(value)) for value in values]
+
+
+def _paths(kwargs: dict[str, Any]) -> list[Path]:
+    found: list[Path] = []
+    for value in kwargs.values():
+        found.extend(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, Path))
+    return found
+
+
+def _check_paths(kwargs: dict[str, Any]) -> None:
+    """A path argument no system call can take is the user's to fix, named, before any work starts."""
+    for path in _paths(kwargs):
+        if "\x00" in str(path):
+            raise InputError(f"{path}: a path cannot hold a NUL byte")
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):
+                raise InputError(f"{path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
+
+
+_PATH_ERRNOS = {errno.ELOOP, errno.ENAMETOOLONG, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES,
+                errno.EPERM, errno.EEXIST}
+
+
+def _input_path(exc: BaseException, kwargs: dict[str, Any]) -> str | None:
+    """The user's path an OS or encoding error is about, if it is about one of the command's path arguments."""
+    paths = _paths(kwargs)
+    if isinstance(exc, OSError):
+        if exc.errno not in _PATH_ERRNOS:  # a full disk or a broken device is a failed run, not bad input
+            return None
+        given = [Path(os.path.abspath(p)) for p in paths]
+        for name in (exc.filename, exc.filename2):
+            if not isinstance(name, (str, bytes, os.PathLike)):
+                continue
+            where = Path(os.path.abspath(os.fsdecode(name)))
+            if any(where == p or p in where.parents or where in p.parents for p in given):
+                return os.fsdecode(name)
+        return None
+    undecodable = [p for p in paths if "\x00" in str(p) or re.search("[\ud800-\udfff]", str(p))]
+    return str(undecodable[0]) if undecodable else None
 
 
 def one_line_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _check_paths(kwargs)
             return func(*args, **kwargs)
         except CampaignError as exc:
-            err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+            _error(exc)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except (OSError, UnicodeError, ValueError) as exc:
+            path = _input_path(exc, kwargs)
+            if path is None:
+                raise  # not about the user's path: main() says "internal error" in one line
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            _error(f"{path}: {reason}")
+            raise typer.Exit(2) from None
     return wrapper
 
 
@@ -101,9 +183,9 @@ def diff(a: Path, b: Optional[Path] = typer.Argument(None),
         right = load_contract(b, check_files=False)
         rows = _side_by_side(_flatten(left.canonical), _flatten(right.canonical))
         titles = [str(a), str(b)]
-    table = Table("field", *titles)
+    table = Table("field", *_cells(*titles))
     for key, x, y in rows:
-        table.add_row(key, x, y)
+        table.add_row(*_cells(key, x, y))
     out.print(table if rows else "no differences")
 
 
@@ -183,15 +265,15 @@ def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path]
 
     def show(lines: list[str]) -> None:
         for line in lines:
-            out.print(line, markup=False, highlight=False)
+            out.print(line)
 
     outcomes = run_several(contracts, out_dir=out_dir, trusted=trusted, show=show)
     table = Table("contract", "window", "signed", "daily", "decisions", "bundle")
     daily = {True: "proven back", None: "not stopped", False: "NOT proven back"}
     for item in outcomes:
         decisions = ", ".join(f"{name}: {overall}" for name, overall in item["decisions"].items()) or "-"
-        table.add_row(item["contract"], item["window"], "yes" if item["signed"] else "NO",
-                      daily[item["restored"]], decisions, item["bundle"])
+        table.add_row(*_cells(item["contract"], item["window"], "yes" if item["signed"] else "NO",
+                              daily[item["restored"]], decisions, item["bundle"]))
     out.print(table)
     if not all(item["signed"] and item["restored"] is not False for item in outcomes):
         raise typer.Exit(1)
@@ -247,8 +329,7 @@ def status(window: Optional[str] = typer.Argument(None),
         out.print(_status_table(rows))
     for row in rows:
         ended = "signed" if row["signed"] else "not signed"
-        out.print(f"window {row['window']} ended ({row['phase']}, {ended}); bundle: {row['bundle']}",
-                  markup=False, highlight=False)
+        out.print(f"window {row['window']} ended ({row['phase']}, {ended}); bundle: {row['bundle']}")
 
 
 def _status_table(rows: list[dict]) -> Table:
@@ -263,8 +344,9 @@ def _status_table(rows: list[dict]) -> Table:
             failsafe = f"restore FAILED ({row['failsafe_failed'].get('error', '')[:60]})"
         if row["armed"] and row.get("failsafe_backend") == "engine":
             failsafe += " (on the daily's box)"
-        table.add_row(row["window"], ", ".join(row.get("boxes") or []) or "-", row["phase"], row["lane"] or "-", row["gate"] or "-",
-                      f"{row['gates_done']}/{row['gates_planned']}", runner, failsafe, row["daily"])
+        table.add_row(*_cells(row["window"], ", ".join(row.get("boxes") or []) or "-", row["phase"], row["lane"] or "-",
+                              row["gate"] or "-", f"{row['gates_done']}/{row['gates_planned']}", runner, failsafe,
+                              row["daily"]))
     return table
 
 
@@ -296,7 +378,7 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
                                         candidate=candidate, dry_run=dry_run)
     if not decision.ok and entry is None:
         for reason in decision.refusals:
-            err.print(f"refused: {reason}", highlight=False)
+            err.print(f"refused: {reason}")
         raise typer.Exit(1)
     if dry_run:
         out.print(f"would promote {decision.candidate} from {bundle}:")
@@ -305,7 +387,7 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
         return
     if decision.refusals:  # promoted, smoke failed, rolled back
         for reason in decision.refusals:
-            err.print(f"promotion undone: {reason}", highlight=False)
+            err.print(f"promotion undone: {reason}")
         raise typer.Exit(1)
     assert entry is not None
     out.print(f"promoted {decision.candidate} (ledger entry {entry['seq']}); smoke: "
@@ -341,8 +423,8 @@ def ledger(as_json: bool = typer.Option(False, "--json", help="Print JSON instea
     for entry in entries:
         lane = (entry.get("daily_name") or entry.get("candidate") or f"undo {entry.get('undoes')}"
                 if entry["kind"] != "rollback" else f"undo {entry.get('undoes')}")
-        table.add_row(str(entry["seq"]), entry["kind"], entry["at"], entry["who"], lane,
-                      Path(entry.get("bundle", "-")).name)
+        table.add_row(*_cells(entry["seq"], entry["kind"], entry["at"], entry["who"], lane,
+                              Path(entry.get("bundle", "-")).name))
     out.print(table if entries else "the ledger is empty")
 
 
@@ -372,13 +454,13 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
             out.print(f"daily: NOT running (pidfile {pidfile}, pid {now['pid'] or 'none'})")
         else:
             out.print(f"daily: running, pid {now['pid']} (pidfile {pidfile})")
-            out.print(f"command: {shlex.join(now['argv'])}", markup=False, highlight=False)  # type: ignore[arg-type]
-            out.print(f"log: {now['log'] or 'unknown'}", markup=False, highlight=False)
+            out.print(f"command: {shlex.join(now['argv'])}")  # type: ignore[arg-type]
+            out.print(f"log: {now['log'] or 'unknown'}")
     entries = Ledger().verify(load_trusted())
     unfinished = unfinished_promotion(entries)
     if unfinished is not None:
         err.print(f"warning: promotion {unfinished['seq']} of {unfinished.get('candidate')} began {unfinished['at']} and "
-                  "never finished; `campaign rollback` puts the previous daily back", markup=False, highlight=False)
+                  "never finished; `campaign rollback` puts the previous daily back")
     changes = [entry for entry in entries if "daily" in entry]
     if not changes:
         out.print("no promotion recorded: the daily is the one started by hand")
@@ -389,7 +471,7 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
     out.print(f"last change: {last.get('daily_name') or 'previous daily (rolled back)'} (ledger entry "
               f"{last['seq']}, {last['kind']})")
     out.print("its command (credentials redacted; the private rollback copy keeps them):")
-    sys.stdout.write(((env + " ") if env else "") + shlex.join(daily["argv"]) + "\n")
+    sys.stdout.write(shown(((env + " ") if env else "") + shlex.join(daily["argv"])) + "\n")
 
 
 def _show_container_daily(spec: object) -> None:
@@ -397,13 +479,12 @@ def _show_container_daily(spec: object) -> None:
 
     now = describe_container_daily(spec)
     if not now["running"]:
-        out.print(f"daily container {now['container']}: NOT running ({now['problem']})", markup=False,
-                  highlight=False)
+        out.print(f"daily container {now['container']}: NOT running ({now['problem']})")
         return
     out.print(f"daily container {now['container']}: running, id {now['container_id']}, image {now['image_id']}, "
-              f"restart policy {now['restart_policy'] or 'no'}", markup=False, highlight=False)
-    out.print("started by hand (environment values left out; set them before running it):", markup=False)
-    sys.stdout.write(f"{now['run_by_hand']}\n")
+              f"restart policy {now['restart_policy'] or 'no'}")
+    out.print("started by hand (environment values left out; set them before running it):")
+    sys.stdout.write(f"{shown(now['run_by_hand'])}\n")
 
 
 @daily_app.command("start")
@@ -418,24 +499,25 @@ def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"),
 
 
 def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:
-    table = Table("candidate", "gate", "verdict", "evidence", title=f"window {summary['window']}")
+    table = Table("candidate", "gate", "verdict", "evidence", title=Text(shown(f"window {summary['window']}")))
     for candidate, entry in summary["candidates"].items():
         required = entry.get("promotion_gates") or list(entry["gates"])
         for gate, result in entry["gates"].items():
             evidence = "; ".join(result["reasons"][:3])
             colour = {"PASS": "green", "FAIL": "red"}.get(result["verdict"], "yellow")
-            name = gate if gate in required else f"{gate} [dim](reported, not required)[/]"
-            table.add_row(candidate, name, f"[{colour}]{result['verdict']}[/]", evidence)
+            name = styled(gate) if gate in required else styled(gate, " ", ("(reported, not required)", "dim"))
+            table.add_row(*_cells(candidate, name, styled((result["verdict"], colour)), evidence))
         # the one reason that decides: the first required gate that did not pass
         deciding = next((f"{g}: {entry['gates'][g]['verdict']}" for g in required
                          if entry["gates"].get(g, {}).get("verdict") != "PASS"), f"all of {', '.join(required)} PASS")
-        table.add_row(candidate, "[b]promotion gates[/]", f"[b]{entry['overall']}[/]", deciding)
+        table.add_row(*_cells(candidate, styled(("promotion gates", "bold")), styled((entry["overall"], "bold")),
+                              deciding))
     out.print(table)
     for name, lane in summary["lanes"].items():
         if lane["status"] != "ran":
             out.print(f"lane {name}: {lane['status']} ({lane['cause']}): {lane['message']}")
     for warning in summary.get("warnings", []):
-        out.print(f"[bold red]WARNING:[/] {warning}")
+        out.print(styled(("WARNING:", "bold red"), " ", warning))
     out.print(f"bundle: {bundle}")
 
 
@@ -475,8 +557,7 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
         out.print(f"{kind}: {path}")
     for decision in decisions(load_json_strict(bundle / "SUMMARY.json")):  # the report's first lines
         deciding = f"{decision.gate}: " if decision.gate else ""
-        out.print(f"{decision.candidate}: {decision.decision}: {deciding}{decision.reason[:200]}", markup=False,
-                  highlight=False)
+        out.print(f"{decision.candidate}: {decision.decision}: {deciding}{decision.reason[:200]}")
 
 
 @app.command()
@@ -492,10 +573,10 @@ def rejudge(bundle: Path,
     done = do_rejudge(bundle, key=load_signing_key(), trusted=load_trusted(trust), out_dir=out_dir)
     for item in done.verdicts:
         change = f"  changed: {item.before or 'none'} -> {item.after}" if item.changed else ""
-        out.print(f"{item.gate}/{item.candidate}: {item.after}{change}", markup=False, highlight=False)
+        out.print(f"{item.gate}/{item.candidate}: {item.after}{change}")
     if not any(item.changed for item in done.verdicts):
         out.print("no verdict changed")
-    out.print(f"bundle: {done.bundle}", markup=False, highlight=False)
+    out.print(f"bundle: {done.bundle}")
 
 
 @app.command()
@@ -534,7 +615,7 @@ def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of 
                  *({**item, "lane": "(failsafe watchdog)"} for item in stale_watchdogs(client)
                    if window is None or item["window"] == window)]
         for item in found:
-            table.add_row(where, item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-")
+            table.add_row(*_cells(where, item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-"))
             if remove:
                 remove_container(client, item["id"])
         count += len(found)
@@ -557,9 +638,9 @@ def doctor(contract: Optional[Path] = typer.Argument(None, help="Also check this
     loaded = load_contract(contract) if contract is not None else None
     checks = run_checks(loaded, out_dir, smoke=not no_smoke)
     for check in checks:
-        out.print(check.line(), markup=False, highlight=False)
+        out.print(check.line())
     failed = [c for c in checks if not c.ok]
-    out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed", highlight=False)
+    out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
     if failed:
         raise typer.Exit(1)
 
@@ -574,19 +655,52 @@ def keys_init(force: bool = typer.Option(False, "--force", help="Replace an exis
     out.print(f"signing key: {path} (key id {load_signing_key().keyid}); public key: {config_dir() / 'signing.pub'}")
 
 
-def main() -> None:
+def _restore_orphans() -> None:
     # Whatever the command, a window whose deadline passed, or whose runner and failsafe were killed
     # together, gets its daily back first: nobody else is left to do it.
     try:
         from campaign.window.orphans import restore_orphaned_windows
 
-        from rich.markup import escape
-
         for line in restore_orphaned_windows():
-            err.print(f"[bold yellow]restored:[/] {escape(line)}", highlight=False)
+            err.print(styled(("restored:", "bold yellow"), " ", line))
     except Exception as exc:  # never a traceback before the command the user asked for
-        err.print(f"error: checking for orphaned windows: {exc}", markup=False, highlight=False)
-    app()
+        err.print(f"error: checking for orphaned windows: {exc}")
+
+
+def _last_words(exc: BaseException) -> int:
+    """What escaped every command's own handling, in one line; the exit code."""
+    if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
+        err.print("interrupted")
+        return 130
+    if isinstance(exc, click.ClickException):  # a usage error: it quotes what was typed
+        context = getattr(exc, "ctx", None)
+        see = f" (see `{context.command_path} --help`)" if context is not None else ""
+        _error(f"{exc.format_message()}{see}")
+        return exc.exit_code
+    typed = [arg for arg in sys.argv[1:] if "\x00" in arg]  # click's Path type stats an argument as it reads it
+    if isinstance(exc, ValueError) and typed:
+        _error(f"{typed[0]}: an argument cannot hold a NUL byte")
+        return 2
+    hint = " (run with CAMPAIGN_DEBUG=1 for the traceback)"
+    if isinstance(exc, OSError):  # the machine, not the code: a full disk, a device gone
+        _error(f"{exc}{hint}")
+    else:  # a bug: one line here; the traceback on request
+        err.print(f"internal error: {type(exc).__name__}: {exc}{hint}")
+    return 1
+
+
+def main() -> None:
+    """The console script. Nothing reaches the terminal as a traceback unless CAMPAIGN_DEBUG is set."""
+    try:
+        _restore_orphans()
+        code = app(standalone_mode=False)
+    except Exception as exc:
+        if os.environ.get("CAMPAIGN_DEBUG") and not isinstance(exc, click.ClickException):
+            raise
+        code = _last_words(exc)
+    except KeyboardInterrupt as exc:
+        code = _last_words(exc)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from campaign.errors import InputError
 
 __all__ = ["MAX_JSON_BYTES", "DuplicateKeyError", "JsonlAppender", "UnreadableFile",
            "atomic_write_bytes", "atomic_write_json", "fsync_dir", "hash_regular_file", "jsonl_line",
-           "load_json_strict", "loads_strict", "open_regular", "read_bounded", "read_jsonl",
+           "load_json_strict", "loads_strict", "MAX_JSONL_BYTES", "open_regular", "read_bounded", "read_jsonl",
            "read_text_bounded"]
 
 # A bundle's JSON files (SUMMARY, gate results, specs, inspect snapshots) are kilobytes to a few MB; raw
@@ -292,17 +292,36 @@ class JsonlAppender:
         self.close()
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file; a torn last line (a crash mid-write) is ignored, a torn middle is not."""
-    records = []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            records.append(loads_strict(line))
-        except ValueError as exc:
-            if index == len(lines) - 1:  # no newline after it: the write was cut short
-                break
-            raise InputError(f"{path}:{index + 1}: unreadable record: {exc}") from exc
+# A journal is a few hundred lines; raw records of a long speed gate reach hundreds of MB (one line per
+# streamed event). Past these a file is not one this tool wrote.
+MAX_JSONL_BYTES = 2 << 30
+MAX_JSONL_LINE = 16 << 20
+
+
+def read_jsonl(path: Path, *, limit: int = MAX_JSONL_BYTES, what: str = "record file") -> list[dict[str, Any]]:
+    """Records of a JSONL file; a torn last line (a crash mid-write) is ignored, a torn middle is not. Read
+    line by line from one open of a regular file, with the file and each line bounded."""
+    records: list[dict[str, Any]] = []
+    total = 0
+    with open_regular(path, what=what) as fd, os.fdopen(os.dup(fd), "rb") as handle:
+        number = 0
+        while raw := handle.readline(MAX_JSONL_LINE + 1):
+            number += 1
+            total += len(raw)
+            if total > limit:
+                raise UnreadableFile(path, f"{what} is over the {limit:,}-byte cap")
+            torn = not raw.endswith(b"\n")
+            if torn and len(raw) > MAX_JSONL_LINE:
+                raise UnreadableFile(path, f"line {number} is over the {MAX_JSONL_LINE:,}-byte cap for one record")
+            if not raw.strip():
+                continue
+            try:
+                record = loads_strict(raw)
+            except ValueError as exc:
+                if torn:  # no newline after it: the write was cut short
+                    break
+                raise InputError(f"{path}:{number}: unreadable record: {exc}") from exc
+            if not isinstance(record, dict):
+                raise InputError(f"{path}:{number}: a record must be a JSON object")
+            records.append(record)
     return records

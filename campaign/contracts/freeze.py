@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from campaign import __version__
-from campaign.contracts.hashing import canonical_json, sha256_bytes, sha256_file
-from campaign.contracts.load import LoadedContract
-from campaign.errors import ContractError, FrozenChanged
-from campaign.fsutil import atomic_write_json, load_json_strict
+from campaign.contracts.hashing import canonical_json, canonical_sha256, sha256_bytes
+from campaign.contracts.load import LoadedContract, file_problem
+from campaign.contracts.model import INPUT_FILE_BYTES
+from campaign.contracts.secretrefs import refuse_secrets_in_text
+from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES, without_gc
+from campaign.errors import FrozenChanged
+from campaign.fsutil import UnreadableFile, atomic_write_json, hash_regular_file, load_json_strict, read_bounded
 from campaign.signing import SigningKey, TrustedKeys
 
 __all__ = ["FREEZE_SCHEMA", "check_frozen", "default_record_path", "freeze", "freeze_record"]
@@ -26,32 +29,50 @@ def default_record_path(contract_path: Path) -> Path:
     return contract_path.with_name(contract_path.stem + ".freeze.json")
 
 
-def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
+def _file_digests(loaded: LoadedContract) -> dict[str, str]:
+    """sha256 of every referenced file, streamed through fsutil's reader (a FIFO, a device, a directory, a
+    loop or a kernel file is refused by what it is); a file read whole is within its cap. An error is the
+    contract's, at the line that names the file."""
+    read_whole = loaded.read_whole()
+    places: dict[str, tuple[Any, ...]] = {}
+    for where, written in loaded.referenced_places():
+        places.setdefault(written, where)
     files: dict[str, str] = {}
-    for name, path in sorted(loaded.referenced_files().items()):
+    for written in sorted(places):
         try:
-            files[name] = sha256_file(path)
-        except OSError as exc:
-            raise ContractError(f"cannot read referenced file {name}: {exc.strerror}", file=str(loaded.path)) from exc
+            files[written] = hash_regular_file(loaded.resolve(written),
+                                               what="input file" if written in read_whole else "file",
+                                               limit=INPUT_FILE_BYTES if written in read_whole else None)
+        except UnreadableFile as exc:
+            raise loaded.error(places[written], file_problem(loaded, written, exc)) from None
+    return files
+
+
+def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
+    files = _file_digests(loaded)
     for input_name, spec in loaded.contract.inputs.items():
         if spec.sha256 and files[spec.file] != spec.sha256:
             raise loaded.error(("inputs", input_name, "sha256"),
                                f"{spec.file} has sha256 {files[spec.file]}, not the pinned {spec.sha256}")
+    refuse_secrets_in_text(loaded.document.text, str(loaded.path))  # the pinned bytes, comments included
     for where, file in loaded.written_files():
         if files[file.path] != file.sha256:
             raise loaded.error((*where, "sha256"), f"{file.path} has sha256 {files[file.path]}, not the pinned "
                                                    f"{file.sha256}")
+    canonical = loaded.canonical  # dumped once, for the hash and the record
     return {
         "schema": FREEZE_SCHEMA,
         "contract_file": loaded.path.name,
-        "contract_sha256": sha256_bytes(loaded.path.read_bytes()),
-        "canonical_sha256": loaded.canonical_sha256,
-        "canonical": loaded.canonical,
+        "contract_sha256": loaded.document.sha256 or sha256_bytes(
+            read_bounded(loaded.path, MAX_CONTRACT_BYTES, what="contract")),  # the bytes read at load
+        "canonical_sha256": canonical_sha256(canonical),
+        "canonical": canonical,
         "files": files,
         "tool_version": __version__,
     }
 
 
+@without_gc()  # a record of 10,000 lanes is a million small objects that make no cycles
 def freeze(loaded: LoadedContract, key: SigningKey, record_path: Path | None = None) -> tuple[Path, bool]:
     """Write the signed freeze record; returns (path, created). Freezing an unchanged contract again
     keeps the first record (its time is when the rules were fixed); a changed one is refused."""
@@ -71,6 +92,7 @@ def freeze(loaded: LoadedContract, key: SigningKey, record_path: Path | None = N
     return record_path, True
 
 
+@without_gc()
 def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys) -> dict[str, Any]:
     """The verified freeze record, or ``FrozenChanged`` naming what differs."""
     if not record_path.exists():

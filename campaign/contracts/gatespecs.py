@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal, Protocol, Union
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
-from campaign.contracts.model import (FILE_REF, NAME_PATTERN, SHA256_PATTERN, CountRule, LaneFile, StrictModel, StrList,
-                                     valid_regexes)
+from campaign.contracts.model import (FILE_REF, INPUT_FILE_BYTES, MAX_CONTEXT_TOKENS, MAX_COUNT, MAX_SEED, NAME_PATTERN, SHA256_PATTERN,
+                                     CountRule, LaneFile, StrictModel, StrList, unique_file_names, valid_regexes)
+from campaign.fsutil import UnreadableFile, read_text_bounded
 from campaign.contracts.units import Cpuset, Duration, Size
 
 __all__ = ["GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
@@ -92,7 +93,8 @@ class HumanEvalTasks(StrictModel):
 
 class ArithmeticTasks(StrictModel):
     count: int = Field(ge=1, le=10000, description="How many word problems to generate.")
-    seed: int = Field(0, ge=0, description="The problems (and their answers) are a pure function of this seed.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="The problems (and their answers) are a pure function of "
+                                                        "this seed.")
 
 
 class SandboxSpec(StrictModel):
@@ -114,7 +116,7 @@ class TaskSpec(GateSpecBase):
                                                 "answer, match: exact|numeric|regex, optional tolerance).")
     repeats: int = Field(2, ge=1, le=100, description="Repeats per task per lane.")
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of every request.")
-    seed: int = Field(0, ge=0, description="Request seed; repeat r is sent with seed + r.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Request seed; repeat r is sent with seed + r.")
     max_tokens: int = Field(128, ge=1, le=65536, description="Tokens per exact-answer reply.")
     code_max_tokens: int = Field(384, ge=1, le=65536, description="Tokens per HumanEval reply.")
     sandbox: SandboxSpec = Field(default_factory=SandboxSpec, description="Limits for running model-written code.")
@@ -134,10 +136,12 @@ class TaskSpec(GateSpecBase):
         if self.input is not None:
             if not check_files:
                 return  # the user rows are part of n; without them the bound cannot be checked
-            path = loaded.resolve(loaded.contract.inputs[self.input].file)
-            if not path.is_file():
-                return  # reported by the input-file check
-            n += sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+            written = loaded.contract.inputs[self.input].file
+            try:  # checked a regular file within the cap by the input-file check; read bounded all the same
+                text = read_text_bounded(loaded.resolve(written), INPUT_FILE_BYTES, what="input file")
+            except UnreadableFile as exc:
+                raise loaded.error(("inputs", self.input, "file"), f"{written!r}: {exc.reason}") from None
+            n += sum(1 for line in text.splitlines() if line.strip())
         rule = self.rule
         best = 1.0 - (1.0 - rule.confidence) ** (1.0 / n)  # Clopper-Pearson upper bound at 0 losses, closed form
         if best >= rule.max_loss_upper:
@@ -147,7 +151,7 @@ class TaskSpec(GateSpecBase):
                                f">= {rule.max_loss_upper}; use at least {need} tasks or a wider margin")
 
 class NeedleRule(StrictModel):
-    reach: int | None = Field(None, ge=1, description="The candidate must pass every rung up to this one "
+    reach: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="The candidate must pass every rung up to this one "
                                                       "(prompt tokens; one of `rungs`). Default: the top rung.")
     not_below_control: bool = Field(True, description="And its highest passed rung must be at least the control's.")
 
@@ -155,9 +159,11 @@ class NeedleRule(StrictModel):
 class NeedleSpec(GateSpecBase):
     kind: Literal["needle"]
     input: None = Field(None, description="None: the needle prompts are generated from the seed.")
-    rungs: list[int] = Field(min_length=1, description="Target prompt sizes in tokens, ascending; each must fit "
-                                                       "the context of every lane (checked at validation).")
-    seed: int = Field(0, ge=0, description="Filler and keys are a pure function of the seed, rung and variant.")
+    rungs: list[Annotated[int, Field(le=MAX_CONTEXT_TOKENS)]] = Field(
+        min_length=1, max_length=64, description="Target prompt sizes in tokens, ascending (at most 64 rungs); each "
+                                                 "must fit the context of every lane (checked at validation).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Filler and keys are a pure function of the seed, rung "
+                                                        "and variant.")
     max_tokens: int = Field(64, ge=8, le=4096, description="Tokens per answer (five keys need about 50).")
     tolerance: float = Field(0.01, gt=0, le=0.05, description="Allowed relative miss of a rung's target, "
                                                               "counted by the engine's tokenizer.")
@@ -371,7 +377,7 @@ class SpeedRule(StrictModel):
                                                    "e.g. '6/8'; omit to report without judging.")
     max_spread: float = Field(0.10, gt=0.0, description="A row whose reps' aggregate tok/s spread "
                                                         "((max - min) / mean) exceeds this is VOID.")
-    max_errors: int = Field(0, ge=0, description="Error records (cut, truncated, failed streams) a row "
+    max_errors: int = Field(0, ge=0, le=MAX_COUNT, description="Error records (cut, truncated, failed streams) a row "
                                                  "tolerates; more voids it.")
     max_reruns: int = Field(2, ge=0, le=10, description="A VOID row is re-warmed and re-run up to this "
                                                         "many times; still VOID means INCONCLUSIVE.")
@@ -441,12 +447,13 @@ class SpeedSpec(GateSpecBase):
 
 
 # The schema's gate union is built from this tuple: a kind is accepted exactly when its spec is here.
-_CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+# run on stripped text; the number's digits are split only at a '.', so the pattern is linear on any text
+_CLAUSE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\-]*+)\s*+(>=|<=|>|<)\s*+([-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+)$")
 
 
 def parse_clause(text: str) -> tuple[str, str, float]:
     """``"hit_rate >= 0.75"`` -> ("hit_rate", ">=", 0.75)."""
-    match = _CLAUSE.match(text)
+    match = _CLAUSE.match(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a rule like 'hit_rate >= 0.75' (a metric, one of >= > <= <, a number)")
     return match.group(1), match.group(2), float(match.group(3))
@@ -477,8 +484,9 @@ class CacheReplay(StrictModel):
         default_factory=lambda: ["static", "belady", "lookahead"],
         description="Policies replayed beside it, reported as <policy>.hit_rate (belady is the upper bound).")
     lookahead: int = Field(1, ge=1, le=64, description="Steps of known routing the lookahead policy prefetches.")
-    n_experts: int | None = Field(None, ge=1, description="Experts per layer, if the trace does not say.")
-    sample_every: int = Field(1, ge=1, description="Replay only every Nth decode step: a declared subsample, "
+    n_experts: int | None = Field(None, ge=1, le=1 << 16, description="Experts per layer, if the trace does not "
+                                                                      "say (at most 65,536).")
+    sample_every: int = Field(1, ge=1, le=MAX_COUNT, description="Replay only every Nth decode step: a declared subsample, "
                                                    "never called exact. 1 (the default) is the exact replay.")
 
 
@@ -499,9 +507,7 @@ class ScreenSpec(GateSpecBase):
     def _one_screen(self) -> "ScreenSpec":
         if (self.script is None) == (self.cache_replay is None):
             raise ValueError("a screen needs exactly one of `script` or `cache_replay`")
-        names = [f.name for f in self.files]
-        if len(set(names)) != len(names):
-            raise ValueError("screen file names must be unique")
+        unique_file_names(self.files, "screen file names")
         if self.cache_replay is not None and {"timeout", "memory"} & self.model_fields_set:
             raise ValueError("`timeout` and `memory` limit a script screen; the built-in replay runs in the runner")
         return self

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from campaign.fsutil import hash_regular_file
+
 __all__ = ["canonical_json", "canonical_sha256", "sha256_bytes", "sha256_file"]
 
 
@@ -23,9 +25,7 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def sha256_file(path: Path, *, what: str = "file") -> str:
+    """sha256 of a regular file, streamed; a FIFO, a device, a directory or a symlink loop is an
+    ``UnreadableFile`` naming the path and what it is (never a hang, never a traceback)."""
+    return hash_regular_file(path, what=what)

@@ -6,30 +6,28 @@ ids), referenced files and the one-axis rule are checked here, once, so a run ne
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import yaml
 from pydantic import ValidationError
 
 from campaign.contracts.args import parse_args
 from campaign.contracts.hashing import canonical_sha256
+from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.resolve import (FILE_REF, EffectiveLane, axis_difference, contract_docker_host,
-                                       effective_lane, normalize_axis)
+                                       effective_lane, flatten_serving, normalize_axis)
 from campaign.contracts.schema import Contract, LaneFile
-from campaign.contracts.secretrefs import literal_secrets, secrets_anywhere
-from campaign.contracts.yamlsafe import LocatedDocument, load_located
+from campaign.contracts.secretrefs import literal_secrets, refuse_secrets_in_text, secrets_anywhere
+from campaign.contracts.units import format_cpuset, parse_cpuset, possible_cpus
+from campaign.contracts.yamlsafe import LocatedDocument, dotted, load_located, shown_path, without_gc
 from campaign.errors import AxisError, ContractError
+from campaign.fsutil import UnreadableFile, open_regular
 
-__all__ = ["LoadedContract", "dotted", "load_contract"]
-
-
-def dotted(path: tuple[Any, ...]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+__all__ = ["INPUT_FILE_BYTES", "LoadedContract", "dotted", "file_problem", "load_contract"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +82,12 @@ class LoadedContract:
                                                                     sha256=script.sha256)))
         return found
 
+    def read_whole(self) -> set[str]:
+        """Referenced files a window reads whole (input sets, model manifests), held to ``INPUT_FILE_BYTES``;
+        the others (lane and screen files) are only hashed, streamed."""
+        return {written for where, written in self.referenced_places()
+                if where[0] == "inputs" or where[-1] == "sha256_manifest"}
+
     def referenced_files(self) -> dict[str, Path]:
         """Files whose bytes are part of the frozen contract (inputs, model manifests, lane files), by contract path."""
         return {written: self.resolve(written) for _, written in self.referenced_places()}
@@ -98,7 +102,7 @@ class LoadedContract:
         return [gate.id or gate.kind for gate in self.contract.gates]
 
     def error(self, path: tuple[Any, ...], message: str) -> ContractError:
-        return ContractError(message, file=str(self.path), line=self.document.line_for(path), field=dotted(path))
+        return ContractError(message, file=self.document.file, line=self.document.line_for(path), field=dotted(path))
 
 
 ALLOW_PATH_ENV = "CAMPAIGN_ALLOW_PATH"
@@ -112,7 +116,13 @@ def allowed_roots_from_env() -> list[Path]:
 
 def load_contract(path: str | Path, *, check_files: bool = True,
                   allow_paths: list[Path] | None = None) -> LoadedContract:
-    path = Path(path)
+    """The contract at ``path``, checked whole; every check is linear in lanes (10,000 lanes: a few
+    seconds, ``benchmarks/contract_scale.py``)."""
+    with without_gc():  # tens of thousands of objects that make no cycles: see yamlsafe.without_gc
+        return _load_contract(Path(path), check_files, allow_paths)
+
+
+def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None) -> LoadedContract:
     document = load_located(path)
     try:
         contract = Contract.model_validate(document.data)
@@ -122,42 +132,50 @@ def load_contract(path: str | Path, *, check_files: bool = True,
     roots = allowed_roots_from_env() if allow_paths is None else [p.resolve() for p in allow_paths]
     loaded = LoadedContract(path=path, contract=contract, lanes=lanes, document=document, allowed_roots=roots)
     _check_host(loaded)
+    _check_names(loaded)
+    defaults, absolute = contract.lane_defaults.model_dump(exclude_none=True), _absolute_paths(loaded)
     for index, lane in enumerate(contract.lanes):
-        if lane.name in lanes:
-            raise loaded.error(("lanes", index, "name"), f"duplicate lane name {lane.name!r}")
         try:
-            lanes[lane.name] = EffectiveLane.model_validate(effective_lane(contract, lane))
+            merged = effective_lane(contract, lane, defaults)
+            if "files" in merged:  # a process engine reads them from wherever it runs: absolute paths
+                merged["files"] = [{**file, "path": absolute(file["path"])} for file in merged["files"]]
+            lanes[lane.name] = EffectiveLane.model_validate(merged)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ("lanes", index, *[p for p in first["loc"] if isinstance(p, (str, int))])
             raise loaded.error(where, f"{first['msg']} (after merging lane_defaults)") from None
         except ValueError as exc:
             raise loaded.error(("lanes", index, "set"), str(exc)) from None
-        effective = lanes[lane.name] = _files_resolved(loaded, lanes[lane.name])
+        effective = lanes[lane.name]
         if effective.runtime == "process" and not effective.executable:
             raise loaded.error(("lanes", index), "a process lane needs `executable`")
         if effective.runtime == "docker" and not effective.image:
             raise loaded.error(("lanes", index), "a docker lane needs `image` pinned by digest")
     if check_files:  # a contract only described (diff, status, a bundle's copy) reads no file
         _check_confined(loaded)
-        for where, file in loaded.written_files():
-            if not loaded.resolve(file.path).is_file():
-                raise loaded.error((*where, "path"), f"file not found: {loaded.resolve(file.path)}")
+        _check_files(loaded)
+        _check_cpus_here(loaded)
     _check_literal_secrets(loaded)
     _check_file_refs(loaded)
     _check_roles(loaded)
     _check_incumbent(loaded)
-    _check_gates(loaded, check_files)
+    _check_gates(loaded)
     for index, gate in enumerate(loaded.contract.gates):
         gate.check_contract(loaded, index, check_files)
     _check_axes(loaded)
     return loaded
 
 
-def _files_resolved(loaded: LoadedContract, lane: EffectiveLane) -> EffectiveLane:
-    """The lane with its files' paths absolute: a process engine reads them from wherever it runs."""
-    files = [f.model_copy(update={"path": str(loaded.resolve(f.path))}) for f in lane.files]
-    return lane.model_copy(update={"files": files})
+def _absolute_paths(loaded: LoadedContract) -> Callable[[str], str]:
+    """A contract path as the absolute path it names, each worked out once (many lanes share a file)."""
+    done: dict[str, str] = {}
+
+    def absolute(written: str) -> str:
+        if written not in done:
+            done[written] = str(loaded.resolve(written))
+        return done[written]
+
+    return absolute
 
 
 def _check_file_refs(loaded: LoadedContract) -> None:
@@ -183,12 +201,90 @@ def _check_confined(loaded: LoadedContract) -> None:
     """Every file whose bytes a window reads into its bundle (inputs, model manifests) lies inside the
     contract's own folder tree, or under a root the runner allowed: a contract from someone else cannot
     make the runner copy /etc/hostname into a bundle it signs and publishes. Links are followed first."""
-    inside = [loaded.base_dir.resolve(), *loaded.allowed_roots]
+    inside, read_whole = [loaded.base_dir.resolve(), *loaded.allowed_roots], loaded.read_whole()
     for where, written in loaded.referenced_places():
-        target = loaded.resolve(written).resolve()
+        try:
+            target = loaded.resolve(written).resolve()
+        except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte: open_regular words it
+            target = _unreadable(loaded, where, written, "input file" if written in read_whole else "file")
         if not any(target.is_relative_to(root) for root in inside):
-            raise loaded.error(where, f"{written!r} is outside the contract's folder ({loaded.base_dir.resolve()}); "
+            raise loaded.error(where, f"{written!r} is outside the contract's folder ({shown_path(loaded.base_dir.resolve())}); "
                                       "a runner that trusts it says so: --allow-path DIR")
+
+
+def file_problem(loaded: LoadedContract, written: str, exc: UnreadableFile) -> str:
+    """What is wrong with a file the contract names, in words about the user's own path."""
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.errno == errno.ENOENT:
+        return f"file not found: {shown_path(loaded.resolve(written))}"
+    return f"{written!r}: {exc.reason}"
+
+
+def _unreadable(loaded: LoadedContract, where: tuple[Any, ...], written: str, what: str) -> Path:
+    """The located error for a path that cannot be opened as a regular file (or the path, if it can)."""
+    try:
+        with open_regular(loaded.resolve(written), what=what):
+            return loaded.resolve(written)
+    except UnreadableFile as exc:
+        raise loaded.error(where, file_problem(loaded, written, exc)) from None
+
+
+def _check_files(loaded: LoadedContract) -> None:
+    """Every referenced file opens as a regular file on an ordinary file system: a directory, a FIFO, a
+    device, a symlink loop or /proc/self/environ is refused by what it is (whatever --allow-path says),
+    before anything reads it; a file read whole is within its cap."""
+    read_whole = loaded.read_whole()
+    seen: set[str] = set()
+    for where, written in loaded.referenced_places():
+        if written in seen:
+            continue
+        seen.add(written)
+        what = "input file" if written in read_whole else "file"
+        try:
+            with open_regular(loaded.resolve(written), what=what) as fd:
+                size = os.fstat(fd).st_size
+        except UnreadableFile as exc:
+            raise loaded.error(where, file_problem(loaded, written, exc)) from None
+        if written in read_whole and size > INPUT_FILE_BYTES:
+            raise loaded.error(where, f"{written!r} is {size:,} bytes, over the {INPUT_FILE_BYTES:,}-byte cap for "
+                                      "a file read whole (an input set, a model manifest)")
+
+
+def _check_cpus_here(loaded: LoadedContract) -> None:
+    """CPUs pinned on this machine (a process lane's ``cpus``, the speed client's ``client_cpus``) exist
+    here. A container's cpuset is its engine's box's, checked by preflight there."""
+    possible = possible_cpus()
+    places = [(("lanes", index, "set", "cpus") if lane.set.cpus else ("lane_defaults", "cpus"), effective.cpus)
+              for index, (lane, effective) in enumerate(zip(loaded.contract.lanes, loaded.lanes.values()))
+              if effective.runtime == "process" and effective.cpus]
+    places += [(("gates", index, "client_cpus"), gate.client_cpus) for index, gate in enumerate(loaded.contract.gates)
+               if getattr(gate, "client_cpus", None)]
+    for where, cpus in places:
+        if missing := parse_cpuset(cpus) - possible:
+            raise loaded.error(where, f"{cpus!r}: CPU {format_cpuset(missing)} does not exist on this machine "
+                                      f"(it has CPUs {format_cpuset(possible)})")
+
+
+def _check_names(loaded: LoadedContract) -> None:
+    """Lane names, input names and gate ids become folder and file names in a bundle: two that differ only
+    in case are one on a case-insensitive file system (macOS, Windows), so they are refused."""
+    contract = loaded.contract
+    groups = [("lane", [(("lanes", i, "name"), lane.name) for i, lane in enumerate(contract.lanes)]),
+              ("input set", [(("inputs", name), name) for name in contract.inputs]),
+              ("gate id", [(("gates", i) if gate.id is None else ("gates", i, "id"), gate.id or gate.kind)
+                           for i, gate in enumerate(contract.gates)])]
+    for what, names in groups:
+        first: dict[str, tuple[tuple[Any, ...], str]] = {}
+        for where, name in names:
+            earlier = first.setdefault(name.casefold(), (where, name))
+            if earlier[0] == where:
+                continue
+            if earlier[1] == name:
+                hint = ": give each gate an `id`" if what == "gate id" else ""
+                raise loaded.error(where, f"duplicate {what} {name!r}{hint}")
+            raise loaded.error(where, f"{what} {name!r} differs from {what} {earlier[1]!r} (line "
+                                      f"{loaded.document.line_for(earlier[0])}) only in case: names become file "
+                                      "names in a bundle, and a case-insensitive file system makes them one")
 
 
 def _check_host(loaded: LoadedContract) -> None:
@@ -216,26 +312,43 @@ def _check_literal_secrets(loaded: LoadedContract) -> None:
             raise loaded.error((*where, kind, name), f"{why}: write \"${{env:NAME}}\" and set NAME in the "
                                                      "runner's environment, so the secret is neither frozen nor "
                                                      "copied into bundles")
+    refuse_secrets_in_text(loaded.document.text, str(loaded.path))  # comments too: the bytes go into bundles
 
 
 def _located_error(document: LocatedDocument, exc: ValidationError) -> ContractError:
     errors = exc.errors()
     first = errors[0]
     path = _document_path(document.data, tuple(first["loc"]))
+    if first["type"].endswith("_type"):  # a union's members each report; the one the value's type fits says why
+        first = next((error for error in errors[1:] if not error["type"].endswith("_type")
+                      and _document_path(document.data, tuple(error["loc"])) == path), first)
     message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-    if first["loc"] and first["loc"][-1] == "[key]":  # a dict key failed: a name, which becomes a file name
-        path = path[:-1]
-        message = f"name {path[-1]!r} is not an identifier (letters, digits, '_', '.', '-'; it names files)"
+    path = _document_path(document.data, tuple(first["loc"]))
+    line = document.line_for(path)
+    node = document.node_at(path)
+    if first["type"] == "boolean_number" and isinstance(node, yaml.ScalarNode):
+        message = message.replace(str(first["ctx"]["value"]), node.value, 1)  # `yes` as written, not `true`
+    if first["loc"] and first["loc"][-1] == "[key]":  # a dict key failed: the mapping is the field
+        *parent, name = _document_path(document.data, tuple(first["loc"][:-1]))
+        path = tuple(parent)
+        if path and path[-1] == "env":
+            message = (f"{name!r} is not an environment variable name (letters, digits and '_', not starting "
+                       "with a digit: no '=', newline or empty name)")
+        else:  # a name, which becomes a file name
+            message = f"name {name!r} is not an identifier (letters, digits, '_', '.', '-'; it names files)"
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return ContractError(message + more, file=document.file, line=document.line_for(path), field=dotted(path))
+    return ContractError(message + more, file=document.file, line=line, field=dotted(path))
 
 
 def _document_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop the union tag pydantic inserts (``gates.0.greedy.repeats`` -> ``gates.0.repeats``)."""
+    """Drop the union tags pydantic inserts (``gates.0.greedy.repeats`` -> ``gates.0.repeats``; a scalar
+    has no parts: ``lane_defaults.gpus.str`` -> ``lane_defaults.gpus``)."""
     kept: list[Any] = []
     node = data
     for part in loc:
         if isinstance(node, dict) and part not in node and part == node.get("kind"):
+            continue
+        if kept and node is not None and not isinstance(node, (dict, list)):
             continue
         kept.append(part)
         if isinstance(node, dict):
@@ -249,6 +362,7 @@ def _document_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _check_roles(loaded: LoadedContract) -> None:
     contract = loaded.contract
+    position = {lane.name: index for index, lane in enumerate(contract.lanes)}
     control_names = [lane.name for lane in contract.lanes if lane.role == "control"]
     if not control_names:
         raise loaded.error(("lanes",), "at least one lane must have role: control")
@@ -265,12 +379,11 @@ def _check_roles(loaded: LoadedContract) -> None:
         control = lane.control or control_names[0]
         if control not in loaded.lanes:
             raise loaded.error(("lanes", index, "control"), f"no lane named {control!r}")
-        if control not in control_names:
+        if contract.lanes[position[control]].role != "control":
             raise loaded.error(("lanes", index, "control"), f"lane {control!r} is not a control")
         if not lane.axis:
             raise loaded.error(("lanes", index), "a candidate must declare its `axis`")
-        ordering = [l.name for l in contract.lanes]
-        if ordering.index(control) > index:
+        if position[control] > index:
             raise loaded.error(("lanes", index), f"control {control!r} must come before its candidate "
                                                  "(control runs first)")
         loaded.lanes[lane.name] = loaded.lanes[lane.name].model_copy(update={"control": control})
@@ -290,14 +403,10 @@ def _check_incumbent(loaded: LoadedContract) -> None:
         raise loaded.error(("incumbent", "lane"), f"no lane named {incumbent.lane!r}")
 
 
-def _check_gates(loaded: LoadedContract, check_files: bool) -> None:
+def _check_gates(loaded: LoadedContract) -> None:
     contract = loaded.contract
-    seen: set[str] = set()
+    seen = set(loaded.gate_ids())  # unique, also in case (_check_names)
     for index, gate in enumerate(contract.gates):
-        gate_id = gate.id or gate.kind
-        if gate_id in seen:
-            raise loaded.error(("gates", index), f"duplicate gate id {gate_id!r}: give each gate an `id`")
-        seen.add(gate_id)
         input_name = getattr(gate, "input", None)
         if input_name is not None and input_name not in contract.inputs:
             raise loaded.error(("gates", index, "input"), f"no input set named {input_name!r}")
@@ -311,19 +420,18 @@ def _check_gates(loaded: LoadedContract, check_files: bool) -> None:
         for index, required in enumerate(contract.promotion.requires):
             if required not in seen:
                 raise loaded.error(("promotion", "requires", index), f"no gate with id {required!r}")
-    if check_files:
-        for name, spec in contract.inputs.items():
-            if not loaded.resolve(spec.file).is_file():
-                raise loaded.error(("inputs", name, "file"), f"file not found: {loaded.resolve(spec.file)}")
 
 
 def _check_axes(loaded: LoadedContract) -> None:
+    flat: dict[str, dict[str, Any]] = {}  # each control flattened once, however many candidates it has
     for index, lane in enumerate(loaded.contract.lanes):
         if lane.role != "candidate":
             continue
         effective = loaded.lanes[lane.name]
         control = loaded.lanes[effective.control or ""]
-        computed = axis_difference(control, effective)
+        if control.name not in flat:
+            flat[control.name] = flatten_serving(control)
+        computed = axis_difference(control, effective, flat[control.name])
         declared = {normalize_axis(entry) for entry in lane.axis}
         if set(computed) != declared:
             undeclared = sorted(set(computed) - declared)
@@ -335,5 +443,5 @@ def _check_axes(loaded: LoadedContract) -> None:
             if unchanged:
                 parts.append("declared but unchanged: " + ", ".join(unchanged))
             line = loaded.document.line_for(("lanes", index, "axis"))
-            raise AxisError(f"{loaded.path}:{line}: lanes[{index}].axis: lane {lane.name!r} vs control "
+            raise AxisError(f"{loaded.document.file}:{line}: lanes[{index}].axis: lane {lane.name!r} vs control "
                             f"{control.name!r}: " + "; ".join(parts))

@@ -3,23 +3,113 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-__all__ = ["FILE_REF", "FILES_MOUNT_ROOT", "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "StrDict", "StrList", "StrictModel", "parse_fraction", "stringify_scalars",
-           "valid_regexes"]
+__all__ = ["ENV_NAME_PATTERN", "FILE_REF", "INPUT_FILE_BYTES", "FILES_MOUNT_ROOT", "MAX_CONTEXT_TOKENS", "MAX_COUNT", "MAX_SEED",
+           "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "EnvName", "StrDict", "StrList", "StrictModel",
+           "parse_fraction", "stringify_scalars", "unique_file_names", "valid_regexes"]
 
 # names become file names in the bundle: identifiers, never paths (no '@', which visit keys use)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
+# an environment variable's name as a shell and `${env:NAME}` write it: never empty, no '=' (it would
+# split into another name and value), no newline or NUL, no '.' (axis keys are env.NAME)
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
+
+# Bounds on numbers a contract states (see the README's table of what the tool refuses):
+MAX_SEED = 2**31 - 1  # a request seed every engine takes (llama.cpp and vLLM read a 32-bit int)
+MAX_CONTEXT_TOKENS = 1 << 24  # 16M tokens: past every model's context (the longest today is 10M)
+MAX_COUNT = 1_000_000  # k/n count rules, tolerated errors, replay subsampling: a million is past any real gate
+# Files a window reads whole into memory (input sets, model manifests): the gates' reader has the same cap
+# (gates.common.inputs); a hundred 128k-token prompts are about 50 MB. Lane and screen files are only
+# hashed, streamed, so they have no byte cap (an adapter may be gigabytes).
+INPUT_FILE_BYTES = 128 << 20
+
+_BOOLEAN_AS_NUMBER = ("a boolean where a number belongs (YAML reads yes, no, on, off, true and false as "
+                      "booleans); write the number")
+
+
+def _number_shape(annotation: Any) -> Any:
+    """Where a field of this type takes a number and no boolean (pydantic would take True as 1): "number"
+    for the value itself, ("items", shape) for a list's items, ("values", shape) for a dict's values, or
+    None where a boolean is fine or refused anyway."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _number_shape(args[0])
+    if annotation is Any or annotation is bool:
+        return None
+    if annotation in (int, float):
+        return "number"
+    if origin is Literal:
+        return "number" if any(isinstance(a, int) and not isinstance(a, bool) for a in args) and \
+            not any(isinstance(a, bool) for a in args) else None
+    if origin in (Union, types.UnionType):
+        shapes = [_number_shape(a) for a in args]
+        if any(a is Any or a is bool for a in args):
+            return None
+        return "number" if "number" in shapes else next((shape for shape in shapes if shape is not None), None)
+    if origin in (list, tuple, set, frozenset) and args:
+        inner = _number_shape(args[0])
+        return ("items", inner) if inner is not None else None
+    if origin is dict and len(args) == 2:
+        inner = _number_shape(args[1])
+        return ("values", inner) if inner is not None else None
+    return None
+
+
+def _booleans(shape: Any, value: Any, loc: tuple[Any, ...]) -> list[InitErrorDetails]:
+    """An error for every boolean ``value`` holds where ``shape`` says a number belongs."""
+    if shape == "number":
+        if isinstance(value, bool):
+            return [InitErrorDetails(type=PydanticCustomError("boolean_number", "{value} is " + _BOOLEAN_AS_NUMBER,
+                                                              {"value": str(value).lower()}), loc=loc, input=value)]
+        return []
+    found: list[InitErrorDetails] = []
+    if shape[0] == "items" and isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found += _booleans(shape[1], item, (*loc, index))
+    elif shape[0] == "values" and isinstance(value, dict):
+        for key, item in value.items():
+            found += _booleans(shape[1], item, (*loc, key))
+    return found
+
+
+_SHAPES: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _number_fields(model: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
+    """(field, shape) of every field of ``model`` that takes numbers; a field whose own validator reads
+    the value first (a duration, a size) says what is wrong itself."""
+    shapes = _SHAPES.get(model)
+    if shapes is None:
+        shapes = _SHAPES[model] = tuple(
+            (name, shape) for name, field in model.model_fields.items()
+            if not any(isinstance(m, BeforeValidator) for m in field.metadata)
+            and (shape := _number_shape(field.annotation)) is not None)
+    return shapes
 
 
 class StrictModel(BaseModel):
-    """The one config every contract model shares."""
+    """The one config every contract model shares. Numbers are strict: a boolean (YAML 1.1's ``yes``,
+    ``on``, ``true``) is refused where a number belongs, instead of becoming 1, located at its field."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False,
                               validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            found = [error for name, shape in _number_fields(cls) if name in data
+                     for error in _booleans(shape, data[name], (name,))]
+            if found:  # raised as a ValidationError, its errors keep their field's location
+                raise ValidationError.from_exception_data(cls.__name__, found)
+        return data
 
 
 def stringify_scalars(value: Any) -> Any:
@@ -53,14 +143,17 @@ def valid_regexes(patterns: list[str]) -> list[str]:
     return patterns
 
 
-_FRACTION = re.compile(r"^\s*(?:>=\s*)?(\d+)\s*/\s*(\d+)\s*$")
+# stripped first, so no two unbounded repeats meet at the end (linear on any text)
+_FRACTION = re.compile(r"^(?:>=\s*+)?+(\d++)\s*+/\s*+(\d++)$")  # possessive: linear
 
 
 def parse_fraction(text: str) -> tuple[int, int]:
-    """``"20/20"`` or ``">= 19/20"`` -> (19, 20): at least k of n."""
-    match = _FRACTION.match(text)
+    """``"20/20"`` or ``">= 19/20"`` -> (19, 20): at least k of n, n at most ``MAX_COUNT``."""
+    match = _FRACTION.match(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a count rule like '20/20' or '>= 19/20'")
+    if len(match.group(1)) > 7 or len(match.group(2)) > 7 or int(match.group(2)) > MAX_COUNT:
+        raise ValueError(f"{text.strip()[:40]!r}: n is at most {MAX_COUNT:,}")
     k, n = int(match.group(1)), int(match.group(2))
     if n <= 0 or k > n:
         raise ValueError(f"{text!r}: need 0 <= k <= n and n > 0")
@@ -73,7 +166,21 @@ CountRule = Annotated[str, AfterValidator(lambda text: (parse_fraction(text), te
 
 FILES_MOUNT_ROOT = "/campaign/files"
 # ${file:slotmap} in args and env (and a screen's args): the path the reader sees the file at
-FILE_REF = re.compile(r"\$\{file:([A-Za-z0-9][A-Za-z0-9_.-]*)\}")
+FILE_REF = re.compile(r"\$\{file:([A-Za-z0-9][A-Za-z0-9_.-]*+)\}")
+
+
+def unique_file_names(files: list[Any], what: str = "file names") -> None:
+    """File names are unique, also ignoring case: a lane's files are mounted and copied into a bundle by
+    name, and a case-insensitive file system would make ``Map`` and ``map`` one file."""
+    names = [file.name for file in files]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} must be unique: {sorted({n for n in names if names.count(n) > 1})}")
+    seen: dict[str, str] = {}
+    for name in names:
+        earlier = seen.setdefault(name.casefold(), name)
+        if earlier != name:
+            raise ValueError(f"{what} {earlier!r} and {name!r} differ only in case (one file on a "
+                             "case-insensitive file system)")
 
 
 class LaneFile(StrictModel):

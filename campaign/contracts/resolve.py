@@ -84,9 +84,11 @@ class EffectiveLane(StrictModel):
         return last_values(self.args)
 
 
-def effective_lane(contract: Contract, lane: Lane) -> dict[str, Any]:
-    """Merge ``lane_defaults`` with ``lane.set``; returns plain data for ``EffectiveLane`` to validate."""
-    merged: dict[str, Any] = contract.lane_defaults.model_dump(exclude_none=True)
+def effective_lane(contract: Contract, lane: Lane, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Merge ``lane_defaults`` with ``lane.set``; returns plain data for ``EffectiveLane`` to validate.
+    ``defaults``: ``lane_defaults`` already dumped (one dump for many lanes; only copied here, never changed)."""
+    merged: dict[str, Any] = (dict(defaults) if defaults is not None
+                              else contract.lane_defaults.model_dump(exclude_none=True))
     for key in sorted(lane.set.model_fields_set):
         value = getattr(lane.set, key)
         if value is None:
@@ -176,7 +178,9 @@ def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
     return flat
 
 
-def axis_difference(control: EffectiveLane, candidate: EffectiveLane) -> dict[str, tuple[Any, Any]]:
-    """Keys whose values differ, with (control value, candidate value); absent is ``None``."""
-    a, b = flatten_serving(control), flatten_serving(candidate)
+def axis_difference(control: EffectiveLane, candidate: EffectiveLane,
+                    control_flat: dict[str, Any] | None = None) -> dict[str, tuple[Any, Any]]:
+    """Keys whose values differ, with (control value, candidate value); absent is ``None``.
+    ``control_flat``: the control already flattened (one control, many candidates)."""
+    a, b = control_flat if control_flat is not None else flatten_serving(control), flatten_serving(candidate)
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}

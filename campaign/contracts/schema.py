@@ -15,8 +15,10 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_validator,
 
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.gatespecs import GateSpec
-from campaign.contracts.model import FILES_MOUNT_ROOT, NAME_PATTERN, SHA256_PATTERN, LaneFile, StrDict, StrictModel, StrList, stringify_scalars, valid_regexes
-from campaign.contracts.units import Cpuset, Duration, Size
+from campaign.contracts.model import (ENV_NAME_PATTERN, FILES_MOUNT_ROOT, MAX_CONTEXT_TOKENS, NAME_PATTERN, SHA256_PATTERN, EnvName,
+                                     LaneFile, StrictModel, StrList, stringify_scalars, unique_file_names,
+                                     valid_regexes)
+from campaign.contracts.units import Cpuset, Duration, Size, duration
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -42,7 +44,9 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 Role = Literal["control", "candidate"]
-_IMAGE = re.compile(r"^(?:[^@\s]+@)?sha256:[0-9a-f]{64}$")
+_IMAGE = re.compile(r"^(?:[^@\s]++@)?+sha256:[0-9a-f]{64}$")  # possessive: linear
+MAX_GPUS = 1024  # a GPU count: past the largest single host (a docker device request counts one host's)
+MAX_VERSION = 2**31 - 1
 
 
 class Mount(StrictModel):
@@ -106,8 +110,12 @@ class ModelSpec(StrictModel):
 
 
 class ReadinessSpec(StrictModel):
-    budget: Duration = Field(2400.0, description="How long a cold load may take before it is a launch failure.")
-    poll_interval: Duration = Field(0.5, description="Seconds between readiness polls.")
+    # 100 ms: a budget that short is a launch failure on purpose (tests force one); shorter says nothing
+    budget: duration(minimum=0.1) = Field(2400.0, description="How long a cold load may take before it is a "
+                                                              "launch failure (100ms to 168h).")
+    # 10 ms: a shorter poll is a busy loop against the engine it waits for
+    poll_interval: duration(minimum=0.01) = Field(0.5, description="Seconds between readiness polls "
+                                                                   "(10ms to 168h).")
 
 
 class BootLogRules(StrictModel):
@@ -131,13 +139,15 @@ class LaneFields(StrictModel):
                                                       "(default: the image ENTRYPOINT).")
     image: str | None = Field(None, description="docker runtime: image pinned by digest, name@sha256:... or sha256:...")
     args: StrList | None = Field(None, description="Engine arguments, as on a command line.")
-    env: StrDict | None = Field(None, description="Environment variables given to the lane.")
+    env: Annotated[dict[EnvName, str], BeforeValidator(stringify_scalars)] | None = Field(
+        None, description="Environment variables given to the lane (names: letters, digits, '_').")
     mounts: list[Mount] | None = Field(None, description="Bind mounts (docker runtime).")
     files: list[LaneFile] | None = Field(None, description="Files the engine reads, pinned by sha256; in `set`, an "
                                                            "entry changes the default of the same name (its "
                                                            "mount kept unless given).")
     shm_size: Size | None = Field(None, description="/dev/shm size (docker runtime), e.g. 64g.")
-    gpus: str | int | None = Field(None, description="GPU request: 'all', a count, or device ids.")
+    gpus: str | Annotated[int, Field(ge=0, le=MAX_GPUS)] | None = Field(
+        None, description="GPU request: 'all', a count, or device ids.")
     cpus: Cpuset | None = Field(None, description="CPUs the lane runs on, a cpuset like '1' or '0-3,8': "
                                                "sched_setaffinity for a process lane, cpuset_cpus for a "
                                                "container. Keeps the engine off the speed client's cores.")
@@ -151,15 +161,14 @@ class LaneFields(StrictModel):
         None, description="docker runtime: share the host's network (default) or publish the port from a bridge.")
     docker_host: Annotated[DockerHost | None, BeforeValidator(_docker_host_from_url)] = Field(
         None, description="docker runtime: the engine to run on (default: the contract's host.docker, then DOCKER_HOST).")
-    context: int | None = Field(None, ge=1, description="Context tokens one request may use, for engines whose "
+    context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS,
+                                description="Context tokens one request may use, for engines whose "
                                                        "args do not say it (must agree with them if they do).")
 
     @field_validator("files")
     @classmethod
     def _unique_files(cls, files: list[LaneFile] | None) -> list[LaneFile] | None:
-        names = [f.name for f in files or []]
-        if len(set(names)) != len(names):
-            raise ValueError(f"file names must be unique: {sorted({n for n in names if names.count(n) > 1})}")
+        unique_file_names(files or [])
         mounts = [f.mount for f in files or [] if f.mount]
         if len(set(mounts)) != len(mounts):
             raise ValueError("two files share one mount path")
@@ -176,7 +185,7 @@ class LaneChanges(LaneFields):
 
     args: dict[str, str | bool | None] | None = Field(  # type: ignore[assignment]
         None, description="Options to change: value, null to remove, true for a bare flag.")
-    env: dict[str, str | None] | None = Field(  # type: ignore[assignment]
+    env: dict[EnvName, str | None] | None = Field(  # type: ignore[assignment]
         None, description="Variables to set, or null to unset.")
 
     @field_validator("args", "env", mode="before")
@@ -213,7 +222,7 @@ class IncumbentSpec(StrictModel):
         None, description="docker: the engine the daily container runs on (default: DOCKER_HOST, as the CLI).")
     lane: str | None = Field(None, description="A lane of this contract whose spec the daily runs "
                                                "(used by `campaign daily start`).")
-    api_key_env: str | None = Field(None, description="Name of the env var holding the daily's API key; "
+    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN, description="Name of the env var holding the daily's API key; "
                                                       "the key itself never enters a contract or a receipt.")
     served_model: str | None = Field(None, description="Model name for the proof completion.")
     stop_timeout: Duration = Field(30.0, description="Seconds between SIGTERM and SIGKILL when stopping it.")
@@ -284,7 +293,8 @@ class PromotionRule(StrictModel):
 
 class Contract(StrictModel):
     contract: str = Field(pattern=NAME_PATTERN, description="Contract name.")
-    version: int = Field(ge=1, description="A new version is a new contract; a frozen one never changes.")
+    version: int = Field(ge=1, le=MAX_VERSION, description="A new version is a new contract; a frozen one never "
+                                                           "changes.")
     schema_version: Literal[1] = Field(1, description="Schema version of this file.")
     description: str = ""
     host: dict[str, str] | None = Field(None, description="Where lanes run, e.g. {docker: unix:///var/run/docker.sock}.")

@@ -2,98 +2,388 @@
 
 ``env: {HF_TOKEN: "${env:HF_TOKEN}"}`` or ``args: [--api-key, "${env:SERVE_KEY}"]``: the contract (and so
 its frozen hash and the bundle's copy) holds only the reference; the value is read from the runner's
-environment at launch, and every place the bundle records it is redacted. A literal that looks like a
-token is refused at load, so a secret cannot be frozen into a contract by accident.
+environment at launch, and every place the bundle records it is redacted. ``${env:NAME}`` is the one way to
+pass a secret. A literal credential is refused at load and at freeze, with its file, line and field, by
+three tests that do not depend on knowing the issuer:
+
+(a) Names. Any key, variable, option or mapping key whose words (cut at ``-``, ``_``, ``.`` and camelCase)
+    include key, token, secret, pass/password/passwd/passphrase/pwd, auth/authorization, credential(s),
+    private, cookie or session (and one-word forms: apikey, accesskey, privatekey, authtoken...) takes a
+    credential, and only a reference, a flag word (``1``, ``true``, ``off``) or a path (``/``, ``~``, ``./``)
+    may stand there; a number is a literal too. Not credential names: a name whose last word says it is
+    *about* the credential (``--api-key-file``, ``api_key_env``, ``--session-len``, ``TOKEN_TTL``,
+    ``eos_token_id``: file, path, dir, env, name, header, len, size, count, max, ttl, timeout, type, url,
+    id... see ABOUT_WORDS), ``token`` after bos/eos/pad/stop... (a vocabulary token), and words that only
+    contain a secret word (``--tokenizer``, ``TOKENIZERS_PARALLELISM``, ``max_tokens``: "tokens" is a count,
+    ``--ssl-keyfile``). An option written as one argv word counts too: ``--api-key=X``, ``"--api-key X"``.
+(b) Shapes, anywhere (a description, a model path, a URL, a header, a key, a comment): a JWT, a PEM
+    private key block, user info in a URL of any form (``https://TOKEN@host``, ``http://:pw@host``,
+    ``tcp://u:p@h``; only ``ssh://user@box``, a login name, is allowed), ``Bearer`` followed by anything but
+    a reference (any length), ``Basic`` followed by base64 of ``user:password``, and well-known issuer
+    prefixes (hf_, sk-, ghp_, github_pat_, glpat-, xox?-, AKIA/ASIA, AIza).
+(c) Opaque values, anywhere: a run of 20 or more base64/base64url letters and digits that reads like
+    random text (see ``opaque``: an AWS secret access key, a random API key); hex (digests, commit ids,
+    UUIDs) is not opaque.
+
+The same detection feeds the redactor (``campaign.lanes.redact``): boot logs, inspect snapshots and the
+daily's log cut these shapes, plus the value after a credential name in free text (``HF_TOKEN=x``,
+``"api_key": "x"``). Every pattern here is linear in its input (``benchmarks/patterns.py``): a contract
+field of a megabyte costs milliseconds, not minutes.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
-from collections.abc import Iterable, Mapping
 
-__all__ = ["REF", "TOKEN_PATTERNS", "credential_like", "is_secret_name", "literal_secrets", "looks_like_token", "referenced_names",
-           "secrets_anywhere",
-           "substitute"]
+from campaign.errors import ContractError
 
-REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+__all__ = ["ABOUT_WORDS", "REF", "REMEDY", "SECRET_WORDS", "TOKEN_PATTERNS", "credential_like", "credential_spans",
+           "is_secret_name", "literal_secrets", "looks_like_token", "name_words", "named_values", "opaque",
+           "open_pem_label", "raw_text_secrets", "referenced_names", "refuse_secrets_in_text", "secrets_anywhere",
+           "substitute", "token_shape"]
 
-# Common credential shapes (Hugging Face, OpenAI/Anthropic-style, GitHub, Slack, AWS, bearer headers).
-TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\bhf_[A-Za-z0-9]{16,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*"),
-)
+REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*+)\}")
 
-_SECRET_WORDS = {"token", "secret", "password", "passwd", "credential", "credentials", "apikey", "auth"}
+# (a) Names. A name is cut into words at '-', '_', '.', spaces and camelCase ("XApiKey" -> x, api, key).
+SECRET_WORDS = frozenset({
+    "key", "apikey", "accesskey", "secretkey", "privatekey", "signingkey",
+    "token", "authtoken", "accesstoken", "refreshtoken", "idtoken", "sessiontoken", "bearer", "jwt",
+    "secret", "secrets", "clientsecret",
+    "pass", "password", "passwords", "passwd", "passphrase", "pwd", "pw",
+    "auth", "authorization", "credential", "credentials", "cred", "creds",
+    "private", "cookie", "cookies", "session", "sessionid",
+})
+# A last word that makes the name *about* a credential, not the credential: --api-key-file, api_key_env,
+# --session-len, TOKEN_TTL. ("tokens" is not a secret word at all: max_tokens is a count.)
+ABOUT_WORDS = frozenset({
+    "file", "files", "path", "dir", "directory", "filename", "env", "var", "name", "header", "len", "length",
+    "size", "count", "num", "max", "min", "limit", "ttl", "timeout", "expiry", "expires", "type", "mode",
+    "kind", "format", "url", "uri", "endpoint", "host", "port", "id", "ids",
+})
+_SCHEMES = frozenset({"bearer", "basic", "token"})  # "Bearer ${env:K}" is a reference with its scheme word
+_FLAG_WORDS = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off", ""})
+# "token" after one of these names a vocabulary token (eos_token, pad_token), not a credential
+VOCABULARY_WORDS = frozenset({"bos", "eos", "eot", "eog", "pad", "unk", "sep", "cls", "mask", "stop", "start",
+                              "end", "special", "image", "audio", "video", "think", "fim", "added"})
+# words of a name: "XAPIKey" -> XAPI, Key; backtracking here is bounded by _MAX_NAME, so it stays linear
+_NAME_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_MAX_NAME = 128  # a longer "name" (a run of letters in a log) is not a name: bounded work per word
+
+
+def name_words(name: str) -> list[str]:
+    """The lower-case words of a name, cut at '-', '_', '.', spaces and camelCase; [] past 128 characters."""
+    return [] if len(name) > _MAX_NAME else [word.lower() for word in _NAME_WORD.findall(name)]
 
 
 def is_secret_name(name: str) -> bool:
-    """An option or variable whose value is a credential, whatever it looks like: ``--api-key``,
-    ``--hf-token``, ``HF_TOKEN``, ``OPENAI_API_KEY``; not ``--tokenizer`` or ``TOKENIZERS_PARALLELISM``."""
-    words = [w for w in re.split(r"[-_]+", name.lower().lstrip("-")) if w]
-    return any(w in _SECRET_WORDS for w in words) or any(a == "api" and b == "key" for a, b in zip(words, words[1:]))
-
-
-_FLAG_WORDS = {"0", "1", "true", "false", "yes", "no", "on", "off", ""}
-# a password in a URL's userinfo: scheme://user:password@host
-_URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@")
+    """An option, variable or key whose value is a credential, whatever it looks like: ``--api-key``,
+    ``--hf-token``, ``HF_TOKEN``, ``OPENAI_API_KEY``, ``DB_PASS``, ``request_defaults.authorization``,
+    ``X-Api-Key``; not ``--tokenizer``, ``TOKENIZERS_PARALLELISM``, ``max_tokens``, ``--api-key-file`` or
+    ``--session-len`` (see ABOUT_WORDS)."""
+    words = name_words(name)
+    if not words or words[-1] in ABOUT_WORDS:
+        return False
+    secret = [i for i, w in enumerate(words) if w in SECRET_WORDS
+              and not (w == "token" and i > 0 and words[i - 1] in VOCABULARY_WORDS)]
+    return bool(secret) or any(a + b in SECRET_WORDS for a, b in zip(words, words[1:]))
 
 
 def credential_like(value: str) -> bool:
-    # flags (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) and file paths (--api-key-file /run/secrets/k) are not
-    # credentials; any other literal is, whatever its length (a short key is still a key)
-    return value.strip().lower() not in _FLAG_WORDS and not value.startswith(("/", "~", "./"))
+    """Whether a value in a credential-named place is a literal credential: anything but a reference
+    (``${env:NAME}``, alone or after a scheme word: ``Bearer ${env:K}``), a flag word (``1``, ``true``,
+    ``off``) or a path (``/run/secrets/k``, ``~/.key``, ``./k``). A short key is still a key."""
+    text = value.strip()
+    rest = REF.sub("", text).strip() if "${env:" in text else text
+    if rest != text and (not rest or rest.lower() in _SCHEMES):
+        return False
+    return rest.lower() not in _FLAG_WORDS and not rest.startswith(("/", "~", "./", "../"))
 
 
-def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:
-    """(where, why) for every literal credential: a secret-named variable or option with a value that is
-    not a reference, or any value shaped like a token."""
-    found = []
-    for name, value in env.items():
-        if value is not None and not REF.fullmatch(value):
-            if is_secret_name(name) and credential_like(value):
-                found.append((f"env.{name}", f"{name} names a credential"))
-            elif looks_like_token(value):
-                found.append((f"env.{name}", "the value looks like a token"))
-    for option, value in args:
-        if value is not None and not REF.fullmatch(value):
-            if not option.startswith("#") and is_secret_name(option) and credential_like(value):
-                found.append((f"args.{option}", f"{option} takes a credential"))
-            elif looks_like_token(value):
-                found.append((f"args.{option}", "the value looks like a token"))
-    return found
+# (b) Shapes. Linear by construction (benchmarks/patterns.py; tests/unit/contracts/test_secret_patterns.py):
+# every pattern starts at a literal or just after a character outside its body (the lookbehind), and every
+# repeat is possessive, so no two attempts read the same run and no attempt gives characters back.
+_RUN = "A-Za-z0-9_-"
+TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(rf"(?<![{_RUN}])hf_[A-Za-z0-9]{{16,}}+"),                         # Hugging Face
+    re.compile(rf"(?<![{_RUN}])sk-[{_RUN}]{{16,}}+"),                            # OpenAI, Anthropic
+    re.compile(rf"(?<![{_RUN}])gh[pousr]_[A-Za-z0-9]{{20,}}+"),                  # GitHub
+    re.compile(rf"(?<![{_RUN}])github_pat_[A-Za-z0-9_]{{20,}}+"),
+    re.compile(rf"(?<![{_RUN}])glpat-[{_RUN}]{{20,}}+"),                         # GitLab
+    re.compile(rf"(?<![{_RUN}])xox[abprs]-[A-Za-z0-9-]{{10,}}+"),                # Slack
+    re.compile(rf"(?<![{_RUN}])(?:AKIA|ASIA)[0-9A-Z]{{16}}+(?![{_RUN}])"),       # AWS access key id
+    re.compile(rf"(?<![{_RUN}])AIza[{_RUN}]{{35}}+(?![{_RUN}])"),                # Google API key
+    re.compile(rf"(?<![{_RUN}])eyJ[{_RUN}]{{8,}}+\.[{_RUN}]{{2,}}+\.[{_RUN}]*+"),  # JWT (JWS, JWE)
+    re.compile(r"(?i)(?<![A-Za-z0-9])bearer[ \t]++([A-Za-z0-9._~+/=-]++)"),        # Bearer, any length
+)
+_BASIC = re.compile(r"(?i)(?<![A-Za-z0-9])basic[ \t]++([A-Za-z0-9+/=]++)")
+_PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]{0,48}+)-----")
+_AUTHORITY = re.compile(r"[^/?#\s\"'<>\\`|]*+")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_LOGIN_SCHEMES = frozenset({"ssh", "sftp"})  # ssh://user@box: a login name, never with a password
+
+
+def _basic_credential(value: str) -> bool:
+    """``Basic`` followed by base64 of ``user:password`` (the word "basic" in prose is not)."""
+    try:
+        decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded
+
+
+def _userinfo_spans(text: str) -> Iterator[tuple[int, int, str]]:
+    """``scheme://userinfo@host``: any user info (``TOKEN@``, ``:pw@``, ``user:pw@``) except a login name
+    alone on ssh; one pass, each authority read once."""
+    i = text.find("://")
+    while i != -1:
+        start = i + 3
+        end = _AUTHORITY.match(text, start).end()  # type: ignore[union-attr]
+        at = text.rfind("@", start, end)
+        if at != -1:
+            userinfo = text[start:at]
+            j = i
+            while j > 0 and i - j < 32 and text[j - 1] in _SCHEME_CHARS:
+                j -= 1
+            scheme = text[j:i].lower().rsplit("+", 1)[-1]
+            if (scheme not in _LOGIN_SCHEMES or ":" in userinfo) and credential_like(userinfo):
+                yield start, at, "a credential in a URL (user info before '@')"
+        i = text.find("://", max(end, start))
+
+
+def _pem_blocks(text: str) -> Iterator[tuple[int, int, str, bool]]:
+    """(start, end, label, closed) of each PEM private key block, through its END line, or to the end of
+    the text when it has none. One pass: the search resumes after each block."""
+    position = 0
+    while (match := _PEM.search(text, position)) is not None:
+        label = match.group(1)
+        if "PRIVATE" not in label and "SECRET" not in label:
+            position = match.end()
+            continue
+        end = text.find(f"-----END {label}-----", match.end())
+        if end == -1:
+            yield match.start(), len(text), label, False
+            return
+        position = end + len(label) + 14
+        yield match.start(), position, label, True
+
+
+def open_pem_label(text: str) -> str | None:
+    """The label of a PEM private key block that begins in ``text`` and does not end there (a log written
+    line by line cuts the lines that follow, up to its END)."""
+    return next((label for _s, _e, label, closed in _pem_blocks(text) if not closed), None)
+
+
+# (c) Opaque values: a long run of base64/base64url/alphanumeric characters that reads like random text.
+_LONG_WORD = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{20,}+={0,2}+")
+_SEGMENT = re.compile(r"[A-Za-z0-9]++")
+_UNIT = re.compile(r"[A-Z][a-z]++|[a-z]++|[A-Z]++|[0-9]++")
+_HEX = re.compile(r"[0-9a-f]++|[0-9A-F]++")
+OPAQUE_MIN = 20
+
+
+def opaque(word: str) -> bool:
+    """Random-looking: at least 20 letters and digits (hex runs of 8 or more left out: digests, commit ids,
+    UUIDs are not secrets), at most one separator in ten, two or more of upper, lower and digit, and the
+    character class changing every 3 characters or sooner on average (random base64 changes about every 1.8;
+    names, words and model ids every 4 to 8). Measured in benchmarks/patterns.py."""
+    segments = _SEGMENT.findall(word)
+    kept = [s for s in segments if len(s) < 8 or not _HEX.fullmatch(s)]
+    letters = sum(map(len, kept))
+    if letters < OPAQUE_MIN:
+        return False
+    if sum(word.count(c) for c in "-_/") > letters / 8:  # names are cut by these; "+" is base64
+        return False
+    joined = "".join(kept)
+    if (any(c.isupper() for c in joined) + any(c.islower() for c in joined) + any(c.isdigit() for c in joined)) < 2:
+        return False
+    units = sum(len(_UNIT.findall(s)) for s in kept)
+    return letters / units <= (3.0 if letters < 40 else 3.5)
+
+
+def credential_spans(text: str, *, named: bool = False) -> list[tuple[int, int, str]]:
+    """(start, end, what) of every credential shape in ``text``, sorted: known token prefixes, JWTs,
+    Bearer values, Basic credentials, PEM private keys, URL user info, opaque values; with ``named``, also
+    the value after a credential name in free text (``HF_TOKEN=x``, ``"api_key": "x"``, ``--api-key x``).
+    Linear in the length of ``text``."""
+    spans: list[tuple[int, int, str]] = []
+    for pattern in TOKEN_PATTERNS:
+        spans += [(*m.span(m.lastindex or 0), "token") for m in pattern.finditer(text)]
+    spans += [(*m.span(1), "Basic credential") for m in _BASIC.finditer(text) if _basic_credential(m.group(1))]
+    if "-----BEGIN " in text:
+        spans += [(start, end, "a PEM private key") for start, end, _label, _closed in _pem_blocks(text)]
+    if "://" in text:
+        spans += _userinfo_spans(text)
+    if len(text) >= OPAQUE_MIN:
+        spans += [(m.start(), m.end(), "opaque value") for m in _LONG_WORD.finditer(text) if opaque(m.group())]
+    if named:
+        spans += named_values(text)
+    return sorted(spans)
+
+
+_WHAT = {"token": "the value looks like a token", "Basic credential": "the value looks like a token (Basic)",
+         "a PEM private key": "the value looks like a token (a PEM private key)",
+         "opaque value": "the value looks like a token (a long random-looking value)"}
+
+
+def token_shape(text: str) -> str | None:
+    """Why ``text`` holds a credential by its shape alone, or None."""
+    spans = credential_spans(text)
+    if not spans:
+        return None
+    what = spans[0][2]
+    return _WHAT.get(what, what)
 
 
 def looks_like_token(text: str) -> bool:
-    return any(pattern.search(text) for pattern in TOKEN_PATTERNS) or bool(_URL_CREDENTIALS.search(text))
+    return bool(credential_spans(text))
+
+
+# a credential name, then its value: `--api-key x` (an option), `HF_TOKEN=x`, `"api_key": "x"`, `key: x`
+_NAMED = re.compile(r"(?<![A-Za-z0-9_.-])(?:(--?[A-Za-z][A-Za-z0-9_.-]*+)[ \t]++(?=[^\s-])"
+                    r"|(-{0,2}+[A-Za-z][A-Za-z0-9_.-]*+)[\"']?+[ \t]*+[=:])"
+                    r"[ \t]*+\[?+[\"']?+([^\s\"',;})\]&?]++)")
+_NUMBER = re.compile(r"[-+]?[0-9][0-9.,]*+")
+
+
+def named_values(text: str) -> list[tuple[int, int, str]]:
+    """Spans of the value after a credential name in free text (a log line, a comment): ``HF_TOKEN=x``,
+    ``"api_key": "x"``, ``--api-key x``. A reference, a flag word, a path, a number (``EOS token = 2``) or
+    a scheme word (``Authorization: Bearer``: the Bearer shape cuts what follows) is not cut. Linear: each
+    attempt starts at the beginning of a name and consumes what it reads."""
+    found = []
+    for match in _NAMED.finditer(text):
+        name, value = match.group(1) or match.group(2), match.group(3)
+        if (is_secret_name(name) and credential_like(value) and value.lower() not in _SCHEMES
+                and not _NUMBER.fullmatch(value) and not value.startswith("${")):
+            found.append((match.start(3), match.end(3), f"{name.lstrip('-')} names a credential"))
+    return found
+
+
+def _split_option(option: str) -> tuple[str, str | None]:
+    """``--api-key=X`` and ``--api-key X`` written as one argv word: (name, inline value)."""
+    for i, char in enumerate(option):
+        if char == "=" or char.isspace():
+            return option[:i], option[i + 1:].strip()
+    return option, None
+
+
+def _literal(value: Any) -> bool:
+    """A value written in the contract where a credential goes: a string that is not a reference (nor a
+    flag word, nor a path), or a number (``--api-key: 123456`` is a key)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    return isinstance(value, str) and credential_like(value)
+
+
+def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    """(where, why) for every literal credential in a lane's env and args: a credential-named variable or
+    option with a value that is not a reference, or any value shaped like a credential."""
+    found = []
+    for name, value in env.items():
+        if value is None:
+            continue
+        if is_secret_name(name) and credential_like(value):
+            found.append((f"env.{name}", f"{name} names a credential"))
+        elif why := token_shape(value):
+            found.append((f"env.{name}", why))
+    for option, value in args:
+        name, inline = _split_option(option) if option.startswith("-") else (option, None)
+        for written in (inline, value):
+            if written is None:
+                continue
+            if name.startswith("-") and is_secret_name(name) and credential_like(written):
+                found.append((f"args.{option}", f"{name} takes a credential"))
+            elif why := token_shape(written):
+                found.append((f"args.{option}", why))
+    return found
+
+
+def _argv_secrets(items: list[Any], path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    """A list read as argv: ``[--api-key, X]``, ``[--api-key=X]``, ``["--api-key X"]``."""
+    found = []
+    for index, item in enumerate(items):
+        if not (isinstance(item, str) and item.startswith("-")):
+            continue
+        name, inline = _split_option(item)
+        if not is_secret_name(name):
+            continue
+        if inline is not None:
+            if credential_like(inline):
+                found.append(((*path, index), f"{name} takes a credential"))
+        elif index + 1 < len(items) and _literal(items[index + 1]) and not str(items[index + 1]).startswith("-"):
+            found.append(((*path, index + 1), f"{name} takes a credential"))
+    return found
 
 
 def secrets_anywhere(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
-    """(path, why) for every string of a contract shaped like a credential, wherever it is (a
-    description, request defaults, a URL, a model path), and every literal under a credential-named key.
-    Keys ending in ``_env`` name a variable, not its value."""
+    """(path, why) for every credential in a contract, wherever it is: any string shaped like one (a
+    description, request defaults, a header, a URL, a model path, a key), a literal under a
+    credential-named key (``authorization``, ``X-Api-Key``, ``DB_PASS``; not ``api_key_env``, which names a
+    variable), and the value of a credential option in any argv list."""
     found: list[tuple[tuple[Any, ...], str]] = []
     if isinstance(data, dict):
         for key, value in data.items():
             where = (*path, key)
-            if isinstance(key, str) and looks_like_token(key):
-                found.append((where, "a key looks like a token"))
-            if (isinstance(key, str) and is_secret_name(key) and not key.lower().endswith("_env")
-                    and isinstance(value, str) and not REF.fullmatch(value) and credential_like(value)):
+            if isinstance(key, str) and (why := token_shape(key)):
+                found.append((where, f"a key {why.removeprefix('the value ')}"))
+            if isinstance(key, str) and is_secret_name(key) and _literal(value):
                 found.append((where, f"{key} takes a credential"))
             found += secrets_anywhere(value, where)
     elif isinstance(data, list):
+        found += _argv_secrets(data, path)
         for index, value in enumerate(data):
             found += secrets_anywhere(value, (*path, index))
-    elif isinstance(data, str) and looks_like_token(data):
-        found.append((path, "the value looks like a token (or a password in a URL)"))
+    elif isinstance(data, str) and (why := token_shape(data)):
+        found.append((path, why))
     return found
+
+
+_COMMENT = re.compile(r"(?m)(?:^|(?<=[ \t]))#[^\n]*+")
+
+
+def raw_text_secrets(text: str) -> tuple[int, str, str] | None:
+    """The first credential in a contract file's own text, comments included: (line, field, why), field
+    ``comment`` when it lies in a comment. The file's bytes are copied into every bundle, so a token in
+    ``# old key: sk-...`` leaks as surely as one in a value. Shapes anywhere; a credential-named value
+    (``# password: x``) in comments."""
+    hits = [(start, "comment" if _in_comment(text, start) else "text", _WHAT.get(what, what))
+            for start, _end, what in credential_spans(text)[:1]]
+    for match in _COMMENT.finditer(text):
+        named = named_values(match.group())
+        if named:
+            hits.append((match.start() + named[0][0], "comment", named[0][2]))
+            break
+    if not hits:
+        return None
+    start, field, why = min(hits)
+    return text.count("\n", 0, start) + 1, field, why
+
+
+REMEDY = ("write \"${env:NAME}\" and set NAME in the runner's environment, so the secret is neither frozen "
+          "nor copied into bundles")
+
+
+def refuse_secrets_in_text(text: str, file: str) -> None:
+    """A ``ContractError`` (file, line, field ``comment``) for the first credential in a contract file's
+    text: its bytes are what freeze pins and every bundle copies, comments and all."""
+    hit = raw_text_secrets(text)
+    if hit is not None:
+        line, field, why = hit
+        where = "a comment" if field == "comment" else "the file's text"
+        raise ContractError(f"{why}, in {where}: remove it (the file's bytes are copied into every bundle); "
+                            + REMEDY, file=file, line=line, field=field)
+
+
+def _in_comment(text: str, position: int) -> bool:
+    line_start = text.rfind("\n", 0, position) + 1
+    return _COMMENT.search(text, line_start, position + 1) is not None
 
 
 def referenced_names(values: Iterable[str]) -> list[str]:

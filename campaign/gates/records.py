@@ -17,7 +17,7 @@ from campaign.fsutil import read_jsonl
 
 __all__ = ["GreedyReplay", "VisitKey", "greedy_replays", "raw_path", "read_records", "select"]
 
-_KEY = re.compile(r"^(?P<lane>[^@/\\]+?)(?:@rerun(?P<boot>[1-9]\d*))?$")
+_KEY = re.compile(r"^(?P<lane>[^@/\\]++)(?:@rerun(?P<boot>[1-9]\d*+))?+$")  # possessive: linear
 
 
 @dataclass(frozen=True, order=True)

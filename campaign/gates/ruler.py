@@ -31,6 +31,7 @@ from campaign.gates.base import Gate, Visit
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.gate import SpeedGate
+from campaign.lanes.bootlog import read_log
 from campaign.lanes.engines import prometheus
 from campaign.lanes.engines.prometheus import Samples, metric_name, parse_prometheus
 from campaign.lanes.session import LaneRun
@@ -206,7 +207,7 @@ class RulerGate(Gate):
         before, after = obs.get("metrics_before"), obs.get("metrics_after")
         obs["counters"] = counter_deltas(before, after) if before is not None and after is not None else None
         log = self.ctx.bundle / "lanes" / lane / "boot.log"
-        obs["boot_log"] = normalize_boot_log(log.read_text(errors="replace")) if log.exists() else None
+        obs["boot_log"] = normalize_boot_log(read_log(log)) if log.exists() else None
         return obs
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
@@ -279,7 +280,7 @@ class RulerGate(Gate):
                 failures.append(f"required counter {counter} is {'absent' if not values else 'zero'} on "
                                 f"{candidate.name} after warmup and probes: the flag did not act")
         boot = self.ctx.bundle / "lanes" / candidate.name / "boot.log"
-        boot_text = boot.read_text(errors="replace") if boot.exists() else ""
+        boot_text = read_log(boot)  # bounded: its head and tail past BOOT_LOG_BYTES; "" when missing
         for pattern in self.spec.rule.require_boot_log:
             if not re.search(pattern, boot_text):
                 failures.append(f"boot log of {candidate.name} does not show {pattern!r}")

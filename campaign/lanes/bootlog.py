@@ -6,13 +6,23 @@ killed it is read from the exit code and the log, so the report says "/dev/shm t
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from pathlib import Path
 
 from campaign.contracts.schema import BootLogRules
+from campaign.fsutil import UnreadableFile, open_regular
 
-__all__ = ["HINTS", "check_rules", "classify_failure", "describe_exit", "log_tail"]
+__all__ = ["BOOT_LOG_BYTES", "HINTS", "TAIL_BYTES", "check_rules", "classify_failure", "describe_exit", "log_tail",
+           "read_log"]
+
+# A boot log is what an engine printed while loading: tens to hundreds of KB (vLLM, llama.cpp verbose). An
+# engine that loops on a warning can write gigabytes, so rules and failure classes read at most its first
+# and last 4 MiB (load-time lines are at the head, the cause of a death at the tail).
+BOOT_LOG_BYTES = 8 << 20
+# The tail shown with a launch failure: its last lines, out of the last 256 KiB.
+TAIL_BYTES = 256 << 10
 
 _CAUSES: list[tuple[str, re.Pattern[str]]] = [
     ("shm_too_small", re.compile(r"/dev/shm|Insufficient space in /dev/shm|shm_size|insufficient shared memory|"
@@ -38,12 +48,30 @@ _NOT_STARTED = re.compile(r"executable file not found|exec format error|no such 
                           r"permission denied|not a directory", re.I)
 
 
-def log_tail(path: Path, lines: int = 40) -> str:
+def read_log(path: Path, limit: int = BOOT_LOG_BYTES, *, tail_only: bool = False) -> str:
+    """A log's text, bounded: the whole file when it holds at most ``limit`` bytes, else its first and last
+    halves around a line saying how much was left out (or only the last ``limit`` bytes with ``tail_only``).
+    A log that is missing or not a regular file reads as empty: a log is evidence, never an input to refuse."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        with open_regular(path, what="log") as fd:
+            size = os.fstat(fd).st_size
+            if size <= limit:
+                return _text(os.pread(fd, limit, 0))
+            tail = _text(os.pread(fd, limit if tail_only else limit // 2, size - (limit if tail_only else limit // 2)))
+            if tail_only:
+                return tail
+            head = _text(os.pread(fd, limit // 2, 0))
+            return f"{head}\n[... {size - limit:,} bytes of the log left out ...]\n{tail}"
+    except (UnreadableFile, OSError):
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(read_log(path, TAIL_BYTES, tail_only=True).splitlines()[-lines:])
 
 
 # A death by signal, as a process lane reports it (-N) and as a container or a shell does (128 + N).

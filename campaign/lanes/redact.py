@@ -5,8 +5,13 @@ Three rules, applied everywhere a lane's launch is recorded:
   harmless ones (PATH, LANG...); every other value becomes a keyed digest, so two lanes can still be
   compared (same value, same digest) without the value being guessable from the bundle;
 - the value after a credential option (``--api-key X``, ``--hf-token=X``) becomes a keyed digest;
-- anything shaped like a token (``hf_...``, ``sk-...``), and the exact value of every ``${env:NAME}`` the
-  lane references, is cut out of any string, log lines included.
+- anything shaped like a credential, by the contract loader's own detection
+  (``campaign.contracts.secretrefs.credential_spans``: token prefixes, JWTs, PEM private keys, URL user
+  info, Bearer and Basic values, opaque random-looking values, and the value after a credential name in
+  free text such as ``HF_TOKEN=x`` or ``"api_key": "x"``), and the exact value of every ``${env:NAME}``
+  the lane references, is cut out of any string, log lines included.
+
+Every log this module writes (``RedactingLog``: lanes' boot logs, the daily's ``--log``) is created 0600.
 
 The digest key is a random secret kept beside the signing key (``redact.key``, mode 0600): digests stay
 comparable across a resumed runner and across windows of this machine, and nobody without the key can
@@ -24,11 +29,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.secretrefs import REF, TOKEN_PATTERNS, credential_like, is_secret_name, referenced_names
+from campaign.contracts.secretrefs import (REF, credential_like, credential_spans, is_secret_name, open_pem_label,
+                                           referenced_names)
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.runtimes.base import scratch_path
 
-__all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "launch_secrets", "lane_secrets", "redactor_for"]
+__all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "cut_credentials", "launch_secrets", "lane_secrets",
+           "redactor_for"]
 
 MARK = "<redacted>"
 ENV_ALLOW = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "TZ", "TMPDIR", "HOSTNAME", "TERM",
@@ -98,6 +105,25 @@ def launch_secrets(argv: Iterable[str], env: dict[str, str], extra_names: Iterab
             if value and not value.startswith("<redacted") and credential_like(value)]
 
 
+def cut_credentials(text: str) -> str:
+    """``text`` with every credential shape (and every value after a credential name) replaced by MARK;
+    what is already redacted stays as it is, so redacting twice changes nothing. Linear in ``text``."""
+    spans = [(start, end) for start, end, _ in credential_spans(text, named=True)
+             if not text.startswith("<redacted", start)]
+    if not spans:
+        return text
+    out, last = [], 0
+    for start, end in spans:  # sorted by start; overlapping spans are cut as one
+        if start < last:
+            if end > last:
+                last = end
+            continue
+        out += [text[last:start], MARK]
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
 class Redactor:
     def __init__(self, secrets: Iterable[str] = (), *, declared_env: dict[str, str] | None = None,
                  key: bytes | None = None) -> None:
@@ -113,9 +139,7 @@ class Redactor:
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, MARK)
-        for pattern in TOKEN_PATTERNS:
-            text = pattern.sub(MARK, text)
-        return text
+        return cut_credentials(text)
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         out = {}
@@ -180,15 +204,26 @@ def redactor_for(lane: EffectiveLane) -> Redactor:
 
 
 class RedactingLog:
-    """A boot log written line by line through a redactor, so a secret an engine echoes (its command line,
-    its environment) is cut before it touches the disk. Bytes in, any chunking; a partial line is held
-    back until its newline (or ``max_line`` bytes) so a secret split across chunks is still caught."""
+    """A log written line by line through a redactor, so a secret an engine echoes (its command line, its
+    environment) is cut before it touches the disk. Bytes in, any chunking; a partial line is held back
+    until its newline (or ``max_line`` bytes) so a secret split across chunks is still caught; the lines
+    of a PEM private key block are cut up to its END line (at most ``_PEM_MAX`` characters). The file is
+    created 0600, and an existing one is made 0600: a log holds what an engine printed."""
+
+    _PEM_MAX = 1 << 16
 
     def __init__(self, path: Path, redactor: Redactor, *, max_line: int = 1 << 20) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle: IO[bytes] = open(path, "ab", buffering=0)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        except OSError:
+            pass  # not ours to change (a shared log): what we write is redacted all the same
+        self._handle: IO[bytes] = os.fdopen(fd, "ab", buffering=0)
         self._redactor, self._max_line = redactor, max_line
         self._pending = b""
+        self._pem: str | None = None  # the label of a private key block still open
+        self._pem_cut = 0
         self._lock = threading.Lock()
 
     def write(self, chunk: bytes) -> None:
@@ -212,4 +247,12 @@ class RedactingLog:
 
     def _emit(self, data: bytes) -> None:
         text = data.decode("utf-8", errors="replace")
+        if self._pem is not None:  # inside a key block an earlier line opened (its BEGIN line wrote MARK)
+            end = text.find(f"-----END {self._pem}-----")
+            if end == -1 and self._pem_cut + len(text) <= self._PEM_MAX:
+                self._pem_cut += len(text)
+                return
+            text = text[end + len(self._pem) + 14:] if end != -1 else text
+            self._pem = None
+        self._pem, self._pem_cut = open_pem_label(text), 0
         self._handle.write(self._redactor.text(text).encode("utf-8"))

@@ -7,6 +7,7 @@ the lane is stopped before the error leaves: a launch failure is INCONCLUSIVE, n
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import time
@@ -18,18 +19,19 @@ from campaign.contracts.hashing import sha256_file
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import substitute
 from campaign.errors import LaunchError, PreflightError, RunError
-from campaign.fsutil import JsonlAppender
+from campaign.fsutil import JsonlAppender, UnreadableFile, open_regular
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.registry import adapter_for
-from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describe_exit, log_tail
+from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describe_exit, log_tail, read_log
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.runtimes.hostcpu import check_cpus_here
 from campaign.lanes.runtimes.process import ProcessRuntime
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime, scratch_path
 
-__all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "port_is_free",
-           "files_unchanged", "read_back_files", "resolve_executable", "resolve_refs", "runtime_for"]
+__all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "local_model",
+           "model_sha256", "port_is_free", "files_unchanged", "read_back_files", "resolve_executable", "resolve_refs",
+           "runtime_for"]
 
 
 @dataclass
@@ -110,6 +112,32 @@ def check_lane(lane: EffectiveLane, model_path: str) -> dict[str, Any]:
     return {}
 
 
+def local_model(lane: EffectiveLane, path: Path) -> tuple[str, str]:
+    """A model path on this box, resolved, and what it is (``"file"`` or ``"folder"``): a PreflightError
+    naming the path and what is wrong with it otherwise (missing, a FIFO, a device, a socket, a symlink loop,
+    a NUL byte, a kernel file system), never a hang on ``/dev/zero`` or a FIFO, never a traceback."""
+    try:
+        with open_regular(path, what="model"):
+            kind = "file"
+    except UnreadableFile as exc:
+        if not os.path.isdir(path):  # a folder (a Hugging Face checkpoint) is a model too; isdir never raises
+            raise PreflightError(f"lane {lane.name}: {exc}") from exc
+        kind = "folder"
+    if kind == "folder" and lane.model.sha256:
+        raise PreflightError(f"lane {lane.name}: model {path} is a folder, but model.sha256 pins a single file "
+                             "(pin a folder's files with model.sha256_manifest)")
+    return os.path.realpath(path), kind  # realpath, not Path.resolve: a loop made meanwhile is no traceback
+
+
+def model_sha256(lane: EffectiveLane, path: Path) -> str:
+    """The sha256 of a lane's model file, streamed; a path that is not a regular file is a PreflightError
+    naming it and what it is."""
+    try:
+        return sha256_file(path, what="model")
+    except UnreadableFile as exc:
+        raise PreflightError(f"lane {lane.name}: {exc}") from exc
+
+
 def launch_command(lane: EffectiveLane, adapter: EngineAdapter, model_path: str) -> tuple[list[str], Path | None]:
     """The command a lane runs (``lane`` already resolved) and the host file of its executable, when
     known, for its sha256. A docker lane's command is its ``executable`` (a path inside the container)
@@ -172,7 +200,7 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     try:
         await _wait_ready(run, log_path, started)
         run.boot_seconds = time.monotonic() - started
-        problems = check_rules(log_path.read_text(errors="replace"), lane.boot_log)
+        problems = check_rules(read_log(log_path), lane.boot_log)
         if problems:
             raise LaunchError(f"lane {lane.name}: " + "; ".join(problems), cause="boot_log_rule",
                               log_tail=log_tail(log_path))
@@ -218,9 +246,10 @@ def files_unchanged(lane: EffectiveLane) -> None:
     for file in lane.files:
         try:
             digest = sha256_file(Path(file.path))
-        except OSError as exc:
-            raise RunError(f"lane {lane.name}: file {file.name} ({file.path}) is gone: {exc.strerror}; the daily "
-                           "would read something else") from exc
+        except UnreadableFile as exc:  # gone, or no longer a regular file: said as it is
+            why = "is gone" if exc.reason.startswith("no such") else f"is unreadable: {exc.reason}"
+            raise RunError(f"lane {lane.name}: file {file.name} ({file.path}) {why}; the daily would read "
+                           "something else") from exc
         if digest != file.sha256:
             raise RunError(f"lane {lane.name}: file {file.name} ({file.path}) changed since the window measured it "
                            f"(sha256 {digest[:12]}..., pinned {file.sha256[:12]}...); refusing to promote")
@@ -236,7 +265,7 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
             facts = getattr(run.running, "failure_facts", dict)()  # runtimes written before it may lack it
             why = f" ({facts['error']})" if facts.get("error") else ""
             # the whole log: vLLM prints the root cause a hundred lines before its last traceback
-            full = log_path.read_text(errors="replace") if log_path.exists() else tail
+            full = read_log(log_path) or tail
             cause = classify_failure(f"{full}\n{facts.get('error', '')}", code,
                                      oom_killed=bool(facts.get("oom_killed")))
             hint = f": {HINTS[cause]}" if cause in HINTS else ""

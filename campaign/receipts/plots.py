@@ -35,7 +35,7 @@ def plots_for(gate: dict[str, Any]) -> list[Plot]:
     for draw in drawers:
         try:
             plots += draw(gate)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError, IndexError):
             continue  # a result without that evidence (an older bundle's shape): nothing to draw
     return plots
 

@@ -8,35 +8,55 @@ decision per candidate (``decision.py``).
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import gzip
 import io
+import lzma
 import os
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from jinja2 import Environment, PackageLoader
 
-from campaign.errors import InputError
-from campaign.fsutil import atomic_write_bytes, load_json_strict
+from campaign.errors import InputError, VerifyError
+from campaign.fsutil import atomic_write_bytes, fsync_dir, load_json_strict, open_regular
+from campaign.receipts.bundle import (MAX_BUNDLE_BYTES, MAX_FOLDER_DEPTH, bundle_entries, errors_named_as,
+                                      require_bundle_folder)
 from campaign.receipts.decision import decisions
 from campaign.receipts.plots import plots_for
+from campaign.receipts.shapes import checked_gate, checked_summary
 
 __all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "unpacked_archive"]
 
 
+SHOWN_FAILURE_CHARS = 4000  # of a lane's launch_failure.txt: its head says why; the rest is in the bundle
+
+
 def load_report_data(bundle: Path) -> dict[str, Any]:
-    summary = load_json_strict(bundle / "SUMMARY.json")
+    """What the report shows, read through the bounded reader and checked for shape (``shapes.py``):
+    an unexpected shape is one line naming the file and the field."""
+    require_bundle_folder(bundle)
+    summary_path = bundle / "SUMMARY.json"
+    summary = checked_summary(load_json_strict(summary_path, what="SUMMARY.json"), summary_path)
     gates: list[dict[str, Any]] = []
     for path in sorted((bundle / "gates").glob("*/*.json")):
-        gates.append(load_json_strict(path))
+        gates.append(checked_gate(load_json_strict(path, what="gate result"), path))
     lanes = {}
-    for lane_dir in sorted((bundle / "lanes").iterdir()) if (bundle / "lanes").exists() else []:
+    for lane_dir in sorted((bundle / "lanes").iterdir()) if (bundle / "lanes").is_dir() else []:
         failure = lane_dir / "launch_failure.txt"
-        lanes[lane_dir.name] = {"failure": failure.read_text(errors="replace")[:4000] if failure.exists() else None}
+        lanes[lane_dir.name] = {"failure": _head(failure) if failure.is_file() else None}
     return {"summary": summary, "gates": gates, "lanes": lanes, "bundle": bundle.name}
+
+
+def _head(path: Path) -> str:
+    """The first SHOWN_FAILURE_CHARS characters of a text file, reading no more than four bytes each."""
+    with open_regular(path, what="launch failure") as fd:
+        return os.read(fd, 4 * SHOWN_FAILURE_CHARS).decode("utf-8", "replace")[:SHOWN_FAILURE_CHARS]
 
 
 def _table(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -130,13 +150,29 @@ _HEADLINE = {"greedy": ("self_identical",), "teacher_forced": ("sites", "noninfe
 
 
 def archive_bundle(bundle: Path, target: Path) -> Path:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for path in sorted(bundle.rglob("*")):
-            if path.is_symlink() or not (path.is_file() or path.is_dir()):
-                raise InputError(f"{path}: only regular files and directories are archived")
-            tar.add(path, arcname=f"{bundle.name}/{path.relative_to(bundle).as_posix()}", recursive=False)
-    atomic_write_bytes(target, buffer.getvalue(), mode=SHARED)
+    """``target``, a .tar.gz of the bundle folder, written as a stream to a temporary file beside it and
+    renamed into place (never held in memory). The folder is walked with the verifier's bounds; a link or
+    anything not a regular file or folder is refused."""
+    try:
+        names = bundle_entries(bundle)
+    except VerifyError as exc:
+        raise InputError(f"{bundle}: not archived: {exc}") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, SHARED)
+        with os.fdopen(fd, "wb") as handle:
+            with tarfile.open(fileobj=handle, mode="w:gz") as tar:
+                for name in names:
+                    tar.add(bundle / name, arcname=f"{bundle.name}/{name.rstrip('/')}", recursive=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(target.parent)
     return target
 
 
@@ -153,56 +189,169 @@ def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
 
 
 # An archive is refused, unread, past these: a bundle is raw records and logs, not gigabytes.
-def _env_bytes(name: str, default: int) -> int:
-    text = os.environ.get(name, "")
-    return int(text) if text.isdigit() else default
-
-
-MAX_UNPACKED_BYTES = _env_bytes("CAMPAIGN_MAX_UNPACKED_BYTES", 2 * 1024**3)
+MAX_UNPACKED_BYTES = MAX_BUNDLE_BYTES  # data declared by all members (CAMPAIGN_MAX_UNPACKED_BYTES)
 MAX_MEMBERS = 100_000
+# A header record (GNU long name or long link 'L'/'K', pax extended header 'x'/'X') holds one member's
+# long name or extra fields, and tarfile reads it whole into memory as soon as it reaches it: its size
+# field is checked first. A path is at most 4 KiB (PATH_MAX), so 64 KiB is 16 times any real record.
+MAX_HEADER_RECORD = 64 << 10
+MAX_HEADER_RECORDS_BYTES = 16 << 20  # all records of one archive (1.6 KiB for each of MAX_BUNDLE_FILES)
+MAX_GLOBAL_HEADER_BYTES = 64 << 10  # pax global records ('g'), which tarfile keeps for the whole archive
+MAX_HEADER_CHAIN = 8  # records before one member; tar writes at most three (pax, long name, long link)
+# decompressed bytes read in all, past the declared data: headers, records and padding of MAX_MEMBERS
+STREAM_OVERHEAD = 256 << 20
+
+_RECORDS = {tarfile.GNUTYPE_LONGNAME: "GNU long-name", tarfile.GNUTYPE_LONGLINK: "GNU long-link",
+            tarfile.XHDTYPE: "pax", tarfile.SOLARIS_XHDTYPE: "pax", tarfile.XGLTYPE: "pax global"}
+
+
+class _Refused(Exception):
+    """A header refused before tarfile reads what it announces. Never one of tarfile's own errors, which
+    its reader would swallow or rename."""
+
+
+class _CheckedInfo(tarfile.TarInfo):
+    """tarfile's member header, checked by the archive (``_GuardedTar.check``) as soon as its 512 bytes are
+    parsed and before tarfile reads the record or map it announces. ``_proc_member`` is the entry point
+    tarfile's own comments name for subclasses; the ``_proc_gnusparse_*`` readers of a sparse map (whose
+    length the archive states) are refused outright: a bundle has no sparse member."""
+
+    def _proc_member(self, tar: Any) -> Any:
+        tar.check(self)
+        return super()._proc_member(tar)
+
+    def _proc_gnusparse_00(self, next: tarfile.TarInfo, *_: Any) -> None:
+        raise _Refused(f"member {next.name!r} is sparse; a bundle has none (refused unread)")
+
+    _proc_gnusparse_01 = _proc_gnusparse_10 = _proc_gnusparse_00
+
+
+class _GuardedTar(tarfile.TarFile):
+    tarinfo = _CheckedInfo
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.records_bytes = self.global_bytes = self.chain = 0
+        super().__init__(*args, **kwargs)
+
+    def check(self, info: tarfile.TarInfo) -> None:
+        where = f"at byte {info.offset:,}"
+        if info.size < 0:
+            raise _Refused(f"a header {where} declares a negative size")
+        if info.type == tarfile.GNUTYPE_SPARSE:
+            raise _Refused(f"member {info.name!r} is sparse; a bundle has none (refused unread)")
+        if info.type not in _RECORDS:
+            self.chain = 0
+            return
+        self.chain += 1
+        self.records_bytes += info.size
+        self.global_bytes += info.size if info.type == tarfile.XGLTYPE else 0
+        if info.size > MAX_HEADER_RECORD:
+            raise _Refused(f"a {_RECORDS[info.type]} header record of {info.size:,} bytes {where} (at most "
+                           f"{MAX_HEADER_RECORD:,}); refused before it is read")
+        if self.chain > MAX_HEADER_CHAIN:
+            raise _Refused(f"more than {MAX_HEADER_CHAIN} header records in a row {where}; refused")
+        if self.records_bytes > MAX_HEADER_RECORDS_BYTES or self.global_bytes > MAX_GLOBAL_HEADER_BYTES:
+            raise _Refused(f"header records over {MAX_HEADER_RECORDS_BYTES:,} bytes in all (pax global ones "
+                           f"over {MAX_GLOBAL_HEADER_BYTES:,}) {where}; refused")
+
+
+class _Counted(io.RawIOBase):
+    """The decompressed tar stream, refused past ``limit`` bytes (a gzip bomb stops there, not in memory)."""
+
+    def __init__(self, stream: BinaryIO, limit: int) -> None:
+        super().__init__()
+        self._stream, self._limit, self.total = stream, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = self._limit + 1 - self.total
+        data = self._stream.read(want if size is None or size < 0 else min(size, want))
+        self.total += len(data)
+        if self.total > self._limit:
+            raise _Refused(f"more than {self._limit:,} bytes unpacked (CAMPAIGN_MAX_UNPACKED_BYTES and "
+                           "headers); refused")
+        return data
+
+
+def _decompressed(raw: BinaryIO) -> BinaryIO:
+    """gzip, bzip2, xz or plain tar, told by the first bytes (the formats ``tar -a`` writes)."""
+    head = raw.read(6)
+    raw.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if head.startswith(b"BZh"):
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)  # type: ignore[return-value]
+    return raw
+
+
+_UNREADABLE = (OSError, tarfile.TarError, EOFError, ValueError, lzma.LZMAError, zlib.error, RecursionError)
 
 
 @contextlib.contextmanager
 def unpacked_archive(archive: Path) -> Iterator[Path]:
-    """The bundle inside ``archive``, unpacked into a temporary folder that is always removed. Every
-    member is checked as its header is read, before its data is: regular files and directories only,
-    no links, no sparse members, no absolute or ``..`` names, one top folder that is a folder, at most
-    MAX_MEMBERS members and MAX_UNPACKED_BYTES declared in all (a declared size over the cap is refused
-    without reading the data)."""
-    try:
-        tar = tarfile.open(archive, mode="r:*")
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise InputError(f"{archive}: not a readable archive: {exc}") from exc
-    with tar, tempfile.TemporaryDirectory(prefix="campaign-verify-") as tmp:
+    """The bundle inside ``archive``, unpacked into a temporary folder that is always removed. The archive
+    is opened once as a regular file and read as one stream, decompressed by us under a byte cap. Every
+    header is checked as it is parsed, before what it announces is read: a header record (long name, pax)
+    over MAX_HEADER_RECORD, a sparse member, a negative size; then every member before its data: regular
+    files and directories only, no links, no absolute or ``..`` names, at most MAX_FOLDER_DEPTH folders
+    deep, one top folder that is a folder, at most MAX_MEMBERS members and MAX_UNPACKED_BYTES declared in
+    all (a declared size over the cap is refused without reading the data). Errors raised while the
+    unpacked bundle is used name ``<archive>/<folder>``, not the temporary folder."""
+    with open_regular(archive, what="archive") as fd, open(fd, "rb", closefd=False) as raw, \
+            tempfile.TemporaryDirectory(prefix="campaign-verify-") as tmp:
         target = Path(tmp)
-        tops: set[str] = set()
-        total = count = 0
         try:
-            for member in tar:
-                count += 1
-                total += member.size
-                pure = PurePosixPath(member.name)
-                if not pure.parts and member.isdir():
-                    continue  # "." itself, as `tar -C dir -czf x.tgz .` writes it: nothing to unpack
-                if pure.is_absolute() or ".." in pure.parts or not pure.parts:
-                    raise InputError(f"{archive}: member name {member.name!r} is not allowed")
-                if member.issparse() or any(k.startswith("GNU.sparse") for k in member.pax_headers):
-                    raise InputError(f"{archive}: member {member.name!r} is sparse; a bundle has none")
-                if not (member.isreg() or member.isdir()):
-                    raise InputError(f"{archive}: member {member.name!r} is not a regular file or directory")
-                if len(pure.parts) == 1 and not member.isdir():
-                    raise InputError(f"{archive}: {member.name!r} must be the bundle's folder, not a file")
-                if count > MAX_MEMBERS:
-                    raise InputError(f"{archive}: more than {MAX_MEMBERS} members; not a bundle")
-                if total > MAX_UNPACKED_BYTES:
-                    raise InputError(f"{archive}: declares more than {MAX_UNPACKED_BYTES} bytes unpacked "
-                                     "(CAMPAIGN_MAX_UNPACKED_BYTES); refused unread")
-                tops.add(pure.parts[0])
-                if len(tops) != 1:
-                    raise InputError(f"{archive}: expected one bundle directory, found {len(tops)}")
-                tar.extract(member, target, filter="data")
-        except (OSError, tarfile.TarError, EOFError, ValueError) as exc:  # tarfile's own parse errors included
-            raise InputError(f"{archive}: unreadable member: {exc}") from exc
-        if not tops:
-            raise InputError(f"{archive}: empty archive")
-        yield target / tops.pop()
+            stream = _Counted(_decompressed(raw), MAX_UNPACKED_BYTES + STREAM_OVERHEAD)
+            tar = _GuardedTar.open(fileobj=stream, mode="r|")
+        except _Refused as exc:
+            raise InputError(f"{archive}: {exc}") from None
+        except _UNREADABLE as exc:
+            raise InputError(f"{archive}: not a readable archive: {exc}") from None
+        with tar, errors_named_as(target, archive):  # an OSError of tarfile names the temporary folder
+            try:
+                top = _unpack(archive, tar, target)
+            except _Refused as exc:
+                raise InputError(f"{archive}: {exc}") from None
+            except _UNREADABLE as exc:  # tarfile's own parse errors included
+                raise InputError(f"{archive}: unreadable member: {exc}") from None
+        with errors_named_as(target, archive):
+            yield target / top
+
+
+def _unpack(archive: Path, tar: tarfile.TarFile, target: Path) -> str:
+    tops: set[str] = set()
+    total = count = 0
+    while (member := tar.next()) is not None:
+        tar.members.clear()  # a stream's reader keeps every member; nothing here looks back
+        count += 1
+        total += member.size
+        pure = PurePosixPath(member.name)
+        if not pure.parts and member.isdir():
+            continue  # "." itself, as `tar -C dir -czf x.tgz .` writes it: nothing to unpack
+        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+            raise InputError(f"{archive}: member name {member.name!r} is not allowed")
+        if member.issparse() or any(k.startswith("GNU.sparse") for k in member.pax_headers):
+            raise InputError(f"{archive}: member {member.name!r} is sparse; a bundle has none")
+        if not (member.isreg() or member.isdir()):
+            raise InputError(f"{archive}: member {member.name!r} is not a regular file or directory")
+        if len(pure.parts) == 1 and not member.isdir():
+            raise InputError(f"{archive}: {member.name!r} must be the bundle's folder, not a file")
+        if len(pure.parts) > MAX_FOLDER_DEPTH + 2:
+            raise InputError(f"{archive}: member {member.name[:200]!r}... is nested more than {MAX_FOLDER_DEPTH} "
+                             "folders deep; not a bundle")
+        if count > MAX_MEMBERS:
+            raise InputError(f"{archive}: more than {MAX_MEMBERS} members; not a bundle")
+        if total > MAX_UNPACKED_BYTES:
+            raise InputError(f"{archive}: declares more than {MAX_UNPACKED_BYTES} bytes unpacked "
+                             "(CAMPAIGN_MAX_UNPACKED_BYTES); refused unread")
+        tops.add(pure.parts[0])
+        if len(tops) != 1:
+            raise InputError(f"{archive}: expected one bundle directory, found {len(tops)}")
+        tar.extract(member, target, filter="data")
+    if not tops:
+        raise InputError(f"{archive}: empty archive")
+    return tops.pop()

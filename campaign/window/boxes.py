@@ -97,7 +97,7 @@ def claim(window: str, boxes: list[Box]) -> BoxClaim:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = _holder(handle.read())
+            holder = _holder(handle.read(4096))  # one small JSON object; bounded all the same
             handle.close()
             held.release()
             raise PreflightError(f"{box.name} is in window {holder.get('window', '?')} (runner pid "

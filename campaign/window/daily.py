@@ -1,10 +1,19 @@
 """Start the daily lane by hand (`campaign daily start`): the incumbent's lane spec, detached, with its
-pidfile, so a demo or a fresh box has a daily for windows to stop and restore."""
+pidfile, so a demo or a fresh box has a daily for windows to stop and restore.
+
+The daily's output never reaches its ``--log`` raw: it goes through a pipe into a small detached process
+(``python -m campaign.window.daily --pump LOG FD``) that writes it through the same redaction as every
+lane's boot log (``campaign.lanes.redact.RedactingLog``: the resolved ``${env:...}`` values, the values of
+credential options and variables, every credential shape), into a file created 0600. The pump ends when
+the daily closes its output (it exited).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -54,9 +63,7 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
         env["CUDA_DEVICE_ORDER"], env["CUDA_VISIBLE_DEVICES"] = "PCI_BUS_ID", visible
     log_path.parent.mkdir(parents=True, exist_ok=True)
     offset = log_path.stat().st_size if log_path.exists() else 0  # the log is appended to: read this start's part
-    with open(log_path, "ab") as log:
-        popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, close_fds=True)
+    popen, pump = _launch_logged(argv, env, log_path, _daily_secrets(loaded.lanes[spec.lane or ""], argv, env))
     if lane.cpus:  # the daily's lane is pinned: so is the daily, from its first thread
         os.sched_setaffinity(popen.pid, parse_cpuset(lane.cpus))
     atomic_write_bytes(pidfile, f"{popen.pid}\n".encode())
@@ -65,6 +72,7 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if popen.poll() is not None:
+            _wait_quietly(pump, 10.0)  # its last words are on disk before they are read
             with open(log_path, "rb") as handle:
                 handle.seek(offset)
                 text = handle.read().decode(errors="replace")
@@ -78,6 +86,67 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
             pass
         time.sleep(0.3)
     raise RunError(f"daily did not answer at {spec.endpoint} within {wait:g}s; see {log_path}")
+
+
+def _daily_secrets(lane: Any, argv: list[str], env: dict[str, str]) -> list[str]:
+    """Every credential value the daily's log must never hold: the lane's ${env:...} values as resolved,
+    and the values of its credential options and variables."""
+    from campaign.lanes.redact import lane_secrets, launch_secrets
+
+    return list(dict.fromkeys([*lane_secrets(lane), *launch_secrets(argv, env)]))
+
+
+def _launch_logged(argv: list[str], env: dict[str, str], log_path: Path,
+                   secrets: list[str]) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """(daily, pump): the daily detached, its stdout and stderr a pipe read by the redacting pump. The
+    secrets reach the pump on its stdin, never on a command line (/proc/PID/cmdline is world-readable)."""
+    read_end, write_end = os.pipe()
+    try:
+        pump = subprocess.Popen([sys.executable, "-m", "campaign.window.daily", "--pump", str(log_path.resolve()),
+                                 str(read_end)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, pass_fds=(read_end,), start_new_session=True)
+        assert pump.stdin is not None
+        pump.stdin.write(json.dumps(secrets).encode())
+        pump.stdin.close()
+        try:
+            popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=write_end,
+                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        except OSError:
+            os.close(write_end)  # the pump sees the end of its input and stops
+            write_end = -1
+            _wait_quietly(pump, 10.0)
+            raise
+    finally:
+        os.close(read_end)
+        if write_end != -1:
+            os.close(write_end)
+    return popen, pump
+
+
+def _wait_quietly(process: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def pump(log_path: Path, fd: int) -> None:
+    """The pump's body: the daily's output from ``fd``, line by line through the redactor, into the log
+    (0600), until the daily closes it. Interrupts meant for the terminal that started it are ignored."""
+    import signal
+
+    from campaign.lanes.redact import RedactingLog, Redactor
+
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    secrets = json.loads(sys.stdin.buffer.read(16 << 20) or b"[]")
+    log = RedactingLog(log_path, Redactor(secrets, key=os.urandom(32)))
+    try:
+        with os.fdopen(fd, "rb", buffering=0) as source:
+            while chunk := source.read(1 << 16):
+                log.write(chunk)
+    finally:
+        log.close()
 
 
 def find_daily_pidfile(loaded: LoadedContract | None) -> Path | None:
@@ -110,9 +179,11 @@ def describe_daily(pidfile: Path) -> dict[str, object]:
     if pid is None or argv is None:
         return {"pidfile": str(pidfile), "running": False, "pid": pid}
     try:
-        log = os.readlink(f"/proc/{pid}/fd/1")
+        log: str | None = os.readlink(f"/proc/{pid}/fd/1")
     except OSError:
         log = None
+    if log is not None and log.startswith("pipe:"):  # started by `daily start`: its pump writes the log
+        log = _pumped_log(log) or log
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         env = dict(p.decode(errors="replace").split("=", 1) for p in environ.split(b"\0") if b"=" in p)
@@ -120,6 +191,22 @@ def describe_daily(pidfile: Path) -> dict[str, object]:
         env = {}
     shown = Redactor(launch_secrets(argv, env)).argv(argv)
     return {"pidfile": str(pidfile), "running": True, "pid": pid, "argv": shown, "log": log}
+
+
+def _pumped_log(pipe: str) -> str | None:
+    """The log a redacting pump writes from this pipe (``pipe:[inode]``), read from the pump's command line."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"--pump" in words and len(words) > words.index(b"--pump") + 2:
+                at = words.index(b"--pump")
+                if os.readlink(entry / "fd" / words[at + 2].decode()) == pipe:
+                    return words[at + 1].decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def describe_container_daily(spec: Any) -> dict[str, object]:
@@ -138,3 +225,7 @@ def describe_container_daily(spec: Any) -> dict[str, object]:
     return {"container": snap["container"], "running": True, "container_id": snap["container_id"][:12],
             "image_id": snap["image_id"], "argv": shown, "restart_policy": snap["restart_policy"].get("Name"),
             "run_by_hand": Redactor(launch_secrets(snap["argv"], snap["env"])).text(dailycontainer.describe(snap))}
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--pump"]:
+    pump(Path(sys.argv[2]), int(sys.argv[3]))

@@ -10,6 +10,7 @@ daily keeps serving (a lane is smoked on a free port of its own).
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import stat
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from campaign.contracts.engines import ENGINES
-from campaign.contracts.hashing import sha256_file
 from campaign.contracts.load import LoadedContract
 from campaign.errors import CampaignError
 from campaign.fsutil import JsonlAppender
@@ -95,25 +95,40 @@ def _disk(out_dir: Path) -> Check:
 
 
 def _models(loaded: LoadedContract) -> list[Check]:
-    checks, seen = [], set()
     from campaign.lanes.session import is_local
 
+    checks, seen = [], set()
     for lane in loaded.lanes.values():
         path = loaded.resolve(lane.model.path)
         if path in seen:
             continue
         seen.add(path)
-        name = f"model {lane.model.path}"
         if not is_local(lane):  # the file is the box's: hashed there, by a container, at the window's pre-flight
-            checks.append(Check(name, True, "on another box's engine: hashed there at pre-flight"))
-        elif not path.exists():
-            checks.append(Check(name, False, f"{path} not found", "make model (or fix the lane's model.path)"))
-        elif lane.model.sha256 and (got := sha256_file(path)) != lane.model.sha256:
-            checks.append(Check(name, False, f"sha256 {got[:12]}..., pinned {lane.model.sha256[:12]}...",
-                                "the file changed since the contract was written: fetch the pinned one"))
+            checks.append(Check(f"model {lane.model.path}", True,
+                                "on another box's engine: hashed there at pre-flight"))
         else:
-            checks.append(Check(name, True, "sha256 matches the pin" if lane.model.sha256 else "present (no pin)"))
+            checks.append(model_check(lane, path))
     return checks
+
+
+def model_check(lane, path: Path) -> Check:  # noqa: ANN001 (EffectiveLane: imported lazily)
+    """One line for a local lane's model: a FIFO, a device (``/dev/zero``), a folder pinned as a file, a
+    symlink loop or a missing path is a failed check naming the path and what it is, never a hang or a
+    traceback; a pinned file is hashed once."""
+    from campaign.lanes.session import local_model, model_sha256
+
+    name = f"model {lane.model.path}"
+    try:
+        kind = local_model(lane, path)[1]
+        got = model_sha256(lane, path) if lane.model.sha256 else None
+    except CampaignError as exc:
+        return Check(name, False, str(exc), "make model (or fix the lane's model.path)")
+    if got is not None and got != lane.model.sha256:
+        return Check(name, False, f"sha256 {got[:12]}..., pinned {lane.model.sha256[:12]}...",
+                     "the file changed since the contract was written: fetch the pinned one")
+    if got is not None:
+        return Check(name, True, "sha256 matches the pin")
+    return Check(name, True, f"present ({'a folder' if kind == 'folder' else 'a file'}, no pin)")
 
 
 def _ports(loaded: LoadedContract) -> list[Check]:
@@ -153,7 +168,6 @@ def _docker(required: bool = True) -> Check:
 
 def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
     """Each distinct engine (runtime, engine, executable, image) started here and asked for a completion."""
-    from campaign.errors import PreflightError
     from campaign.lanes.session import check_lane, is_local, resolve_executable
 
     checks, seen = [], set()
@@ -163,13 +177,18 @@ def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
             continue
         seen.add(key)
         name = f"engine {lane.engine} ({lane.executable or lane.image}, lane {lane.name})"
-        model = (str(loaded.resolve(lane.model.path).resolve()) if is_local(lane)
+        # realpath, not Path.resolve: a symlink loop is the model check's failed line, not a traceback here
+        model = (os.path.realpath(loaded.resolve(lane.model.path)) if is_local(lane)
                  else lane.model.path)  # another box's path, as that box sees it
+        if is_local(lane) and not _usable_model(lane, loaded.resolve(lane.model.path)):
+            # started on a FIFO or /dev/zero, an engine would hang for its whole readiness budget
+            checks.append(Check(name, False, "not started: its model is not usable (see the model's line)"))
+            continue
         try:
             if lane.runtime == "process":
                 resolve_executable(lane)
             check_lane(lane, model)
-        except PreflightError as exc:
+        except CampaignError as exc:
             fix = ENGINES[lane.engine].build_hint if lane.runtime == "process" else ""
             checks.append(Check(name, False, str(exc), fix))
             continue
@@ -178,6 +197,17 @@ def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
             continue
         checks.append(_smoke(name, lane, model))
     return checks
+
+
+def _usable_model(lane, path: Path) -> bool:  # noqa: ANN001 (EffectiveLane: imported lazily)
+    """A regular file or a folder (not hashed again: the model's own line did that)."""
+    from campaign.lanes.session import local_model
+
+    try:
+        local_model(lane, path)
+    except CampaignError:
+        return False
+    return True
 
 
 def _free_port() -> int:

@@ -24,24 +24,33 @@ import httpx
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.errors import PreflightError, RunError
-from campaign.fsutil import atomic_write_bytes
-from campaign.window.state import EXIT_WAIT_S, process_start_time, wait_gone
+from campaign.fsutil import UnreadableFile, atomic_write_bytes, read_text_bounded
+from campaign.lanes.runtimes.base import PROC_ARGS_BYTES, read_proc
+from campaign.window.state import EXIT_WAIT_S, PIDFILE_BYTES, process_start_time, wait_gone
 
 __all__ = ["SETTINGS", "is_serving", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
 
 SETTINGS = ("endpoint", "api_key_env", "served_model", "stop_timeout", "ready_budget")
 
 
-def _read_pid(pidfile: Path) -> int | None:
+def _pid_or_why(pidfile: Path) -> tuple[int | None, str]:
+    """The pid a pidfile names, or None and what is wrong with the pidfile, in words."""
     try:
-        return int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        return None
+        text = read_text_bounded(pidfile, PIDFILE_BYTES, what="pidfile").strip()
+    except UnreadableFile as exc:
+        return None, exc.reason
+    if not text.isascii() or not text.isdigit() or int(text) < 1:  # never 0 or -1: kill(-1) is everyone
+        return None, f"pidfile holds {text[:20]!r}, not a process id"
+    return int(text), ""
+
+
+def _read_pid(pidfile: Path) -> int | None:
+    return _pid_or_why(pidfile)[0]
 
 
 def _cmdline(pid: int) -> list[str] | None:
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        raw = read_proc(f"/proc/{pid}/cmdline", PROC_ARGS_BYTES)
     except OSError:
         return None
     argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
@@ -62,19 +71,24 @@ def snapshot(spec: Any, base_dir: Path) -> dict[str, Any]:
 
 def snapshot_pidfile(pidfile: Path, settings: dict[str, Any]) -> dict[str, Any]:
     """The live process named by ``pidfile``, read back from /proc, plus how to reach and stop it."""
-    pid = _read_pid(pidfile)
+    pid, why = _pid_or_why(pidfile)
     if pid is None or _cmdline(pid) is None:
-        raise PreflightError(f"incumbent is not running (no live process in {pidfile}): there is nothing to "
+        said = f"{pidfile}: {why}" if why else f"no live process in {pidfile}"
+        raise PreflightError(f"incumbent is not running ({said}): there is nothing to "
                              "restore to; start the daily first (`campaign daily start`) or drop `incumbent`")
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        environ = read_proc(f"/proc/{pid}/environ", PROC_ARGS_BYTES)
         cwd = os.readlink(f"/proc/{pid}/cwd")
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError as exc:
         raise PreflightError(f"incumbent pid {pid}: cannot read its launch from /proc: {exc.strerror}") from exc
     env = dict(p.decode(errors="replace").split("=", 1) for p in environ.split(b"\0") if b"=" in p)
+    try:
+        exe_sha256 = sha256_file(Path(exe), what="executable")
+    except UnreadableFile as exc:  # replaced on disk since it started ("... (deleted)"): no restore could match
+        raise PreflightError(f"incumbent pid {pid}: {exc}") from exc
     return {"runtime": "process", "pid": pid, "start_time": process_start_time(pid), "argv": _cmdline(pid),
-            "env": env, "cwd": cwd, "exe": exe, "exe_sha256": sha256_file(Path(exe)), "pidfile": str(pidfile),
+            "env": env, "cwd": cwd, "exe": exe, "exe_sha256": exe_sha256, "pidfile": str(pidfile),
             "cpus": _pinned_to(pid), **settings}
 
 
@@ -161,7 +175,10 @@ def prove(snap: dict[str, Any], *, budget: float | None = None, api_key: str | N
     pid = running_pid(snap)
     if pid is None:
         raise RunError("restored incumbent is not running the snapshot's command line")
-    exe_sha = sha256_file(Path(os.readlink(f"/proc/{pid}/exe")))
+    try:
+        exe_sha = sha256_file(Path(os.readlink(f"/proc/{pid}/exe")), what="executable")
+    except (OSError, UnreadableFile) as exc:
+        raise RunError(f"restored incumbent pid {pid}: cannot hash what it runs: {exc}") from exc
     if exe_sha != snap["exe_sha256"]:
         raise RunError("restored incumbent runs a different binary than the snapshot")
 

@@ -18,11 +18,16 @@ from typing import Any
 
 from campaign.contracts.hashing import canonical_json, sha256_bytes
 from campaign.errors import InputError, VerifyError
-from campaign.fsutil import JsonlAppender, atomic_write_bytes, load_json_strict, read_jsonl
+from campaign.fsutil import JsonlAppender, atomic_write_bytes, loads_strict, read_bounded
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.state import state_root
 
-__all__ = ["Ledger", "shown_argv"]
+__all__ = ["LEDGER_BYTES", "ROLLBACK_BYTES", "Ledger", "shown_argv"]
+
+# An entry is one to a few KB (a redacted argv, digests, a signature): 64 MiB is tens of thousands of
+# promotions. A kept rollback launch is a daily's argv and environment (the kernel holds those to a few MB).
+LEDGER_BYTES = 64 << 20
+ROLLBACK_BYTES = 16 << 20
 
 
 def shown_argv(argv: list[str], env: dict[str, str]) -> list[str]:
@@ -37,12 +42,32 @@ class Ledger:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or state_root() / "ledger.jsonl"
 
+    def _read(self) -> bytes:
+        """The ledger's bytes, read bounded (none while it does not exist)."""
+        if not os.path.lexists(self.path):
+            return b""
+        return read_bounded(self.path, LEDGER_BYTES, what="ledger")
+
     def entries(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.path) if self.path.exists() else []
+        """Every entry; a torn last line (a crash mid-append, no newline after it) is not one yet."""
+        lines, found = self._read().split(b"\n"), []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = loads_strict(line)
+            except ValueError as exc:
+                if number == len(lines):
+                    break
+                raise InputError(f"{self.path}:{number}: unreadable record: {exc}") from exc
+            if not isinstance(record, dict):
+                raise InputError(f"{self.path}:{number}: a ledger entry is a JSON object")
+            found.append(record)
+        return found
 
     def verify(self, trusted: TrustedKeys) -> list[dict[str, Any]]:
         entries, previous = [], None
-        lines = self.path.read_bytes().splitlines() if self.path.exists() else []
+        lines = self._read().splitlines()
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -59,8 +84,7 @@ class Ledger:
 
     def append(self, key: SigningKey, kind: str, fields: dict[str, Any],
                rollback_launch: dict[str, Any] | None = None) -> dict[str, Any]:
-        lines = self.path.read_bytes().splitlines() if self.path.exists() else []
-        lines = [l for l in lines if l.strip()]
+        lines = [l for l in self._read().splitlines() if l.strip()]
         entry: dict[str, Any] = {"seq": len(lines) + 1, "kind": kind, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                        time.gmtime()),
                                  "who": f"{getpass.getuser()}@{socket.gethostname()}",
@@ -81,19 +105,20 @@ class Ledger:
 
     def rollback_launch(self, seq: int) -> dict[str, Any]:
         private = self.path.parent / "rollback" / f"{seq}.json"
-        entry = next((e for e in self.entries() if e["seq"] == seq), None)
+        entry = next((e for e in self.entries() if e.get("seq") == seq), None)
         # a file without its ledger line is a crashed append's leftover, not this entry's launch
         if entry is None or "rollback" not in entry or not private.exists():
             raise InputError(f"ledger entry {seq} keeps no rollback launch")
-        data = private.read_bytes()
+        data = read_bounded(private, ROLLBACK_BYTES, what="rollback launch")
         if hashlib.sha256(data).hexdigest() != entry["rollback"]["launch_sha256"]:
             raise VerifyError(f"{private}: the kept rollback launch changed since it was recorded")
-        return load_json_strict(private)
+        try:  # the bytes just checked, not a second read of the file
+            return loads_strict(data)
+        except ValueError as exc:
+            raise VerifyError(f"{private}: not valid JSON: {exc}") from exc
 
 
 def load_json_line(line: bytes, path: Path, number: int) -> dict[str, Any]:
-    from campaign.fsutil import loads_strict
-
     try:
         return loads_strict(line)
     except ValueError as exc:

@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from campaign.terminal import shown
+
 __all__ = ["WindowProgress"]
 
 # On a terminal these are printed above the live line; the rest only move it.
@@ -36,7 +38,7 @@ class WindowProgress:
         self._task: Any = None
 
     def __call__(self, line: str) -> None:
-        self.console.print(line, highlight=False, markup=False)
+        self.console.print(shown(line), highlight=False, markup=False, emoji=False)
 
     def _estimate(self) -> str:
         elapsed = time.monotonic() - self.started
@@ -50,8 +52,10 @@ class WindowProgress:
         if step == "plan" and event == "done":
             self.total = int(fields.get("steps") or 0) or None
             if self.live and self.total:
-                self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                          TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
+                # a lane's or gate's name is data: never read as markup
+                self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                          MofNCompleteColumn(), TimeElapsedColumn(),
+                                          TextColumn("{task.fields[left]}", markup=False),
                                           console=self.console, transient=True)
                 self._task = self._progress.add_task("window", total=self.total, left="")
                 self._progress.start()
@@ -60,15 +64,15 @@ class WindowProgress:
         if counted:
             self.done += 1
         if self._progress is not None:
-            what = f"{fields.get('lane', '')} {fields.get('gate', step)}".strip()
+            what = shown(f"{fields.get('lane', '')} {fields.get('gate', step)}".strip())
             left = self._estimate().partition(", ")[2]
             self._progress.update(self._task, completed=min(self.done, self.total or 0),
                                   description=f"{what[:40]:40}", left=left)
             if (event, step) in _WORTH_A_LINE:
-                self._progress.console.print(line, highlight=False, markup=False)
+                self._progress.console.print(shown(line), highlight=False, markup=False, emoji=False)
             if step == "end":
                 self._progress.stop()
             return
         if counted and self.total:
             line = f"{line} [{self.done}/{self.total}, {self._estimate()}]"
-        self.console.print(line, highlight=False, markup=False)
+        self.console.print(shown(line), highlight=False, markup=False, emoji=False)

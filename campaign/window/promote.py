@@ -15,7 +15,6 @@ back automatically.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from campaign.gates.records import greedy_replays
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.runtimes.process import BASE_ENV_KEYS
 from campaign.lanes.session import files_unchanged, resolve_refs
-from campaign.receipts.bundle import ENVELOPE, verify_bundle
+from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
 from campaign.window.ledger import Ledger, shown_argv
@@ -58,13 +57,14 @@ class Decision:
 def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: Path) -> tuple[Decision, Path]:
     """The decision, and the private verified copy (under ``private``) everything later is read from."""
     copy = private / "bundle"
-    try:
-        shutil.copytree(bundle, copy, symlinks=True)
-    except OSError as exc:
-        raise InputError(f"{bundle}: cannot copy the bundle: {exc}") from exc
     decision = Decision(bundle=bundle, candidate=candidate)
     try:
-        verified = verify_bundle(copy, trusted)
+        # walked with the verifier's bounds, then copied file by file; errors name the user's folder
+        with errors_named_as(copy, bundle):
+            copy_bundle(bundle, copy)
+            verified = verify_bundle(copy, trusted)
+    except OSError as exc:
+        raise InputError(f"{bundle}: cannot copy the bundle: {exc.strerror or exc}") from exc
     except VerifyError as exc:
         decision.refusals.append(f"bundle does not verify: {exc}")
         return decision, copy
@@ -179,7 +179,8 @@ def _smoke(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]
 def promote(bundle: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: str | None = None,
             dry_run: bool = False, ledger: Ledger | None = None) -> tuple[Decision, list[str], dict[str, Any] | None]:
     # the private copy is removed whatever happens: a promotion reads it, nothing keeps it
-    with tempfile.TemporaryDirectory(prefix="campaign-promote-") as private:
+    with tempfile.TemporaryDirectory(prefix="campaign-promote-") as private, \
+            errors_named_as(Path(private) / "bundle", bundle):  # the copy is gone when the error is read
         return _promote(bundle, Path(private), key=key, trusted=trusted, candidate=candidate, dry_run=dry_run,
                         ledger=ledger)
 

@@ -23,7 +23,7 @@ from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import atomic_write_json, load_json_strict
-from campaign.receipts.bundle import ENVELOPE, sign_bundle, verify_bundle
+from campaign.receipts.bundle import ENVELOPE, errors_named_as, sign_bundle, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
 from campaign.window.source import source_snapshot
@@ -71,7 +71,8 @@ def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Pat
     partial = target.with_name(f".{target.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        _build(source, partial, before, key)
+        with errors_named_as(partial, source):  # judged from copies of the source; errors name the source
+            _build(source, partial, before, key)
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -21,16 +20,19 @@ from urllib.parse import urlsplit
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.hashing import sha256_bytes, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
+from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES
 from campaign.errors import FrozenChanged, InputError, LaunchError, PreflightError, RunError
-from campaign.fsutil import JsonlAppender, atomic_write_bytes, atomic_write_json, load_json_strict, read_jsonl
+from campaign.fsutil import (MAX_JSON_BYTES, JsonlAppender, UnreadableFile, atomic_write_bytes, atomic_write_json,
+                             load_json_strict, open_regular, read_bounded, read_jsonl, read_text_bounded)
 from campaign.gates.base import Gate, Visit
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.hostcpu import check_cpus_here
-from campaign.lanes.session import (boot_lane, check_lane, is_local, launch_command, port_is_free,
-                                    resolve_executable, resolve_refs)
+from campaign.lanes.session import (boot_lane, check_lane, is_local, launch_command, local_model, model_sha256,
+                                    port_is_free, resolve_executable, resolve_refs)
 from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
@@ -96,7 +98,9 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
     window_id = Path(target).name
     try:
         state = WindowState.load(window_id)
-    except InputError as exc:
+    except UnreadableFile as exc:
+        if not exc.reason.startswith("no such"):
+            raise  # a folder, a FIFO, too large: its own words name the file and what is wrong with it
         raise InputError(f"no window state for {window_id!r} under {windows_dir()}") from exc
     bundle = Path(state.bundle)
     try:
@@ -246,17 +250,14 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
         adapter_for(lane.engine)
         if lane.runtime == "process":
             resolve_executable(lane)
-        if is_local(lane):
-            path = loaded.resolve(lane.model.path)
-            if not path.exists():
-                raise PreflightError(f"lane {lane.name}: model {path} not found")
-            model_paths[lane.name] = str(path.resolve())
+        if is_local(lane):  # a FIFO, a device or a loop is named as such: never hashed forever, never a traceback
+            model_paths[lane.name], _kind = local_model(lane, loaded.resolve(lane.model.path))
             check_lane(lane, model_paths[lane.name])
         else:
             model_paths[lane.name] = _remote_model_path(lane)
             checked = check_lane(lane, model_paths[lane.name])
         if lane.model.sha256:
-            digest = (_hash_here(Path(model_paths[lane.name]), hashed) if is_local(lane)
+            digest = (_hash_here(lane, Path(model_paths[lane.name]), hashed) if is_local(lane)
                       else _hash_there(lane, checked["image_id"], [model_paths[lane.name]], hashed)[0])
             if digest != lane.model.sha256:
                 raise PreflightError(f"lane {lane.name}: model {model_paths[lane.name]} has sha256 {digest}"
@@ -283,13 +284,32 @@ def daily_port_of(loaded: LoadedContract) -> int | None:
 def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path,
                     hash_there: Callable[[list[str]], list[str]] | None = None) -> None:
     manifest = loaded.resolve(lane.model.sha256_manifest or "")
-    lines = [l.split(None, 1) for l in manifest.read_text().splitlines() if l.strip()]
+    lines = _manifest_lines(manifest)
     files = [str(model_dir / name.strip().lstrip("*")) for _digest, name in lines]
-    digests = hash_there(files) if hash_there else [sha256_file(Path(f)) for f in files]
+    digests = hash_there(files) if hash_there else [model_sha256(lane, Path(f)) for f in files]
     bad = [Path(f).relative_to(model_dir) for f, (digest, _), seen in zip(files, lines, digests) if seen != digest]
     if bad:
         raise PreflightError(f"lane {lane.name}: {len(bad)}/{len(lines)} model files differ from "
                              f"{manifest.name}, e.g. {bad[0]}")
+
+
+# A sha256sum listing of a model's files: about 100 bytes a file, so 4 MiB is some 40,000 files.
+MANIFEST_BYTES = 4 << 20
+
+
+def _manifest_lines(manifest: Path) -> list[tuple[str, str]]:
+    """(digest, name) per line of a ``sha256sum`` manifest, read bounded; a line of another shape is an
+    InputError naming the manifest's line."""
+    lines = []
+    text = read_text_bounded(manifest, MANIFEST_BYTES, what="model manifest")
+    for number, line in enumerate(text.splitlines(), start=1):
+        parts = line.split(None, 1)
+        if not parts:
+            continue
+        if len(parts) != 2 or not parts[1].strip().lstrip("*"):
+            raise InputError(f"{manifest}:{number}: not a `sha256sum` line (<sha256>  <file>)")
+        lines.append((parts[0], parts[1]))
+    return lines
 
 
 def _remote_model_path(lane: EffectiveLane) -> str:
@@ -306,9 +326,9 @@ def describe_engine(lane: EffectiveLane) -> str:
     return describe(lane.docker_host)
 
 
-def _hash_here(path: Path, hashed: dict[Any, str]) -> str:
+def _hash_here(lane: EffectiveLane, path: Path, hashed: dict[Any, str]) -> str:
     if path not in hashed:
-        hashed[path] = sha256_file(path)
+        hashed[path] = model_sha256(lane, path)
     return hashed[path]
 
 
@@ -653,11 +673,13 @@ def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> N
     """The frozen contract, its record and its input files go into the bundle; gates read these copies."""
     target = bundle / "contract"
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(loaded.path, target / loaded.path.name)
-    shutil.copyfile(record_path, target / "freeze.json")
+    # read bounded, never shutil.copyfile: a path swapped for /dev/zero since the freeze check would fill the disk
+    atomic_write_bytes(target / loaded.path.name, read_bounded(loaded.path, MAX_CONTRACT_BYTES, what="contract"))
+    atomic_write_bytes(target / "freeze.json", read_bounded(record_path, MAX_JSON_BYTES, what="freeze record"))
     for name, destination in input_copies(loaded, bundle).items():
         destination.parent.mkdir(exist_ok=True)
-        shutil.copyfile(loaded.resolve(loaded.contract.inputs[name].file), destination)
+        atomic_write_bytes(destination, read_bounded(loaded.resolve(loaded.contract.inputs[name].file),
+                                                     INPUT_FILE_BYTES, what=f"input {name}"))
     _copy_lane_files(loaded, target)
 
 
@@ -671,10 +693,9 @@ def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
                for where, file in loaded.written_files() if where[0] == "gates"]
     listed: dict[str, dict[str, Any]] = {}
     for owner, file, path, seen_at in pinned:
-        size = path.stat().st_size
-        copied = size <= loaded.contract.file_copy_limit
-        if copied and not (target / "files" / file.sha256).exists():
-            data = path.read_bytes()
+        size, data = _read_if_small(path, loaded.contract.file_copy_limit, f"file {file.name}")
+        copied = data is not None
+        if data is not None and not (target / "files" / file.sha256).exists():
             if sha256_bytes(data) != file.sha256:  # changed since the freeze check a moment ago
                 raise FrozenChanged(f"{owner}: file {file.name} ({path}) changed since freezing")
             (target / "files").mkdir(exist_ok=True)
@@ -683,6 +704,20 @@ def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
                                                    "source": path.name, **({"seen_at": seen_at} if seen_at else {})}
     if listed:
         atomic_write_json(target / "files.json", listed)
+
+
+def _read_if_small(path: Path, limit: int, what: str) -> tuple[int, bytes | None]:
+    """A lane file's size, and its bytes when it holds at most ``limit``: opened once, proven a regular file
+    (UnreadableFile names a FIFO, a device or a loop), never read past the limit however it grows."""
+    with open_regular(path, what=what) as fd:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            return size, None
+        chunks, total = [], 0
+        while total <= limit and (block := os.read(fd, min(1 << 20, limit + 1 - total))):
+            chunks.append(block)
+            total += len(block)
+    return (total, None) if total > limit else (total, b"".join(chunks))
 
 
 async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, outcome: LaneOutcome,

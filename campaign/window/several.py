@@ -9,7 +9,6 @@ any did not end signed with its daily proven back.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Any, Callable
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.load import load_contract
 from campaign.errors import CampaignError, InputError, PreflightError
+from campaign.fsutil import UnreadableFile, load_json_strict
+from campaign.lanes.bootlog import log_tail
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim, overlapping
 from campaign.window.detach import detach_window
@@ -67,7 +68,11 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
     outcomes = []
     for path, window, bundle, _ in started:
         summary_file = bundle / "SUMMARY.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        try:
+            summary = load_json_strict(summary_file, what="SUMMARY") if summary_file.exists() else {}
+        except UnreadableFile:  # read bounded; one window's unreadable summary is that window's "not proven"
+            summary = {}
+        summary = summary if isinstance(summary, dict) else {}
         signed = (bundle / "receipt.dsse.json").exists()
         restore = summary.get("restore") or {}
         # True: proven back; None: no daily declared, or never stopped; False: not proven, or no summary at all
@@ -95,7 +100,7 @@ def _wait_for_state(window: str, bundle: Path, pid: int) -> WindowState:
             except ChildProcessError:
                 pass
             if process_start_time(pid) is None:
-                said = (bundle / "runner.log").read_text(errors="replace").strip().splitlines()
+                said = log_tail(bundle / "runner.log").strip().splitlines()  # its last lines, read bounded
                 raise PreflightError(f"window {window} did not start: {said[-1] if said else 'no output'}") from None
             time.sleep(0.2)
 

@@ -14,13 +14,23 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import fcntl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from campaign.fsutil import atomic_write_bytes, load_json_strict
+from campaign.errors import InputError
+from campaign.fsutil import UnreadableFile, atomic_write_bytes, load_json_strict, read_text_bounded
+from campaign.lanes.runtimes.base import read_proc
 
-__all__ = ["FailsafeFailure", "LaneProcess", "WindowState", "boot_id", "boottime", "mark_disarmed", "process_start_time",
+__all__ = ["PIDFILE_BYTES", "FailsafeFailure", "LaneProcess", "WindowState", "boot_id", "boottime", "mark_disarmed",
+           "process_start_time",
            "record_arming", "state_root",
            "windows_dir"]
+
+
+# state.json holds the daily's snapshot, its environment included (the kernel holds a process's environment to
+# a few MB): 16 MiB. The heartbeat is one number; a pidfile one pid (a watchdog's: and its start time).
+STATE_BYTES = 16 << 20
+HEARTBEAT_BYTES = 64
+PIDFILE_BYTES = 64
 
 
 def state_root() -> Path:
@@ -34,7 +44,7 @@ def windows_dir() -> Path:
 
 def boot_id() -> str:
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return read_proc("/proc/sys/kernel/random/boot_id").decode(errors="replace").strip()
     except OSError:
         return "unknown"
 
@@ -47,7 +57,7 @@ def boottime() -> float:
 def process_start_time(pid: int) -> int | None:
     """Kernel start time of ``pid`` (clock ticks since boot): tells a live process from a reused pid."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = read_proc(f"/proc/{pid}/stat").decode(errors="replace")
     except OSError:
         return None
     fields = stat.rsplit(")", 1)[1].split()
@@ -136,7 +146,13 @@ class WindowState(BaseModel):
 
     @classmethod
     def load(cls, window: str) -> "WindowState":
-        return cls.model_validate(load_json_strict(windows_dir() / window / "state.json"))
+        path = windows_dir() / window / "state.json"
+        try:
+            return cls.model_validate(load_json_strict(path, limit=STATE_BYTES))
+        except ValidationError as exc:  # written by another version of the tool, or by hand
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise InputError(f"{path}: {where}: {first['msg']} ({exc.error_count()} problem(s))") from exc
 
     def save(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -149,8 +165,8 @@ class WindowState(BaseModel):
 
     def last_beat(self) -> float | None:
         try:
-            return float((self.directory / "heartbeat").read_text())
-        except (OSError, ValueError):
+            return float(read_text_bounded(self.directory / "heartbeat", HEARTBEAT_BYTES, what="heartbeat"))
+        except (UnreadableFile, ValueError):
             return None
 
     @contextmanager

@@ -26,7 +26,9 @@ def _states(window: str | None) -> list[WindowState]:
         if not (windows_dir() / name / "state.json").exists():
             raise InputError(f"no window {name!r} under {windows_dir()}")
         return [WindowState.load(name)]
-    dirs = sorted(windows_dir().glob("*/state.json"), key=lambda p: p.stat().st_mtime) if windows_dir().exists() else []
+    # lstat: a state.json that is a dangling link or a loop sorts (and is then refused by its load), never a traceback
+    found = windows_dir().glob("*/state.json") if windows_dir().exists() else []
+    dirs = sorted(found, key=lambda p: p.lstat().st_mtime)
     if not dirs:
         raise InputError(f"no windows under {windows_dir()}")
     # every window still running or still holding a daily down (one per box), else the newest

@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from campaign.fsutil import atomic_write_bytes
-from campaign.window.state import WindowState, process_start_time
+from campaign.fsutil import UnreadableFile, atomic_write_bytes, read_text_bounded
+from campaign.window.state import PIDFILE_BYTES, WindowState, process_start_time
 
 __all__ = ["LOG_NAME", "ack_path", "alive", "pidfile", "record_pid", "spawn_detached", "spawn_watchdog"]
 
@@ -30,8 +30,8 @@ def ack_path(state: WindowState, generation: int, role: str) -> Path:
 def alive(path: Path) -> bool:
     """Whether the watchdog recorded in ``path`` (pid and kernel start time) still runs."""
     try:
-        pid, start = (int(x) for x in path.read_text().split())
-    except (OSError, ValueError):
+        pid, start = (int(x) for x in read_text_bounded(path, PIDFILE_BYTES, what="watchdog pidfile").split())
+    except (UnreadableFile, ValueError):
         return False
     return process_start_time(pid) == start
 

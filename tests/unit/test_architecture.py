@@ -20,14 +20,16 @@ PACKAGE = Path(__file__).resolve().parents[2] / "campaign"
 # What each part of campaign may import (besides itself); ARCHITECTURE.md draws the same layers.
 MAY_IMPORT = {
     "errors": set(),
+    "terminal": set(),
     "fsutil": {"errors"},
     "signing": {"errors", "fsutil"},
     "contracts": {"errors", "fsutil", "signing", "__init__"},
     "lanes": {"errors", "fsutil", "signing", "contracts"},
     "receipts": {"errors", "fsutil", "signing", "contracts"},
     "gates": {"errors", "fsutil", "signing", "contracts", "lanes"},
-    "window": {"errors", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "__init__"},
-    "cli": {"errors", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "window", "__init__"},
+    "window": {"errors", "terminal", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "__init__"},
+    "cli": {"errors", "terminal", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "window",
+            "__init__"},
     "__init__": set(),
 }
 

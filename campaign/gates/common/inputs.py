@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from campaign.contracts.model import INPUT_FILE_BYTES  # the cap the contract's load holds input files to
 from campaign.errors import ContractError
-from campaign.fsutil import loads_strict
+from campaign.fsutil import UnreadableFile, loads_strict, read_text_bounded
 
 __all__ = ["Prompt", "Source", "load_prompts", "load_rows", "load_sources", "read_jsonl_rows"]
 
@@ -21,7 +22,11 @@ class Prompt:
 
 def read_jsonl_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = read_text_bounded(path, INPUT_FILE_BYTES, what="input file")
+    except UnreadableFile as exc:  # a FIFO, a device, a folder, too large, not UTF-8: said of the user's file
+        raise ContractError(exc.reason, file=str(path)) from exc
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

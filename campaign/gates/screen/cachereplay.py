@@ -55,6 +55,7 @@ Conventions (the brute-force references in the tests follow the same ones):
 
 from __future__ import annotations
 
+import os
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,7 +64,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from campaign.errors import InputError
-from campaign.fsutil import loads_strict
+from campaign.fsutil import UnreadableFile, loads_strict, open_regular, read_bounded, read_text_bounded
 
 __all__ = ["POLICIES", "Overlap", "ReplayResult", "Trace", "TraceError", "cross_layer_overlap", "generate_trace",
            "load_slot_map", "load_trace", "replay", "step_overlap", "trace_from_array"]
@@ -75,6 +76,11 @@ _PAIRWISE_MAX_K = 16
 # overlap comparisons materialise (chunk, layers, k, k) booleans; this keeps a chunk near 10 MB
 _OVERLAP_CELLS = 10_000_000
 _INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+# A routing trace is large by nature (58 MoE layers x top-8 x 100k decode steps is 46M ids, some 150 MB of
+# JSON lines): 1 GiB bounds the file read and each array an .npz unpacks (its zip entry's stated size,
+# which zipfile holds the inflater to). A slot map is one count per layer.
+TRACE_BYTES = 1 << 30
+SLOT_MAP_BYTES = 1 << 20
 
 
 class TraceError(InputError):
@@ -217,18 +223,39 @@ def _npz_arrays(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     """(experts, n_experts or None) read from the archive; any failure to read is a TraceError."""
     unreadable = (OSError, ValueError, EOFError, zipfile.BadZipFile)
     try:
-        data = np.load(path, allow_pickle=False)
+        with open_regular(path, what="trace") as fd, os.fdopen(os.dup(fd), "rb") as handle:
+            if os.fstat(fd).st_size > TRACE_BYTES:
+                raise TraceError(f"{path}: trace is over the {TRACE_BYTES:,}-byte cap")
+            try:
+                data = np.load(handle, allow_pickle=False)
+            except unreadable as exc:
+                raise TraceError(f"{path}: cannot read as .npz: {exc}") from exc
+            if not hasattr(data, "files"):  # a plain .npy loads as a bare array
+                raise TraceError(f"{path}: not an .npz archive (arrays `experts` and optional `n_experts`)")
+            with data:
+                return _npz_members(path, data, unreadable)
+    except UnreadableFile as exc:
+        raise _unreadable(path, exc) from (exc.__cause__ or exc)
+
+
+def _unreadable(path: Path, exc: UnreadableFile) -> TraceError:
+    """The bounded reader's words (a FIFO, a device, a folder, a loop, over the cap, missing) for a trace or
+    slot map; raised from the OSError behind them where there is one."""
+    return TraceError(f"{path}: cannot read: {exc.reason}")
+
+
+def _npz_members(path: Path, data: Any,
+                 unreadable: tuple[type[BaseException], ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    if "experts" not in data.files:
+        raise TraceError(f"{path}: no array `experts` (arrays: {', '.join(data.files) or 'none'})")
+    for info in data.zip.infolist():  # unpacked sizes, checked before anything is inflated (a zip bomb)
+        if info.file_size > TRACE_BYTES:
+            raise TraceError(f"{path}: array {info.filename} unpacks to {info.file_size:,} bytes, over the "
+                             f"{TRACE_BYTES:,}-byte cap")
+    try:
+        return data["experts"], (data["n_experts"] if "n_experts" in data.files else None)
     except unreadable as exc:
-        raise TraceError(f"{path}: cannot read as .npz: {exc}") from exc
-    if not hasattr(data, "files"):  # a plain .npy loads as a bare array
-        raise TraceError(f"{path}: not an .npz archive (arrays `experts` and optional `n_experts`)")
-    with data:
-        if "experts" not in data.files:
-            raise TraceError(f"{path}: no array `experts` (arrays: {', '.join(data.files) or 'none'})")
-        try:
-            return data["experts"], (data["n_experts"] if "n_experts" in data.files else None)
-        except unreadable as exc:
-            raise TraceError(f"{path}: cannot read the arrays: {exc}") from exc
+        raise TraceError(f"{path}: cannot read the arrays: {exc}") from exc
 
 
 def _load_jsonl(path: Path, n_experts: int | None) -> Trace:
@@ -244,9 +271,9 @@ def _load_jsonl(path: Path, n_experts: int | None) -> Trace:
 def _read_jsonl_steps(path: Path) -> tuple[int | None, list[np.ndarray], list[int]]:
     """(header's n_experts or None, one (layers, k) array per step, each step's line number)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from exc
+        text = read_text_bounded(path, TRACE_BYTES, what="trace")
+    except UnreadableFile as exc:  # a FIFO, a device, a folder, over the cap, not UTF-8: in its own words
+        raise _unreadable(path, exc) from (exc.__cause__ or exc)
     header_n: int | None = None
     steps: list[np.ndarray] = []
     lines: list[int] = []
@@ -314,9 +341,9 @@ def load_slot_map(path: Path, layers: int, n_experts: int) -> np.ndarray:
     """Per-layer slot counts (int64, shape (layers,)) from JSON (formats in the module docstring)."""
     path = Path(path)
     try:
-        doc = loads_strict(path.read_bytes())
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        doc = loads_strict(read_bounded(path, SLOT_MAP_BYTES, what="slot map"))
+    except UnreadableFile as exc:
+        raise _unreadable(path, exc) from (exc.__cause__ or exc)
     except ValueError as exc:
         raise TraceError(f"{path}: not valid JSON: {exc}") from exc
     counts = _slot_entries(path, doc, layers)

@@ -24,7 +24,7 @@ from campaign.contracts.gatespecs import ScreenSpec, parse_clause
 from campaign.contracts.resolve import FILE_REF, EffectiveLane
 from campaign.contracts.hashing import sha256_file
 from campaign.errors import CampaignError, InputError
-from campaign.fsutil import JsonlAppender
+from campaign.fsutil import JsonlAppender, read_bounded
 from campaign.gates.base import Gate, Visit
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.task.sandbox import SandboxLimits, run_python
@@ -33,6 +33,8 @@ from campaign.lanes.session import LaneRun
 __all__ = ["ScreenGate", "evaluate"]
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+# A screen script is a page or two of Python; 4 MiB bounds what is read before its sha256 is checked.
+SCRIPT_BYTES = 4 << 20
 
 
 class ScreenGate(Gate):
@@ -68,7 +70,7 @@ class ScreenGate(Gate):
         args = [FILE_REF.sub(lambda match: paths[match.group(1)], a) for a in script.args]
         source = Path(str(self.ctx.contract.resolve(script.path)))
         limits = SandboxLimits(timeout_s=self.spec.timeout, memory_bytes=int(self.spec.memory), file_bytes=64 << 20)
-        program = source.read_bytes()
+        program = read_bounded(source, SCRIPT_BYTES, what="screen script")  # UnreadableFile: the screen's error
         if hashlib.sha256(program).hexdigest() != script.sha256:  # what runs is what was frozen, or nothing
             return {"status": "error", "reason": f"{script.path} changed since freezing"}
         # the sandbox's fences and audit hook (no processes, sockets or writes outside its directory); it
@@ -175,10 +177,7 @@ def evaluate(clauses: list[str], metrics: dict[str, Any]) -> tuple[Verdict, list
 
 def _still_pinned(path: Path, sha256: str) -> None:
     """What the screen reads is what was frozen (the window checked at its start; a screen runs later)."""
-    try:
-        digest = sha256_file(path)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it: {exc.strerror}") from exc
+    digest = sha256_file(path)  # UnreadableFile names the path and what it is (a FIFO, a folder, gone)
     if digest != sha256:
         raise InputError(f"{path} changed since freezing (sha256 {digest[:12]}..., pinned {sha256[:12]}...)")
 

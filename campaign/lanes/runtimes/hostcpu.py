@@ -12,6 +12,7 @@ from typing import Iterator
 
 from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.errors import PreflightError
+from campaign.lanes.runtimes.base import PROC_ARGS_BYTES, read_proc
 
 __all__ = ["check_cpus_here", "host_busy_seconds", "pinned_threads", "session_cpu_seconds"]
 
@@ -22,7 +23,7 @@ def host_busy_seconds() -> float | None:
     """CPU seconds the host spent not idle, summed over CPUs (user, nice, system, irq, softirq, and
     steal: time a hypervisor gave to other tenants). None where /proc/stat is missing."""
     try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        fields = read_proc("/proc/stat", PROC_ARGS_BYTES).decode(errors="replace").splitlines()[0].split()
     except (OSError, IndexError):
         return None
     if fields[0] != "cpu" or len(fields) < 9:
@@ -39,7 +40,7 @@ def session_cpu_seconds(session: int) -> float | None:
         if not entry.name.isdigit():
             continue
         try:
-            stat = Path(entry.path, "stat").read_text()
+            stat = read_proc(Path(entry.path, "stat")).decode(errors="replace")
         except OSError:
             continue  # exited while we looked
         fields = stat.rsplit(")", 1)[1].split()

@@ -19,7 +19,7 @@ from typing import Any
 from campaign.contracts.units import format_cpuset, parse_cpuset
 from campaign.errors import LaunchError
 from campaign.lanes.redact import RedactingLog, Redactor
-from campaign.lanes.runtimes.base import LaunchSpec
+from campaign.lanes.runtimes.base import PROC_ARGS_BYTES, LaunchSpec, read_proc
 from campaign.lanes.runtimes.gpus import gpu_use, visible_devices
 
 __all__ = ["BASE_ENV_KEYS", "WINDOW_ENV", "ProcessLane", "ProcessRuntime", "marked_processes"]
@@ -40,8 +40,7 @@ def marked_processes(window: str) -> list[int]:
             continue
         pid = int(entry)
         try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                marked = needle in handle.read().split(b"\0")
+            marked = needle in read_proc(f"/proc/{pid}/environ", PROC_ARGS_BYTES).split(b"\0")
             if marked and os.getsid(pid) == pid:
                 found.append(pid)
         except OSError:
@@ -53,8 +52,8 @@ def oom_kills() -> int:
     """The kernel's count of OOM kills in this process's memory cgroup (v2 ``memory.events``, v1
     ``memory.oom_control``); 0 when unknown."""
     try:
-        with open("/proc/self/cgroup") as handle:
-            lines = [line.strip().split(":", 2) for line in handle if line.count(":") >= 2]
+        text = read_proc("/proc/self/cgroup").decode(errors="replace")
+        lines = [line.strip().split(":", 2) for line in text.splitlines() if line.count(":") >= 2]
     except OSError:
         return 0
     candidates = [f"/sys/fs/cgroup/memory{path}/memory.oom_control" for _, ctrl, path in lines
@@ -62,11 +61,10 @@ def oom_kills() -> int:
     candidates += [f"/sys/fs/cgroup{path}/memory.events" for _, ctrl, path in lines if ctrl == ""]
     for name in candidates:
         try:
-            with open(name) as handle:
-                for line in handle:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
+            for line in read_proc(name).decode(errors="replace").splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
         except (OSError, ValueError):
             continue
     return 0
@@ -124,11 +122,11 @@ class ProcessLane:
                                     "launched_gpus": self._env.get("CUDA_VISIBLE_DEVICES") if self.spec.gpus is not None
                                     else None}
         try:
-            with open(f"/proc/{self.pid}/cmdline", "rb") as handle:
-                snapshot["argv"] = [p.decode() for p in handle.read().split(b"\0") if p]
-            with open(f"/proc/{self.pid}/environ", "rb") as handle:
-                pairs = [p.decode(errors="replace").split("=", 1) for p in handle.read().split(b"\0") if p]
-                snapshot["env"] = {k: v for k, v in (p for p in pairs if len(p) == 2)}
+            cmdline = read_proc(f"/proc/{self.pid}/cmdline", PROC_ARGS_BYTES)
+            snapshot["argv"] = [p.decode(errors="replace") for p in cmdline.split(b"\0") if p]
+            environ = read_proc(f"/proc/{self.pid}/environ", PROC_ARGS_BYTES)
+            pairs = [p.decode(errors="replace").split("=", 1) for p in environ.split(b"\0") if p]
+            snapshot["env"] = {k: v for k, v in (p for p in pairs if len(p) == 2)}
             snapshot["exe"] = os.readlink(f"/proc/{self.pid}/exe")
             snapshot["cpus"] = format_cpuset(os.sched_getaffinity(self.pid))
             if self.spec.gpus is not None:

@@ -103,7 +103,7 @@ def test_an_unreadable_snapshot_is_a_judge_error_of_each_gate(tmp_path: Path) ->
     lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
     (result,) = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert result.reasons[0].startswith("judge error: InputError: ") and "inspect.json" in result.reasons[0]
+    assert result.reasons[0].startswith("judge error: UnreadableFile: ") and "inspect.json: not valid JSON" in result.reasons[0]
     assert "Traceback" in (bundle / "gates" / "greedy" / "spec.judge-error.txt").read_text()
 
 

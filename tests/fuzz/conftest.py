@@ -1,0 +1,54 @@
+"""Hypothesis profiles for the fuzz tests, picked by CAMPAIGN_FUZZ_PROFILE:
+
+- ``ci`` (the default, what ``make test`` runs): a small fixed budget of examples per test, derandomized (the
+  same examples on every run, so a failure in CI is a failure on the laptop), no example database. The whole
+  of tests/fuzz stays under about a minute on two cores.
+- ``long`` (``make fuzz``): thousands of random examples per test; failures are kept in an example database
+  outside the clone (``$CAMPAIGN_CACHE/hypothesis``) and replayed first on the next run.
+
+Both print the reproduce blob of a failing example (``print_blob``): paste the printed
+``@reproduce_failure(...)`` line above the test to replay it. ``CAMPAIGN_FUZZ_EXAMPLES=N`` overrides the
+example count of either profile; pytest's ``--hypothesis-seed=N`` gives the long profile a fixed seed
+(``make fuzz FUZZ_ARGS=--hypothesis-seed=N``).
+
+Time and memory: every example's call under test runs in a forked child (``harness.run_bounded``), killed
+after 5 s of wall time and refused memory past 200 MB above what the parent had (RLIMIT_AS); hypothesis's own
+``deadline`` (5000 ms) bounds the whole example, set-up included.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+_SLOW_BY_DESIGN = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large,
+                   HealthCheck.large_base_example, HealthCheck.filter_too_much]
+_examples = os.environ.get("CAMPAIGN_FUZZ_EXAMPLES", "")
+
+settings.register_profile(
+    "ci", max_examples=int(_examples) if _examples.isdigit() else 25, derandomize=True, database=None,
+    deadline=timedelta(milliseconds=5000), print_blob=True, suppress_health_check=_SLOW_BY_DESIGN,
+    phases=[Phase.explicit, Phase.generate, Phase.shrink], report_multiple_bugs=False)
+settings.register_profile(
+    "long", max_examples=int(_examples) if _examples.isdigit() else 3000, derandomize=False,
+    database=DirectoryBasedExampleDatabase(
+        Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache/campaign")) / "hypothesis"),
+    deadline=timedelta(milliseconds=5000), print_blob=True, suppress_health_check=_SLOW_BY_DESIGN,
+    report_multiple_bugs=True)
+settings.load_profile(os.environ.get("CAMPAIGN_FUZZ_PROFILE", "ci"))
+
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_scratch() -> Iterator[None]:
+    """Every example's folder goes at the end of the session, outside any example's deadline."""
+    yield
+    from tests.fuzz.harness import remove_scratch
+
+    remove_scratch()

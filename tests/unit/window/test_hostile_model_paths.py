@@ -1,0 +1,119 @@
+"""A model path that is /dev/zero, a FIFO, a folder pinned as a file, a symlink loop or missing: `campaign
+doctor` gives one failed line naming the path and what it is, and the run's pre-flight one PreflightError,
+each at once (never a hash of /dev/zero forever, never an open that waits for a FIFO's writer)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from campaign.contracts.load import load_contract
+from campaign.errors import PreflightError
+from campaign.window.doctor import _models, model_check
+from campaign.window.run import preflight
+from tests.support.contracts import free_port, write_contract
+
+PIN = "0" * 64
+CONTRACT = """\
+    contract: t-hostile-model
+    version: 1
+    lane_defaults:
+      runtime: process
+      engine: llamacpp
+      executable: sh
+      port: {port}
+      model: {{path: model.gguf{pin}}}
+    lanes:
+      - name: a
+        role: control
+    inputs:
+      p: {{file: prompts/p.jsonl}}
+    """
+
+
+def _make(kind: str, path: Path) -> str:
+    """``path`` made into ``kind``; the words the failed line must hold."""
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+        return "is a device, not a regular file"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "is a FIFO (named pipe), not a regular file"
+    if kind == "folder":
+        path.mkdir()
+        return "is a folder, but model.sha256 pins a single file"
+    if kind == "loop":
+        path.symlink_to(path.name)
+        return "symlink loop"
+    return "no such model"
+
+
+KINDS = ["dev-zero", "fifo", "folder", "loop", "missing"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_doctor_gives_one_failed_line_naming_the_model_path(tmp_path: Path, kind: str) -> None:
+    words = _make(kind, tmp_path / "model.gguf")
+    loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin=f", sha256: '{PIN}'")))
+    started = time.monotonic()
+    (check,) = _models(loaded)
+    assert time.monotonic() - started < 2
+    assert not check.ok and check.name == "model model.gguf"
+    assert str(tmp_path / "model.gguf") in check.detail and words in check.detail, check.detail
+    assert "\n" not in check.line() and "Traceback" not in check.line()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_preflight_refuses_the_model_path_in_one_line(tmp_path: Path, kind: str) -> None:
+    words = _make(kind, tmp_path / "model.gguf")
+    loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin=f", sha256: '{PIN}'")))
+    started = time.monotonic()
+    with pytest.raises(PreflightError) as caught:
+        preflight(loaded)
+    assert time.monotonic() - started < 2
+    assert str(caught.value).startswith("lane a: ") and words in str(caught.value), str(caught.value)
+    assert str(tmp_path / "model.gguf") in str(caught.value)
+
+
+def test_an_unpinned_device_or_fifo_is_refused_too(tmp_path: Path) -> None:
+    """Without a pin nothing is hashed, but an engine started on /dev/zero or a FIFO would hang its boot."""
+    loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin="")))
+    lane = loaded.lanes["a"]
+    for kind in ("dev-zero", "fifo"):
+        path = tmp_path / f"{kind}.gguf"
+        words = _make(kind, path)
+        check = model_check(lane, path)
+        assert not check.ok and words in check.detail
+
+
+def test_an_unpinned_folder_or_file_is_present(tmp_path: Path) -> None:
+    loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin="")))
+    lane = loaded.lanes["a"]
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file.gguf").write_bytes(b"GGUF")
+    assert model_check(lane, tmp_path / "dir").detail == "present (a folder, no pin)"
+    assert model_check(lane, tmp_path / "file.gguf").detail == "present (a file, no pin)"
+
+
+def test_a_pinned_file_is_hashed(tmp_path: Path) -> None:
+    import hashlib
+
+    (tmp_path / "model.gguf").write_bytes(b"GGUF weights")
+    pin = hashlib.sha256(b"GGUF weights").hexdigest()
+    loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin=f", sha256: '{pin}'")))
+    (check,) = _models(loaded)
+    assert check.ok and check.detail == "sha256 matches the pin"
+    assert preflight(loaded)["a"] == str((tmp_path / "model.gguf").resolve())
+
+
+def test_doctor_does_not_start_an_engine_on_an_unusable_model(tmp_path: Path) -> None:
+    """An engine started on a FIFO would wait for a writer until its readiness budget ran out."""
+    from campaign.window.doctor import _engines
+
+    _make("fifo", tmp_path / "model.gguf")
+    loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin="")))
+    (check,) = _engines(loaded, smoke=True)
+    assert not check.ok and "not started: its model is not usable" in check.detail
