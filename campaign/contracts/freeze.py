@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from campaign import __version__
 from campaign.contracts.hashing import canonical_json, canonical_sha256, sha256_bytes
 from campaign.contracts.load import LoadedContract, file_problem
@@ -17,7 +19,8 @@ from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.secretrefs import refuse_secrets_in_text
 from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES, without_gc
 from campaign.errors import FrozenChanged
-from campaign.fsutil import UnreadableFile, atomic_write_json, hash_regular_file, load_json_strict, read_bounded
+from campaign.fsutil import (UnreadableFile, atomic_write_bytes, atomic_write_json, hash_regular_file, load_json_strict,
+                             read_bounded)
 from campaign.signing import SigningKey, TrustedKeys
 
 __all__ = ["FREEZE_SCHEMA", "check_frozen", "default_record_path", "freeze", "freeze_record"]
@@ -72,6 +75,18 @@ def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
     }
 
 
+def _write_record(path: Path, body: dict[str, Any]) -> None:
+    """The record as indented JSON; orjson writes 10,000 lanes' record in milliseconds where the stdlib's
+    indenting encoder (pure Python) takes seconds. Only the layout of some floats differs (1e-05 is
+    0.00001): the signature is over the canonical JSON, never these bytes."""
+    try:
+        data = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    except (orjson.JSONEncodeError, TypeError):  # what orjson refuses (an integer past 64 bits) the stdlib writes
+        atomic_write_json(path, body)
+        return
+    atomic_write_bytes(path, data)
+
+
 @without_gc()  # a record of 10,000 lanes is a million small objects that make no cycles
 def freeze(loaded: LoadedContract, key: SigningKey, record_path: Path | None = None) -> tuple[Path, bool]:
     """Write the signed freeze record; returns (path, created). Freezing an unchanged contract again
@@ -88,7 +103,7 @@ def freeze(loaded: LoadedContract, key: SigningKey, record_path: Path | None = N
                             "give the new one a new version and freeze it to a new record")
     body["frozen_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     body["signature"] = {"keyid": key.keyid, "sig": key.sign(canonical_json(body))}
-    atomic_write_json(record_path, body)
+    _write_record(record_path, body)
     return record_path, True
 
 

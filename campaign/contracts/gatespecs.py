@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal, Protocol, Union
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
-from campaign.contracts.model import (FILE_REF, INPUT_FILE_BYTES, MAX_CONTEXT_TOKENS, MAX_COUNT, MAX_SEED, NAME_PATTERN, SHA256_PATTERN,
+from campaign.contracts.model import (FILE_REF, INPUT_FILE_BYTES, MAX_CONTEXT_TOKENS, MAX_COUNT, MAX_SEED, NAME_PATTERN,
+                                     SHA256_PATTERN,
                                      CountRule, LaneFile, StrictModel, StrList, unique_file_names, valid_regexes)
 from campaign.fsutil import UnreadableFile, read_text_bounded
 from campaign.contracts.units import Cpuset, Duration, Size
@@ -151,7 +152,8 @@ class TaskSpec(GateSpecBase):
                                f">= {rule.max_loss_upper}; use at least {need} tasks or a wider margin")
 
 class NeedleRule(StrictModel):
-    reach: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS, description="The candidate must pass every rung up to this one "
+    reach: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS,
+                              description="The candidate must pass every rung up to this one "
                                                       "(prompt tokens; one of `rungs`). Default: the top rung.")
     not_below_control: bool = Field(True, description="And its highest passed rung must be at least the control's.")
 
@@ -486,7 +488,8 @@ class CacheReplay(StrictModel):
     lookahead: int = Field(1, ge=1, le=64, description="Steps of known routing the lookahead policy prefetches.")
     n_experts: int | None = Field(None, ge=1, le=1 << 16, description="Experts per layer, if the trace does not "
                                                                       "say (at most 65,536).")
-    sample_every: int = Field(1, ge=1, le=MAX_COUNT, description="Replay only every Nth decode step: a declared subsample, "
+    sample_every: int = Field(1, ge=1, le=MAX_COUNT,
+                              description="Replay only every Nth decode step: a declared subsample, "
                                                    "never called exact. 1 (the default) is the exact replay.")
 
 

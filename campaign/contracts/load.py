@@ -22,7 +22,6 @@ from campaign.contracts.resolve import (FILE_REF, EffectiveLane, axis_difference
                                        effective_lane, flatten_serving, normalize_axis)
 from campaign.contracts.schema import Contract, LaneFile
 from campaign.contracts.secretrefs import literal_secrets, refuse_secrets_in_text, secrets_anywhere
-from campaign.contracts.units import format_cpuset, parse_cpuset, possible_cpus
 from campaign.contracts.yamlsafe import LocatedDocument, dotted, load_located, shown_path, without_gc
 from campaign.errors import AxisError, ContractError
 from campaign.fsutil import UnreadableFile, open_regular
@@ -154,7 +153,6 @@ def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None
     if check_files:  # a contract only described (diff, status, a bundle's copy) reads no file
         _check_confined(loaded)
         _check_files(loaded)
-        _check_cpus_here(loaded)
     _check_literal_secrets(loaded)
     _check_file_refs(loaded)
     _check_roles(loaded)
@@ -208,7 +206,8 @@ def _check_confined(loaded: LoadedContract) -> None:
         except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte: open_regular words it
             target = _unreadable(loaded, where, written, "input file" if written in read_whole else "file")
         if not any(target.is_relative_to(root) for root in inside):
-            raise loaded.error(where, f"{written!r} is outside the contract's folder ({shown_path(loaded.base_dir.resolve())}); "
+            folder = shown_path(loaded.base_dir.resolve())
+            raise loaded.error(where, f"{written!r} is outside the contract's folder ({folder}); "
                                       "a runner that trusts it says so: --allow-path DIR")
 
 
@@ -248,21 +247,6 @@ def _check_files(loaded: LoadedContract) -> None:
         if written in read_whole and size > INPUT_FILE_BYTES:
             raise loaded.error(where, f"{written!r} is {size:,} bytes, over the {INPUT_FILE_BYTES:,}-byte cap for "
                                       "a file read whole (an input set, a model manifest)")
-
-
-def _check_cpus_here(loaded: LoadedContract) -> None:
-    """CPUs pinned on this machine (a process lane's ``cpus``, the speed client's ``client_cpus``) exist
-    here. A container's cpuset is its engine's box's, checked by preflight there."""
-    possible = possible_cpus()
-    places = [(("lanes", index, "set", "cpus") if lane.set.cpus else ("lane_defaults", "cpus"), effective.cpus)
-              for index, (lane, effective) in enumerate(zip(loaded.contract.lanes, loaded.lanes.values()))
-              if effective.runtime == "process" and effective.cpus]
-    places += [(("gates", index, "client_cpus"), gate.client_cpus) for index, gate in enumerate(loaded.contract.gates)
-               if getattr(gate, "client_cpus", None)]
-    for where, cpus in places:
-        if missing := parse_cpuset(cpus) - possible:
-            raise loaded.error(where, f"{cpus!r}: CPU {format_cpuset(missing)} does not exist on this machine "
-                                      f"(it has CPUs {format_cpuset(possible)})")
 
 
 def _check_names(loaded: LoadedContract) -> None:

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-__all__ = ["ENV_NAME_PATTERN", "FILE_REF", "INPUT_FILE_BYTES", "FILES_MOUNT_ROOT", "MAX_CONTEXT_TOKENS", "MAX_COUNT", "MAX_SEED",
-           "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "EnvName", "StrDict", "StrList", "StrictModel",
-           "parse_fraction", "stringify_scalars", "unique_file_names", "valid_regexes"]
+__all__ = ["ENV_NAME_PATTERN", "FILE_REF", "INPUT_FILE_BYTES", "FILES_MOUNT_ROOT", "MAX_CONTEXT_TOKENS", "MAX_COUNT",
+           "MAX_SEED", "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "EnvName", "StrDict", "StrList",
+           "StrictModel", "parse_fraction", "stringify_scalars", "unique_file_names", "valid_regexes"]
 
 # names become file names in the bundle: identifiers, never paths (no '@', which visit keys use)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
 from campaign.contracts.engines import EngineKind
-from campaign.contracts.model import FILE_REF, StrictModel
+from campaign.contracts.model import FILE_REF, StrictModel, unique_file_names
 from campaign.contracts.schema import (FILES_MOUNT_ROOT, BootLogRules, Contract, DockerHost, Lane, LaneFile, ModelSpec,
                                        Mount, ReadinessSpec, Role)
 from campaign.contracts.units import format_cpuset, parse_cpuset
@@ -51,6 +51,12 @@ class EffectiveLane(StrictModel):
     network: Literal["host", "bridge"] = "host"
     docker_host: DockerHost | None = None
     context: int | None = None
+
+    @field_validator("files")
+    @classmethod
+    def _unique_files(cls, files: list[LaneFile]) -> list[LaneFile]:
+        unique_file_names(files)  # a default's `map` and a lane's `Map` would be one file in its folder
+        return files
 
     @field_validator("cpus")
     @classmethod

@@ -15,7 +15,8 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_validator,
 
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.gatespecs import GateSpec
-from campaign.contracts.model import (ENV_NAME_PATTERN, FILES_MOUNT_ROOT, MAX_CONTEXT_TOKENS, NAME_PATTERN, SHA256_PATTERN, EnvName,
+from campaign.contracts.model import (ENV_NAME_PATTERN, FILES_MOUNT_ROOT, MAX_CONTEXT_TOKENS, NAME_PATTERN,
+                                     SHA256_PATTERN, EnvName,
                                      LaneFile, StrictModel, StrList, stringify_scalars, unique_file_names,
                                      valid_regexes)
 from campaign.contracts.units import Cpuset, Duration, Size, duration
@@ -110,9 +111,8 @@ class ModelSpec(StrictModel):
 
 
 class ReadinessSpec(StrictModel):
-    # 100 ms: a budget that short is a launch failure on purpose (tests force one); shorter says nothing
-    budget: duration(minimum=0.1) = Field(2400.0, description="How long a cold load may take before it is a "
-                                                              "launch failure (100ms to 168h).")
+    budget: Duration = Field(2400.0, description="How long a cold load may take before it is a launch failure "
+                                                 "(1ms to 168h; a tiny one forces a launch failure on purpose).")
     # 10 ms: a shorter poll is a busy loop against the engine it waits for
     poll_interval: duration(minimum=0.01) = Field(0.5, description="Seconds between readiness polls "
                                                                    "(10ms to 168h).")
@@ -222,7 +222,8 @@ class IncumbentSpec(StrictModel):
         None, description="docker: the engine the daily container runs on (default: DOCKER_HOST, as the CLI).")
     lane: str | None = Field(None, description="A lane of this contract whose spec the daily runs "
                                                "(used by `campaign daily start`).")
-    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN, description="Name of the env var holding the daily's API key; "
+    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN,
+                                    description="Name of the env var holding the daily's API key; "
                                                       "the key itself never enters a contract or a receipt.")
     served_model: str | None = Field(None, description="Model name for the proof completion.")
     stop_timeout: Duration = Field(30.0, description="Seconds between SIGTERM and SIGKILL when stopping it.")

@@ -97,11 +97,19 @@ def credential_like(value: str) -> bool:
     """Whether a value in a credential-named place is a literal credential: anything but a reference
     (``${env:NAME}``, alone or after a scheme word: ``Bearer ${env:K}``), a flag word (``1``, ``true``,
     ``off``) or a path (``/run/secrets/k``, ``~/.key``, ``./k``). A short key is still a key."""
-    text = value.strip()
-    rest = REF.sub("", text).strip() if "${env:" in text else text
-    if rest != text and (not rest or rest.lower() in _SCHEMES):
+    if reference_only(value):
         return False
-    return rest.lower() not in _FLAG_WORDS and not rest.startswith(("/", "~", "./", "../"))
+    text = value.strip()
+    return text.lower() not in _FLAG_WORDS and not text.startswith(("/", "~", "./", "../"))
+
+
+def reference_only(value: str) -> bool:
+    """``${env:NAME}``, alone or after a scheme word (``Bearer ${env:K}``), spaces aside."""
+    text = value.strip()
+    if "${env:" not in text:
+        return False
+    rest = REF.sub("", text).strip()
+    return not rest or rest.lower() in _SCHEMES
 
 
 # (b) Shapes. Linear by construction (benchmarks/patterns.py; tests/unit/contracts/test_secret_patterns.py):
@@ -120,6 +128,10 @@ TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(rf"(?<![{_RUN}])eyJ[{_RUN}]{{8,}}+\.[{_RUN}]{{2,}}+\.[{_RUN}]*+"),  # JWT (JWS, JWE)
     re.compile(r"(?i)(?<![A-Za-z0-9])bearer[ \t]++([A-Za-z0-9._~+/=-]++)"),        # Bearer, any length
 )
+# a pattern runs only where its literal start is in the text at all (a fast substring search); lower-cased
+# text for the case-blind ones
+_TRIGGERS: tuple[tuple[str, ...], ...] = (("hf_",), ("sk-",), ("gh",), ("github_pat_",), ("glpat-",), ("xox",),
+                                          ("AKIA", "ASIA"), ("AIza",), ("eyJ",), ("bearer",))
 _BASIC = re.compile(r"(?i)(?<![A-Za-z0-9])basic[ \t]++([A-Za-z0-9+/=]++)")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]{0,48}+)-----")
 _AUTHORITY = re.compile(r"[^/?#\s\"'<>\\`|]*+")
@@ -128,12 +140,18 @@ _LOGIN_SCHEMES = frozenset({"ssh", "sftp"})  # ssh://user@box: a login name, nev
 
 
 def _basic_credential(value: str) -> bool:
-    """``Basic`` followed by base64 of ``user:password`` (the word "basic" in prose is not)."""
-    try:
-        decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return b":" in decoded
+    """``Basic`` followed by base64 of ``user:password`` (the word "basic" in prose is not); the base64 ends
+    at its padding (``Og==/m``: a path goes on after it)."""
+    end = len(value.partition("=")[0])
+    while end < len(value) and value[end] == "=":
+        end += 1
+    for candidate in dict.fromkeys([value, value[:end]]):
+        try:
+            if b":" in base64.b64decode(candidate + "=" * (-len(candidate) % 4), validate=True):
+                return True
+        except (binascii.Error, ValueError):
+            continue
+    return False
 
 
 def _userinfo_spans(text: str) -> Iterator[tuple[int, int, str]]:
@@ -150,7 +168,7 @@ def _userinfo_spans(text: str) -> Iterator[tuple[int, int, str]]:
             while j > 0 and i - j < 32 and text[j - 1] in _SCHEME_CHARS:
                 j -= 1
             scheme = text[j:i].lower().rsplit("+", 1)[-1]
-            if (scheme not in _LOGIN_SCHEMES or ":" in userinfo) and credential_like(userinfo):
+            if (scheme not in _LOGIN_SCHEMES or ":" in userinfo) and not reference_only(userinfo):
                 yield start, at, "a credential in a URL (user info before '@')"
         i = text.find("://", max(end, start))
 
@@ -198,8 +216,8 @@ def opaque(word: str) -> bool:
         return False
     if sum(word.count(c) for c in "-_/") > letters / 8:  # names are cut by these; "+" is base64
         return False
-    joined = "".join(kept)
-    if (any(c.isupper() for c in joined) + any(c.islower() for c in joined) + any(c.isdigit() for c in joined)) < 2:
+    joined = "".join(kept)  # letters and digits only: a digit is there unless it is all letters
+    if (joined.lower() != joined) + (joined.upper() != joined) + (not joined.isalpha()) < 2:
         return False
     units = sum(len(_UNIT.findall(s)) for s in kept)
     return letters / units <= (3.0 if letters < 40 else 3.5)
@@ -211,9 +229,12 @@ def credential_spans(text: str, *, named: bool = False) -> list[tuple[int, int, 
     the value after a credential name in free text (``HF_TOKEN=x``, ``"api_key": "x"``, ``--api-key x``).
     Linear in the length of ``text``."""
     spans: list[tuple[int, int, str]] = []
-    for pattern in TOKEN_PATTERNS:
-        spans += [(*m.span(m.lastindex or 0), "token") for m in pattern.finditer(text)]
-    spans += [(*m.span(1), "Basic credential") for m in _BASIC.finditer(text) if _basic_credential(m.group(1))]
+    lowered = text.lower()
+    for pattern, triggers in zip(TOKEN_PATTERNS, _TRIGGERS):
+        if any(trigger in (lowered if pattern.flags & re.IGNORECASE else text) for trigger in triggers):
+            spans += [(*m.span(m.lastindex or 0), "token") for m in pattern.finditer(text)]
+    if "basic" in lowered:
+        spans += [(*m.span(1), "Basic credential") for m in _BASIC.finditer(text) if _basic_credential(m.group(1))]
     if "-----BEGIN " in text:
         spans += [(start, end, "a PEM private key") for start, end, _label, _closed in _pem_blocks(text)]
     if "://" in text:

@@ -10,16 +10,14 @@ unbounded repeats can trade characters (``\\s*(unit)?\\s*$`` was quadratic on a 
 from __future__ import annotations
 
 import math
-import os
 import re
-from functools import lru_cache, partial
+from functools import partial
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator
 
 __all__ = ["MAX_CPUS", "MAX_DURATION_S", "MAX_SIZE_BYTES", "MIN_DURATION_S", "Cpuset", "Duration", "Size",
-           "duration", "format_cpuset", "format_seconds", "parse_cpuset", "parse_duration", "parse_size",
-           "possible_cpus"]
+           "duration", "format_cpuset", "format_seconds", "parse_cpuset", "parse_duration", "parse_size"]
 
 _DURATION = re.compile(r"^(\d++(?:\.\d++)?+)\s*+(ms|s|m|h)?+$")  # possessive: linear (benchmarks/patterns.py)
 _DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -127,16 +125,6 @@ def parse_cpuset(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
-@lru_cache(maxsize=1)
-def possible_cpus() -> frozenset[int]:
-    """CPUs this machine can ever have online (/sys/devices/system/cpu/possible; else os.cpu_count)."""
-    try:
-        with open("/sys/devices/system/cpu/possible", "rb") as handle:  # the kernel's, not an input
-            return parse_cpuset(handle.read(4096).decode("ascii").strip())
-    except (OSError, ValueError):
-        return frozenset(range(os.cpu_count() or 1))
-
-
 def format_cpuset(cpus: frozenset[int] | set[int]) -> str:
     """The canonical form (ranges merged, ascending), so two spellings of one set compare equal."""
     out, ordered = [], sorted(cpus)
@@ -158,4 +146,3 @@ def _checked_cpuset(text: str) -> str:
 
 
 Cpuset = Annotated[str, AfterValidator(_checked_cpuset)]
-

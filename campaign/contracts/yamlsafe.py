@@ -83,7 +83,8 @@ def dotted(path: tuple[Any, ...]) -> str:
     """``("lanes", 0, "set", "args")`` -> ``lanes[0].set.args``."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) and not isinstance(part, bool) else (f".{part}" if out else str(part))
+        index = isinstance(part, int) and not isinstance(part, bool)
+        out += f"[{part}]" if index else (f".{part}" if out else str(part))
     return out
 
 
@@ -176,10 +177,10 @@ def _reworded(exc: yaml.MarkedYAMLError, text: str, name: str) -> yaml.MarkedYAM
     """libyaml's syntax error in PyYAML's words (the ones users and tests know), from PyYAML's own pass
     over a small file; that pass may find a refusal first (libyaml scans a flow nesting whole before its
     first event, so the depth check is reached only this way), and raises it."""
+    if "nesting depth" in str(exc.problem):  # libyaml's own limit (1,000 levels), far past ours
+        raise ContractError(f"nested more than {MAX_DEPTH} levels deep (a contract needs about 6)", file=name,
+                            line=exc.problem_mark.line + 1 if exc.problem_mark else None) from None
     if len(text) > _REWORD_BYTES:
-        if "nesting depth" in str(exc.problem):
-            raise ContractError(f"nested more than {MAX_DEPTH} levels deep (a contract needs about 6)", file=name,
-                                line=exc.problem_mark.line + 1 if exc.problem_mark else None) from None
         return exc
     loader = yaml.SafeLoader(text)
     try:

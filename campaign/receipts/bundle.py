@@ -57,11 +57,11 @@ MAX_FOLDER_DEPTH = 32  # a window's deepest path is contract/inputs/<set>/<file>
 # bytes in all, by the sizes the walk sees, before anything is hashed: raw records and logs, not
 # gigabytes (the same cap as an archive's unpacked bytes, and the same variable to lift it)
 MAX_BUNDLE_BYTES = _env_bytes("CAMPAIGN_MAX_UNPACKED_BYTES", 2 * 1024**3)
-# The envelope holds the statement base64-encoded: one subject (name and sha256, ~150-300 bytes encoded)
-# per file, so MAX_BUNDLE_FILES subjects with long names fit in 4 MiB; a real one is kilobytes. Parsing
-# JSON costs up to ~30 bytes of memory per byte read ({} and [] are objects), so 4 MiB keeps the worst
-# envelope near 100 MB; the whole file is never read past the cap (a sparse 4 GiB one costs nothing).
-MAX_ENVELOPE_BYTES = 4 << 20
+# The envelope holds the statement base64-encoded: one subject (name and sha256, ~190 bytes encoded for
+# a 45-character name, ~410 for a 200-character one) per file, so MAX_BUNDLE_FILES subjects fit in 8 MiB;
+# a real envelope is kilobytes. The file is never read past the cap (a sparse 4 GiB one costs nothing),
+# and what it may parse into is bounded too (``_few_values``): its worst case costs ~50 MB.
+MAX_ENVELOPE_BYTES = 8 << 20
 # DSSE allows several signatures; one by a trusted key decides. More than this are refused before any
 # is tried, so a pile of bad signatures under a trusted key id costs no time.
 MAX_SIGNATURES = 16
@@ -90,10 +90,11 @@ def _walk(bundle: Path) -> _Tree:
                     seen = True
                     total += _walk_entry(entry, prefix + entry.name, depth, tree, stack)
                     if total > MAX_BUNDLE_BYTES:
-                        raise VerifyError(f"{prefix + entry.name}: the bundle holds more than {MAX_BUNDLE_BYTES:,} "
-                                          "bytes (CAMPAIGN_MAX_UNPACKED_BYTES); refused before anything is hashed")
+                        raise VerifyError(f"{_shown(prefix + entry.name)}: the bundle holds more than "
+                                          f"{MAX_BUNDLE_BYTES:,} bytes (CAMPAIGN_MAX_UNPACKED_BYTES); refused before "
+                                          "anything is hashed")
         except OSError as exc:
-            raise VerifyError(f"{prefix or './'}: cannot list the folder: {exc.strerror}") from None
+            raise VerifyError(f"{_shown(prefix) or './'}: cannot list the folder: {exc.strerror}") from None
         if not seen and prefix:
             tree.empty.append(prefix)
     tree.empty.sort()
@@ -104,23 +105,31 @@ def _walk_entry(entry: os.DirEntry[str], rel: str, depth: int, tree: _Tree,
                 stack: list[tuple[str, str, int]]) -> int:
     info = entry.stat(follow_symlinks=False)
     if stat.S_ISLNK(info.st_mode):
-        raise VerifyError(f"{rel}: symbolic links are not allowed in a bundle")
+        raise VerifyError(f"{_shown(rel)}: symbolic links are not allowed in a bundle")
     if stat.S_ISDIR(info.st_mode):
         if depth + 1 > MAX_FOLDER_DEPTH:
-            raise VerifyError(f"{rel}/: folders nested more than {MAX_FOLDER_DEPTH} deep; not a bundle")
+            raise VerifyError(f"{_shown(rel)}/: folders nested more than {MAX_FOLDER_DEPTH} deep; not a bundle")
         tree.folders.append(rel + "/")
         if len(tree.folders) > MAX_BUNDLE_FILES:
-            raise VerifyError(f"{rel}/: more than {MAX_BUNDLE_FILES:,} folders; not a bundle")
+            raise VerifyError(f"{_shown(rel)}/: more than {MAX_BUNDLE_FILES:,} folders; not a bundle")
         stack.append((entry.path, rel + "/", depth + 1))
         return 0
     if not stat.S_ISREG(info.st_mode):
-        raise VerifyError(f"{rel}: not a regular file ({_kind(info.st_mode)})")
+        raise VerifyError(f"{_shown(rel)}: not a regular file ({_kind(info.st_mode)})")
     if info.st_nlink > 1:
-        raise VerifyError(f"{rel}: a hard link ({info.st_nlink} names); a bundle's files have one name")
+        raise VerifyError(f"{_shown(rel)}: a hard link ({info.st_nlink} names); a bundle's files have one name")
     tree.files[rel] = info.st_size
     if len(tree.files) > MAX_BUNDLE_FILES:
-        raise VerifyError(f"{rel}: more than {MAX_BUNDLE_FILES:,} files; not a bundle")
+        raise VerifyError(f"{_shown(rel)}: more than {MAX_BUNDLE_FILES:,} files; not a bundle")
     return info.st_size
+
+
+def _shown(name: str) -> str:
+    """A name from the bundle as an error shows it: a control character (a newline, an escape, a carriage
+    return) or an undecodable byte written as its escape, so an error stays one line that says what it is."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 def _kind(mode: int) -> str:
@@ -141,7 +150,7 @@ def _bundle_files(bundle: Path) -> list[str]:
     """Relative POSIX names of every regular file; an empty directory is an error here too."""
     tree = _walk(bundle)
     if tree.empty:
-        raise VerifyError(f"{tree.empty[0]}: an empty directory is not part of any bundle")
+        raise VerifyError(f"{_shown(tree.empty[0])}: an empty directory is not part of any bundle")
     return sorted(tree.files)
 
 
@@ -296,12 +305,12 @@ def verify_bundle(bundle: Path, trusted: TrustedKeys) -> VerifiedBundle:
     tree = _walk(bundle)
     on_disk = set(tree.files) - {ENVELOPE}
     if extra := sorted(on_disk - set(subjects)):
-        raise VerifyError(f"{extra[0]}: file is not in the signed manifest" + _more(extra))
+        raise VerifyError(f"{_shown(extra[0])}: file is not in the signed manifest" + _more(extra))
     # a missing file is named first: its folder, left empty, is the symptom, not the fault
     if missing := sorted(set(subjects) - on_disk):
-        raise VerifyError(f"{missing[0]}: file listed in the signed manifest is missing" + _more(missing))
+        raise VerifyError(f"{_shown(missing[0])}: file listed in the signed manifest is missing" + _more(missing))
     if tree.empty:
-        raise VerifyError(f"{tree.empty[0]}: an empty directory is not part of any bundle" + _more(tree.empty))
+        raise VerifyError(f"{_shown(tree.empty[0])}: an empty directory is not part of any bundle" + _more(tree.empty))
     for name, digest in sorted(subjects.items()):
         _check_file(bundle, name, digest)
     return VerifiedBundle(path=bundle, keyid=signer, files=len(subjects), predicate=statement.predicate)
@@ -313,13 +322,13 @@ def _read_envelope(path: Path) -> tuple[_Envelope, bytes, _Statement]:
         data = read_bounded(path, MAX_ENVELOPE_BYTES, what="envelope")
     except UnreadableFile as exc:
         raise VerifyError(f"{ENVELOPE}: {exc.reason}") from None
-    _few_containers(data, MAX_SIGNATURES * 2 + 64, "the envelope")
+    _few_values(data, 4 * MAX_SIGNATURES + 64, "the envelope")
     try:
         raw = loads_strict(data)
         _at_most(raw, "signatures", MAX_SIGNATURES, "signatures; more are refused before any is tried")
         envelope = _Envelope.model_validate(raw)
         payload = base64.b64decode(envelope.payload, validate=True)
-        _few_containers(payload, 3 * MAX_BUNDLE_FILES + 1024, "the signed statement")
+        _few_values(payload, 5 * MAX_BUNDLE_FILES + 1024, "the signed statement")
         raw = loads_strict(payload)
         _at_most(raw, "subject", MAX_BUNDLE_FILES, "subjects (files); not a bundle")
         statement = _Statement.model_validate(raw)
@@ -328,13 +337,14 @@ def _read_envelope(path: Path) -> tuple[_Envelope, bytes, _Statement]:
     return envelope, payload, statement
 
 
-def _few_containers(data: bytes, bound: int, what: str) -> None:
-    """JSON objects and lists cost ~60 bytes of memory for each 2-3 bytes read (``[{},{},...]``): their
-    count is bounded before parsing, by counting the bytes that open them (in strings too, so a count
-    over the real one; an envelope holds a few, a statement two per file). Base64 holds neither byte."""
-    if (count := data.count(b"{") + data.count(b"[")) > bound:
-        raise VerifyError(f"{ENVELOPE}: {what} opens {count:,} JSON objects or lists (at most {bound:,}); not "
-                          "a receipt, refused unparsed")
+def _few_values(data: bytes, bound: int, what: str) -> None:
+    """Parsed JSON costs up to ~20 times its bytes (``[{},{},...]``: an object per 3 bytes; ``[1e5,...]``: a
+    float per 4). The values a document can hold are bounded before it is parsed, by counting the bytes
+    that open an object or a list and the commas between values (in strings too, so a count over the real
+    one). An envelope holds a few (base64 has none of those bytes); a statement about four per file."""
+    if (count := data.count(b"{") + data.count(b"[") + data.count(b",")) > bound:
+        raise VerifyError(f"{ENVELOPE}: {what} holds {count:,} JSON values (at most {bound:,}); not a receipt, "
+                          "refused unparsed")
 
 
 def _at_most(raw: Any, key: str, bound: int, what: str) -> None:
@@ -353,14 +363,14 @@ def _check_file(bundle: Path, name: str, digest: str) -> None:
         else:
             data, actual = None, hash_regular_file(bundle / name, what="bundle file")
     except UnreadableFile as exc:
-        raise VerifyError(f"{name}: {exc.reason}") from None
+        raise VerifyError(f"{_shown(name)}: {exc.reason}") from None
     if actual != digest:
-        raise VerifyError(f"{name}: sha256 does not match the signed manifest (file changed)")
+        raise VerifyError(f"{_shown(name)}: sha256 does not match the signed manifest (file changed)")
     if data is not None:
         try:
             loads_strict(data)
         except ValueError as exc:
-            raise VerifyError(f"{name}: {exc}") from None
+            raise VerifyError(f"{_shown(name)}: {exc}") from None
 
 
 class _Wire(BaseModel):
@@ -399,8 +409,9 @@ def _first_line(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"]) or "(top)"
-        return f"{where}: {error['msg']}"
-    return str(exc).splitlines()[0]
+        words = "should be a JSON object" if error["type"] in ("model_type", "dict_type") else error["msg"]
+        return f"{where}: {words}"
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _more(names: list[str]) -> str:
@@ -428,7 +439,7 @@ def _copy_file(source: Path, target: Path, size: int, name: str) -> None:
         while block := os.read(fd, min(1 << 20, size + 1 - copied)):
             copied += len(block)
             if copied > size:
-                raise VerifyError(f"{name}: grew while the bundle was being copied")
+                raise VerifyError(f"{_shown(name)}: grew while the bundle was being copied")
             out.write(block)
 
 

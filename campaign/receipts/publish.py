@@ -25,8 +25,8 @@ from jinja2 import Environment, PackageLoader
 
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import atomic_write_bytes, fsync_dir, load_json_strict, open_regular
-from campaign.receipts.bundle import (MAX_BUNDLE_BYTES, MAX_FOLDER_DEPTH, bundle_entries, errors_named_as,
-                                      require_bundle_folder)
+from campaign.receipts.bundle import (MAX_BUNDLE_BYTES, MAX_BUNDLE_FILES, MAX_FOLDER_DEPTH, bundle_entries,
+                                      errors_named_as, require_bundle_folder)
 from campaign.receipts.decision import decisions
 from campaign.receipts.plots import plots_for
 from campaign.receipts.shapes import checked_gate, checked_summary
@@ -190,7 +190,9 @@ def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
 
 # An archive is refused, unread, past these: a bundle is raw records and logs, not gigabytes.
 MAX_UNPACKED_BYTES = MAX_BUNDLE_BYTES  # data declared by all members (CAMPAIGN_MAX_UNPACKED_BYTES)
-MAX_MEMBERS = 100_000
+# members: a bundle's files and folders (each at most MAX_BUNDLE_FILES), its top folder and "."; more
+# could never verify, and each one unpacked is a file created
+MAX_MEMBERS = 2 * MAX_BUNDLE_FILES + 2
 # A header record (GNU long name or long link 'L'/'K', pax extended header 'x'/'X') holds one member's
 # long name or extra fields, and tarfile reads it whole into memory as soon as it reaches it: its size
 # field is checked first. A path is at most 4 KiB (PATH_MAX), so 64 KiB is 16 times any real record.

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["CATALOG", "MEGABYTES", "SECONDS", "Outcome", "bad_terminal_chars", "check_outcome", "finding",
-           "make_chain", "remove_scratch", "remove_tree", "run_bounded", "scratch", "where_raised"]
+           "make_chain", "preload", "remove_scratch", "remove_tree", "run_bounded", "scratch", "where_raised"]
 
 SECONDS = 5.0
 MEGABYTES = 200
@@ -52,12 +52,29 @@ class Outcome:
 
     def describe(self) -> str:
         if self.kind == "hang":
-            return f"no result after {SECONDS:.0f} s (killed): a hang or unbounded work"
+            return f"no result after {self.seconds:.1f} s (killed): a hang or unbounded work"
         if self.kind == "died":
             return f"the child died: {self.detail}"
         if self.kind == "raised":
             return f"{self.exc_type}: {self.message[:2000]!r}\n{self.tail}"
         return f"returned {self.value!r}"[:2000]
+
+
+def preload() -> None:
+    """Import every campaign module (and what they import: scipy, matplotlib, docker...) here, once, so no
+    forked child imports anything: an import costs each example a second, and a library that sets itself up
+    on import (OpenBLAS sizing its thread buffers) can stall under the child's address-space limit. A module
+    that does not import now is left for the child to import, and to report."""
+    import importlib
+    import pkgutil
+
+    import campaign
+
+    for module in pkgutil.walk_packages(campaign.__path__, "campaign."):
+        try:
+            importlib.import_module(module.name)
+        except Exception:
+            pass
 
 
 def _address_space() -> int:

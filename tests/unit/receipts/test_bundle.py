@@ -116,7 +116,7 @@ def test_signing_refuses_a_bundle_holding_a_known_secret(tmp_path: Path) -> None
     init_keys()
     root = tmp_path / "leaky"
     (root / "incumbent").mkdir(parents=True)
-    secret = "sk-daily-Q7c2Lx9PaaVt3Kd8"
+    secret = "correct-horse-battery-staple"  # no credential shape: only the exact value finds it
     (root / "incumbent" / "snapshot.json").write_text(json.dumps({"argv": ["llama-server", "--api-key", secret]}))
     (root / "SUMMARY.json").write_text('{"status": "complete"}\n')
     with pytest.raises(RunError, match="incumbent/snapshot.json") as info:

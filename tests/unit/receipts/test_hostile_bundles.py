@@ -52,7 +52,7 @@ def test_a_sparse_4_gib_envelope_is_refused_unread(small: Path) -> None:
     with open(small / ENVELOPE, "r+b") as handle:
         handle.truncate(4 * GIB)  # a hole: no disk, no memory unless someone reads it
     started = time.monotonic()
-    with pytest.raises(VerifyError, match=r"receipt.dsse.json: envelope is over the 4,194,304-byte cap"):
+    with pytest.raises(VerifyError, match=r"receipt.dsse.json: envelope is over the 8,388,608-byte cap"):
         verify_bundle(small, load_trusted())
     assert time.monotonic() - started < 2
 
@@ -63,7 +63,7 @@ def test_20000_signatures_are_refused_before_any_is_tried(small: Path, monkeypat
     _resign(small, signatures=[{"keyid": keyid, "sig": base64.b64encode(bytes(64)).decode()}] * 20_000)
     tried = []
     monkeypatch.setattr(type(load_trusted()), "verify", lambda self, *args: tried.append(args) or False)
-    with pytest.raises(VerifyError, match="opens 20,002 JSON objects or lists .*refused unparsed"):
+    with pytest.raises(VerifyError, match="holds 60,003 JSON values .*refused unparsed"):
         verify_bundle(small, load_trusted())
     _resign(small, signatures=[{"keyid": keyid, "sig": base64.b64encode(bytes(64)).decode()}] * 17)
     with pytest.raises(VerifyError, match="17 signatures: at most 16 signatures; more are refused before any is tried"):
@@ -78,7 +78,7 @@ def test_a_valid_signature_among_few_bad_ones_still_verifies(small: Path) -> Non
     assert verify_bundle(small, load_trusted()).files == 2
 
 
-@pytest.mark.parametrize("text, words", [("[" * (1 << 20), "opens 1,048,576 JSON objects or lists"),
+@pytest.mark.parametrize("text, words", [("[" * (1 << 20), "holds 1,048,576 JSON values"),
                                          ('{"a": ' + "[" * 2000, "malformed envelope: nested too deeply")])
 def test_an_envelope_nested_past_the_parser_is_one_line(small: Path, text: str, words: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -377,3 +377,82 @@ def test_publish_streams_the_archive_and_it_verifies(bundle: Path, tmp_path: Pat
     assert not list((tmp_path / "out").glob(".*.tmp"))
     with unpacked_archive(written["archive"]) as unpacked:
         assert verify_bundle(unpacked, load_trusted()).files == 4
+
+
+# ------------------------------------------------------------------------------------------- promote, rejudge
+
+def test_promote_of_an_archive_says_it_is_an_archive(bundle: Path, tmp_path: Path) -> None:
+    from campaign.window.promote import promote
+
+    archive = publish(bundle, tmp_path / "out")["archive"]
+    with pytest.raises(InputError, match=f"{archive}: an archive, not a bundle folder"):
+        promote(archive, key=None, trusted=load_trusted(), dry_run=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fault", ["unsigned", "chain", "fifo"])
+def test_promote_refusals_name_the_user_s_folder_never_the_private_copy(small: Path, fault: str) -> None:
+    from campaign.window.promote import promote
+
+    if fault == "unsigned":
+        (small / ENVELOPE).unlink()
+    elif fault == "chain":
+        _chain(small / "raw", 200)
+    else:
+        os.mkfifo(small / "raw" / "pipe")
+    try:
+        decision, steps, entry = promote(small, key=None, trusted=load_trusted(), dry_run=True)  # type: ignore[arg-type]
+    finally:
+        if fault == "chain":
+            _remove_chain(small / "raw", 200)
+    (refusal,) = decision.refusals
+    assert refusal.startswith("bundle does not verify: ") and "campaign-promote-" not in refusal
+    assert {"unsigned": f"{small}: no {ENVELOPE}", "chain": "folders nested more than 32 deep",
+            "fifo": "raw/pipe: not a regular file (a FIFO"}[fault] in refusal
+
+
+def test_an_error_after_verifying_names_the_user_s_folder(small: Path) -> None:
+    from campaign.window.promote import promote
+
+    (small / "SUMMARY.json").write_text(json.dumps({"status": "complete", "candidates": {"spec": {}}}))
+    (small / "contract").mkdir()
+    (small / "contract" / "freeze.json").write_text("{}")
+    (small / "contract" / "c.yaml").write_text("contract: [\n")  # signed, so it verifies; then promote reads it
+    (small / ENVELOPE).unlink()
+    sign_bundle(small, load_signing_key(), {"window": "w1"})
+    with pytest.raises(InputError) as info:
+        promote(small, key=None, trusted=load_trusted(), dry_run=True)  # type: ignore[arg-type]
+    assert str(info.value).startswith(f"{small}/contract/c.yaml")
+    assert "campaign-promote-" not in str(info.value)
+
+
+def test_errors_named_as_maps_the_copy_to_the_user_s_path(tmp_path: Path) -> None:
+    from campaign.errors import ContractError
+    from campaign.fsutil import UnreadableFile
+    from campaign.receipts.bundle import errors_named_as
+
+    copy = tmp_path / "private" / "bundle"
+    with pytest.raises(ContractError) as info, errors_named_as(copy, "/home/u/b"):
+        raise ContractError("bad", file=str(copy / "contract" / "c.yaml"), line=3, field="x")
+    assert str(info.value) == "/home/u/b/contract/c.yaml:3: x: bad" and info.value.file == "/home/u/b/contract/c.yaml"
+    with pytest.raises(UnreadableFile) as info, errors_named_as(copy, "/home/u/b"):
+        raise UnreadableFile(copy / "SUMMARY.json", "no such file")
+    assert info.value.path == "/home/u/b/SUMMARY.json"
+    with pytest.raises(InputError, match=f"^{copy}2/x$"), errors_named_as(copy, "/home/u/b"):
+        raise InputError(f"{copy}2/x")  # only the copy itself, not a name that starts like it
+
+
+def test_rejudge_errors_name_the_source_bundle_not_the_partial_copy(tmp_path: Path) -> None:
+    import shutil
+
+    from campaign.window.rejudge import rejudge
+    from tests.unit.window.test_rejudge import _signed_window
+
+    source = _signed_window(tmp_path)
+    broken = tmp_path / "copy" / source.name
+    shutil.copytree(source, broken)
+    (broken / "lanes" / "base" / "spec.json").unlink()
+    (broken / ENVELOPE).unlink()
+    sign_bundle(broken, load_signing_key(), {"window": source.name})
+    with pytest.raises(InputError) as info:
+        rejudge(broken, key=load_signing_key(), trusted=load_trusted(), out_dir=tmp_path / "out")
+    assert str(info.value).startswith(f"{broken}/lanes/base/spec.json: missing") and ".partial" not in str(info.value)

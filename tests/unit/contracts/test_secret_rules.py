@@ -1,0 +1,319 @@
+"""The credential rule (campaign.contracts.secretrefs), class by class, on generated values: (a) a name that
+says credential takes only a reference; (b) a credential shape is refused anywhere; (c) a long random-looking
+value is refused anywhere; and ``${env:NAME}`` always passes. Each refusal names file, line and field.
+
+Values and names are generated (hypothesis, derandomized, a fixed budget), never fixed strings: the rule is
+judged by classes, not by the examples that were reported.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from campaign.contracts.load import load_contract
+from campaign.contracts.secretrefs import credential_spans, is_secret_name, looks_like_token, opaque
+from campaign.errors import ContractError
+from campaign.lanes.redact import MARK, RedactingLog, Redactor
+
+SETTINGS = settings(max_examples=30, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+TEMPLATE = """\
+contract: h
+version: 1
+description: {description}
+lane_defaults:
+  runtime: process
+  engine: llamacpp
+  executable: llama-server
+  port: 18999
+  model: {{path: {model}}}
+  env: {env}
+  args: {args}
+request_defaults: {request_defaults}
+lanes:
+  - {{name: base, role: control}}
+"""
+LINE = {"description": 3, "lane_defaults.model.path": 9, "lane_defaults.env": 10, "lane_defaults.args": 11,
+        "request_defaults": 12}
+
+
+def contract(tmp_path: Path, *, description: str = "plain", model: str = "/m.gguf", env: dict | None = None,
+             args: list | None = None, request_defaults: dict | None = None, comment: str = "") -> Path:
+    path = tmp_path / "c.yaml"
+    text = TEMPLATE.format(description=json.dumps(description), model=json.dumps(model), env=json.dumps(env or {}),
+                           args=json.dumps(args or []), request_defaults=json.dumps(request_defaults or {}))
+    path.write_text(text + comment)
+    return path
+
+
+def refused(path: Path, field: str, line: int) -> ContractError:
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    error = info.value
+    assert (error.file, error.line) == (str(path), line), str(error)
+    assert error.field is not None and error.field.startswith(field), str(error)
+    assert "${env:NAME}" in str(error)
+    return error
+
+
+# --- generators -----------------------------------------------------------------------------------------------
+
+NEUTRAL = ["model", "cache", "batch", "server", "hub", "local", "remote", "admin", "client", "service", "db",
+           "llama", "vllm", "openai", "aws", "gcp", "daily", "proxy", "upstream", "my", "x", "hf", "access", "api"]
+# the words issue #30 names, and their usual spellings
+SECRET = ["key", "token", "secret", "pass", "password", "passwd", "auth", "authorization", "credential",
+          "credentials", "private", "cookie", "session", "apikey"]
+ABOUT = ["file", "path", "dir", "env", "len", "ttl", "timeout", "id", "name", "size"]
+B64URL = string.ascii_letters + string.digits + "-_"
+B64TOKEN = string.ascii_letters + string.digits + "-._~+/"
+
+words = st.lists(st.sampled_from(NEUTRAL), max_size=2)
+
+
+@st.composite
+def secret_words(draw: st.DrawFn) -> list[str]:
+    before, after = draw(words), draw(st.lists(st.sampled_from(NEUTRAL), max_size=1))
+    return [*before, draw(st.sampled_from(SECRET)), *after]
+
+
+def env_name(parts: list[str]) -> str:
+    return "_".join(parts).upper()
+
+
+def option(parts: list[str]) -> str:
+    return "--" + "-".join(parts)
+
+
+def camel(parts: list[str]) -> str:
+    return parts[0] + "".join(p.capitalize() for p in parts[1:])
+
+
+# a literal where a credential goes: anything but a flag word, a path, or an option (a value never starts '-')
+literal = st.text(alphabet=string.ascii_letters + string.digits + "!#%*+-.:=@^_", min_size=1, max_size=24).filter(
+    lambda v: v.lower() not in {"0", "1", "true", "false", "yes", "no", "on", "off", "bearer", "basic", "token"}
+    and not v.startswith((".", "~", "-")))
+# in free text (a log, a comment) a number after a credential name is left alone ("EOS token = 2")
+free_literal = literal.filter(lambda v: not re.fullmatch(r"[-+]?[0-9][0-9.,]*", v))
+ref_name = st.text(alphabet=string.ascii_uppercase + "_", min_size=1, max_size=12).filter(lambda n: not n[0] == "_")
+
+
+@st.composite
+def jwts(draw: st.DrawFn) -> str:
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    header = {"alg": draw(st.sampled_from(["HS256", "RS256", "ES256", "none"])), "typ": "JWT"}
+    claims = draw(st.dictionaries(st.sampled_from(["sub", "iss", "aud", "exp", "iat", "name"]),
+                                  st.one_of(st.integers(0, 2 ** 31), st.text(string.ascii_letters, max_size=12)),
+                                  min_size=1))
+    return ".".join([b64(json.dumps(header).encode()), b64(json.dumps(claims).encode()), b64(draw(st.binary(max_size=64)))])
+
+
+@st.composite
+def pems(draw: st.DrawFn) -> str:
+    label = draw(st.sampled_from(["RSA PRIVATE KEY", "EC PRIVATE KEY", "PRIVATE KEY", "OPENSSH PRIVATE KEY",
+                                  "ENCRYPTED PRIVATE KEY", "DSA PRIVATE KEY", "PGP PRIVATE KEY BLOCK"]))
+    body = base64.b64encode(draw(st.binary(min_size=16, max_size=300))).decode()
+    lines = [body[i:i + 64] for i in range(0, len(body), 64)]
+    return "\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"])
+
+
+@st.composite
+def url_userinfo(draw: st.DrawFn) -> str:
+    scheme = draw(st.sampled_from(["http", "https", "tcp", "redis", "postgres", "ftp", "git+https", "ssh"]))
+    token = draw(st.text(alphabet=B64URL, min_size=1, max_size=40))
+    user = draw(st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=8))
+    forms = [f"{user}:{token}", f":{token}"] + ([] if scheme == "ssh" else [token])  # ssh://user@box is a login
+    host = draw(st.sampled_from(["box", "127.0.0.1:8080", "api.example.com", "[::1]:2376"]))
+    return f"{scheme}://{draw(st.sampled_from(forms))}@{host}/{draw(st.text(string.ascii_lowercase, max_size=6))}"
+
+
+@st.composite
+def basics(draw: st.DrawFn) -> str:
+    user = draw(st.text(alphabet=string.ascii_letters + string.digits, max_size=12))
+    password = draw(st.text(alphabet=string.printable.strip(), max_size=16))
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+bearers = st.builds(lambda scheme, token: f"{scheme} {token}", st.sampled_from(["Bearer", "bearer", "BEARER"]),
+                    st.text(alphabet=B64TOKEN, min_size=1, max_size=64))
+google_keys = st.builds(lambda rest: "AIza" + rest, st.text(alphabet=B64URL, min_size=35, max_size=35))
+issuer_tokens = st.builds(lambda prefix, rest: prefix + rest,
+                          st.sampled_from(["hf_", "sk-", "sk-proj-", "ghp_", "gho_", "github_pat_", "glpat-", "xoxb-"]),
+                          st.text(alphabet=string.ascii_letters + string.digits, min_size=24, max_size=48))
+aws_key_ids = st.builds(lambda rest: "AKIA" + rest, st.text(alphabet=string.ascii_uppercase + string.digits,
+                                                              min_size=16, max_size=16))
+# (c): random letters and digits, 40 to 64 long (an API key from any issuer), drawn uniformly (from a seed
+# hypothesis picks: its own text strategy favours "0000...", which is no key)
+opaque_values = st.builds(lambda seed, n: "".join(random.Random(seed).choices(string.ascii_letters + string.digits, k=n)),
+                          st.integers(0, 2 ** 32), st.integers(40, 64))
+SHAPES = st.one_of(jwts(), pems(), url_userinfo(), basics(), bearers, google_keys, issuer_tokens, aws_key_ids,
+                   opaque_values)
+
+
+# --- (a) names ------------------------------------------------------------------------------------------------
+
+@SETTINGS
+@given(parts=secret_words(), value=literal)
+def test_a_credential_named_variable_takes_only_a_reference(tmp_path: Path, parts: list[str], value: str) -> None:
+    name = env_name(parts)
+    refused(contract(tmp_path, env={name: value}), f"lane_defaults.env.{name}", LINE["lane_defaults.env"])
+    load_contract(contract(tmp_path, env={name: "${env:RUNNER_" + name + "}"}))
+
+
+@SETTINGS
+@given(parts=secret_words(), value=literal, form=st.sampled_from(["pair", "equals", "one word"]))
+def test_a_credential_option_takes_only_a_reference(tmp_path: Path, parts: list[str], value: str, form: str) -> None:
+    flag = option(parts)
+    args = {"pair": [flag, value], "equals": [f"{flag}={value}"], "one word": [f"{flag} {value}"]}[form]
+    refused(contract(tmp_path, args=args), "lane_defaults.args", LINE["lane_defaults.args"])
+    load_contract(contract(tmp_path, args=[flag, "${env:SERVE_KEY}"]))
+
+
+@SETTINGS
+@given(parts=secret_words(), value=st.one_of(literal, st.integers(0, 10 ** 9)), style=st.sampled_from(["snake", "camel", "header"]),
+       nested=st.booleans())
+def test_a_credential_named_key_anywhere_takes_only_a_reference(tmp_path: Path, parts: list[str], value: object,
+                                                                style: str, nested: bool) -> None:
+    key = {"snake": "_".join(parts), "camel": camel(parts), "header": "-".join(p.capitalize() for p in parts)}[style]
+    defaults = {"headers": {key: value}} if nested else {key: value}
+    refused(contract(tmp_path, request_defaults=defaults), "request_defaults", LINE["request_defaults"])
+    reference = {"headers": {key: "Bearer ${env:UPSTREAM}"}} if nested else {key: "${env:UPSTREAM}"}
+    load_contract(contract(tmp_path, request_defaults=reference))
+
+
+@SETTINGS
+@given(before=words, secret=st.sampled_from(SECRET), about=st.sampled_from(ABOUT),
+       value=st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=12))
+def test_a_name_about_a_credential_is_not_one(tmp_path: Path, before: list[str], secret: str, about: str,
+                                              value: str) -> None:
+    """``--api-key-file``, ``API_KEY_ENV``, ``--session-len``, ``TOKEN_TTL``: the last word says what the value is."""
+    parts = [*before, secret, about]
+    assert not is_secret_name(option(parts)) and not is_secret_name(env_name(parts))
+    load_contract(contract(tmp_path, env={env_name(parts): value}, args=[option(parts), value]))
+
+
+@SETTINGS
+@given(before=words, word=st.sampled_from(["tokens", "tokenizer", "tokenizers", "keep", "keyfile", "passes",
+                                           "author", "sessions"]),
+       after=st.lists(st.sampled_from(["parallelism", "mode", "revision", "count", "alive"]), max_size=1))
+def test_words_that_only_contain_a_secret_word_are_not_credential_names(before: list[str], word: str,
+                                                                        after: list[str]) -> None:
+    parts = [*before, word, *after]
+    assert not is_secret_name(option(parts)) and not is_secret_name(env_name(parts))
+    assert not is_secret_name("_".join(parts)) and not is_secret_name(camel(parts))
+
+
+# --- (b) and (c) shapes anywhere ------------------------------------------------------------------------------
+
+@SETTINGS
+@given(value=SHAPES, place=st.sampled_from(["description", "env", "args", "request_defaults", "model"]))
+def test_a_credential_shape_is_refused_wherever_it_is(tmp_path: Path, value: str, place: str) -> None:
+    neutral = env_name(["model", "note"])
+    path = {"description": lambda: contract(tmp_path, description=f"see {value} for details"),
+            "env": lambda: contract(tmp_path, env={neutral: value}),
+            "args": lambda: contract(tmp_path, args=["--alias", value]),
+            "request_defaults": lambda: contract(tmp_path, request_defaults={"extra_body": {"note": value}}),
+            "model": lambda: contract(tmp_path, model=f"/models/{value}/m.gguf")}[place]()
+    field = {"description": "description", "env": f"lane_defaults.env.{neutral}", "args": "lane_defaults.args",
+             "request_defaults": "request_defaults.extra_body.note", "model": "lane_defaults.model.path"}[place]
+    line = LINE.get(field, LINE.get(field.rsplit(".", 1)[0], LINE["request_defaults"]))
+    refused(path, field, line)
+
+
+def test_the_opaque_test_catches_random_keys_and_spares_names_paths_and_digests() -> None:
+    """Class (c) by rate, on values drawn with a fixed seed: random 40-character base64 (an AWS secret access
+    key) and 32-character letters-and-digits keys are caught; generated model ids, paths and hex digests are
+    not."""
+    rng = random.Random(30)
+    aws = [base64.b64encode(rng.randbytes(30)).decode() for _ in range(500)]
+    alnum = ["".join(rng.choice(string.ascii_letters + string.digits) for _ in range(32)) for _ in range(500)]
+    assert sum(map(looks_like_token, aws)) >= 0.97 * len(aws)
+    assert sum(map(looks_like_token, alnum)) >= 0.99 * len(alnum)
+    orgs = ["meta-llama", "Qwen", "mistralai", "HuggingFaceTB", "deepseek-ai", "unsloth", "bartowski", "nvidia"]
+    names = ["Llama", "Qwen", "Mistral", "SmolLM", "DeepSeek", "Phi", "Gemma", "Mixtral", "CodeLlama", "Hermes"]
+    tails = ["Instruct", "Chat", "Base", "Coder", "Distill", "GGUF", "AWQ", "GPTQ", "FP8", "Q4_K_M", "Q8_0", "IQ4_XS"]
+    for _ in range(500):
+        model_id = (f"{rng.choice(orgs)}/{rng.choice(names)}{rng.randint(1, 4)}.{rng.randint(0, 9)}-"
+                    f"{rng.choice([1, 3, 7, 8, 14, 32, 70, 135])}{rng.choice('BM')}-"
+                    + "-".join(rng.sample(tails, rng.randint(1, 3))))
+        digest = "".join(rng.choice("0123456789abcdef") for _ in range(64))
+        path = f"/models/{model_id}/snapshots/{digest[:40]}/model-0000{rng.randint(1, 9)}-of-00009.safetensors"
+        for value in (model_id, path, f"sha256:{digest}", f"{rng.choice(orgs)}/x@sha256:{digest}"):
+            assert not looks_like_token(value), value
+
+
+@SETTINGS
+@given(value=st.one_of(SHAPES, st.builds(lambda n, v: f"{n}: {v}", st.builds(env_name, secret_words()), free_literal)),
+       blank=st.integers(0, 3))
+def test_a_credential_in_a_comment_is_refused_with_its_line(tmp_path: Path, value: str, blank: int) -> None:
+    """The contract file's bytes are copied into every bundle: a comment is scanned like a value."""
+    comment = "\n" * blank + "# " + value.replace("\n", "\n# ") + "\n"
+    path = contract(tmp_path, comment=comment)
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    first_line = TEMPLATE.count("\n") + blank + 1
+    assert info.value.field == "comment" and info.value.file == str(path), str(info.value)
+    assert first_line <= (info.value.line or 0) <= first_line + value.count("\n"), str(info.value)
+
+
+def test_references_and_harmless_values_load(tmp_path: Path) -> None:
+    """The one way to pass a secret, in every place: references, a scheme word before one, a login name on
+    ssh, a path where a key file goes, a flag word on a credential-named switch."""
+    load_contract(contract(tmp_path, env={"HF_TOKEN": "${env:HF_TOKEN}", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
+                                          "DB_PASS": "${env:DB_PASS}", "TOKENIZERS_PARALLELISM": "false"},
+                           args=["--api-key", "${env:K}", "--api-key-file", "/run/secrets/k", "--ssl-key-file",
+                                 "certs/key.pem", "--session-len", "4096", "--tokenizer", "org/tok"],
+                           request_defaults={"authorization": "Bearer ${env:UPSTREAM}", "max_tokens": 16,
+                                             "eos_token_id": 2, "stop": ["</s>"]},
+                           description="ssh://ubuntu@gpu-box holds the daily; a basic test; see the key file."))
+
+
+# --- the redactor cuts the same shapes ------------------------------------------------------------------------
+
+@SETTINGS
+@given(value=SHAPES, before=st.sampled_from(["", "loaded ", "url=", "Authorization: ", "x "]))
+def test_the_redactor_cuts_every_shape_from_a_log(tmp_path: Path, value: str, before: str) -> None:
+    redactor = Redactor(key=b"k" * 32)
+    log_path = tmp_path / "boot.log"
+    log_path.unlink(missing_ok=True)
+    log = RedactingLog(log_path, redactor)
+    for line in f"start\n{before}{value} end\nafter\n".encode().splitlines(keepends=True):
+        log.write(line)
+    log.close()
+    written = log_path.read_text()
+    assert MARK in written and written.startswith("start\n") and written.endswith("after\n"), written
+    assert not looks_like_token(written.replace(MARK, "\n")), written  # nothing left but the marks
+    if "://" in value:
+        userinfo = value.split("://", 1)[1].rsplit("@", 1)[0]
+        assert f"://{userinfo}@" not in written, written  # the user info is cut (with all the rest, after a name)
+    else:
+        secret = value.split(" ", 1)[-1]
+        assert len(secret) < 4 or secret not in written, written
+    assert log_path.stat().st_mode & 0o777 == 0o600
+
+
+@SETTINGS
+@given(parts=secret_words(), value=free_literal,
+       form=st.sampled_from(["{n}={v}", '"{n}": "{v}"', "'{n}': '{v}'", "{n}: {v}", "--{n} {v}"]))
+def test_the_redactor_cuts_the_value_of_a_credential_name_in_free_text(parts: list[str], value: str, form: str) -> None:
+    name = env_name(parts) if "=" in form else "-".join(parts) if form.startswith("--") else "_".join(parts)
+    line = "launch " + form.format(n=name, v=value) + " done"
+    cut = Redactor(key=b"k" * 32).text(line)
+    assert MARK in cut and cut.startswith("launch ") and cut.endswith(" done"), (line, cut)
+    assert f"{name}" in cut
+
+
+def test_an_opaque_word_is_judged_whole() -> None:
+    assert opaque("wJ4lrXUtnFEMI7K7MDENGbPxRfiCYzz9kQ2r8sLm")
+    assert not opaque("speculativeDecodingEnabledForTheDailyLane")
