@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from campaign.contracts.freeze import FREEZE_SCHEMA
 from campaign.contracts.hashing import canonical_json, sha256_file
@@ -35,6 +36,7 @@ from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.runtimes.process import BASE_ENV_KEYS
 from campaign.lanes.session import files_unchanged, resolve_refs
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
+from campaign.receipts.shapes import checked_gate, checked_summary
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window import incumbent
 from campaign.window.ledger import Ledger, shown_argv
@@ -69,7 +71,15 @@ def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: P
         decision.refusals.append(f"bundle does not verify: {exc}")
         return decision, copy
     decision.facts["signed_by"] = verified.keyid
-    summary = load_json_strict(copy / "SUMMARY.json")
+    with errors_named_as(copy, bundle):
+        return _decide_verified(copy, trusted, candidate, decision)
+
+
+def _decide_verified(copy: Path, trusted: TrustedKeys, candidate: str | None,
+                     decision: Decision) -> tuple[Decision, Path]:
+    # validly signed is not the same as the shape this version reads: a hand-made or other-version bundle
+    # is one line naming its file and field
+    summary = checked_summary(load_json_strict(copy / "SUMMARY.json"), copy / "SUMMARY.json")
     if summary.get("status") != "complete":
         decision.refusals.append(f"the window did not complete (status {summary.get('status')})")
     _check_freeze(copy, summary, trusted, decision)
@@ -87,8 +97,10 @@ def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: P
         decision.refusals.append("the contract declares no incumbent: there is no daily to swap")
     elif restore.get("proved") is not True:
         decision.refusals.append(f"the window did not prove the incumbent restored ({restore.get('error') or 'no proof'})")
-    loaded = load_contract(next(p for p in (copy / "contract").iterdir() if p.suffix in (".yaml", ".yml")),
-                           check_files=False)
+    contracts = sorted(p for p in (copy / "contract").glob("*") if p.suffix in (".yaml", ".yml"))
+    if not contracts:
+        raise InputError(f"{copy / 'contract'}: the bundle holds no contract copy")
+    loaded = load_contract(contracts[0], check_files=False)
     required = loaded.contract.promotion.requires if loaded.contract.promotion else []
     if not required:
         decision.refusals.append("the contract has no promotion rule naming the gates that must pass")
@@ -97,7 +109,7 @@ def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: P
         if not path.exists():
             decision.refusals.append(f"gate {gate}: missing from the bundle")
             continue
-        result = load_json_strict(path)
+        result = checked_gate(load_json_strict(path), path)
         if result.get("verdict") != "PASS":
             decision.refusals.append(f"gate {gate}: {result.get('verdict')} ({'; '.join(result.get('reasons', [])[:2])})")
     decision.facts.update(window=summary.get("window"), contract=loaded.contract.contract,
@@ -108,6 +120,9 @@ def decide(bundle: Path, trusted: TrustedKeys, candidate: str | None, private: P
 
 def _check_freeze(copy: Path, summary: dict[str, Any], trusted: TrustedKeys, decision: Decision) -> None:
     record = load_json_strict(copy / "contract" / "freeze.json")
+    if not isinstance(record, dict) or not isinstance(record.get("signature") or {}, dict):
+        decision.refusals.append("the freeze record is not a signed record this version reads")
+        return
     signature = record.get("signature") or {}
     body = {k: v for k, v in record.items() if k != "signature"}
     if record.get("schema") != FREEZE_SCHEMA or not trusted.verify(str(signature.get("keyid")),
@@ -128,12 +143,20 @@ def _candidate_launch(copy: Path, candidate: str, daily: dict[str, Any]) -> dict
     """The candidate exactly as measured: its launched argv, its declared env on the same base."""
     inspect = load_json_strict(copy / "lanes" / candidate / "inspect.json")
     spec = load_json_strict(copy / "lanes" / candidate / "spec.json")
-    argv = _unredacted_argv(inspect["launched_argv"], EffectiveLane.model_validate(spec), candidate)
+    if not isinstance(inspect, dict) or not isinstance(inspect.get("launched_argv"), list) or not inspect["launched_argv"]:
+        raise InputError(f"lanes/{candidate}/inspect.json: no launched_argv list: not a snapshot this version reads")
+    try:
+        measured = EffectiveLane.model_validate(spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"lanes/{candidate}/spec.json: {'.'.join(map(str, first['loc']))}: {first['msg']}: "
+                         "not a lane this version reads") from exc
+    argv = _unredacted_argv(inspect["launched_argv"], measured, candidate)
     if sha256_file(Path(argv[0])) != inspect.get("executable_sha256"):
         raise RunError(f"{argv[0]} changed since the window measured it; refusing to promote a different binary")
-    files_unchanged(EffectiveLane.model_validate(spec))
+    files_unchanged(measured)
     # the declared env, its ${env:NAME} references resolved now, as every launch resolves them
-    lane = resolve_refs(EffectiveLane.model_validate(spec))
+    lane = resolve_refs(measured)
     env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)
     return {"runtime": "process", "argv": argv, "env": env, "cwd": os.getcwd(), "exe": argv[0],
             "exe_sha256": inspect["executable_sha256"], "pidfile": daily["pidfile"],

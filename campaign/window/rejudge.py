@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import atomic_write_json, load_json_strict
-from campaign.receipts.bundle import ENVELOPE, errors_named_as, sign_bundle, verify_bundle
+from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, sign_bundle, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
 from campaign.window.source import source_snapshot
@@ -58,11 +59,20 @@ class Rejudged:
 
 
 def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path | None = None) -> Rejudged:
-    try:
-        verify_bundle(source, trusted)
-    except VerifyError as exc:
-        raise InputError(f"{source}: refusing to rejudge a bundle that does not verify: {exc}") from exc
-    before = load_json_strict(source / "SUMMARY.json")
+    # verified and read from one private copy: a source changed after its check is never judged and signed
+    with tempfile.TemporaryDirectory(prefix="campaign-rejudge-") as private:
+        copy = Path(private) / "bundle"
+        with errors_named_as(copy, source):
+            copy_bundle(source, copy)
+            try:
+                verify_bundle(copy, trusted)
+            except VerifyError as exc:
+                raise InputError(f"{source}: refusing to rejudge a bundle that does not verify: {exc}") from exc
+            return _rejudge_verified(copy, source, key=key, out_dir=out_dir)
+
+
+def _rejudge_verified(copy: Path, source: Path, *, key: SigningKey, out_dir: Path | None) -> Rejudged:
+    before = load_json_strict(copy / "SUMMARY.json")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = (out_dir if out_dir is not None else source.resolve().parent) / f"{source.resolve().name}.rejudged-{stamp}"
     if target.exists():
@@ -72,7 +82,7 @@ def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Pat
     shutil.rmtree(partial, ignore_errors=True)
     try:
         with errors_named_as(partial, source):  # judged from copies of the source; errors name the source
-            _build(source, partial, before, key)
+            _build(copy, source, partial, before, key)
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -80,12 +90,12 @@ def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Pat
     return Rejudged(bundle=target, source=source, verdicts=_compare(before, after))
 
 
-def _build(source: Path, bundle: Path, before: dict[str, Any], key: SigningKey) -> None:
+def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: SigningKey) -> None:
     started = time.time()
     bundle.mkdir(parents=True)
     for name in COPIED:
-        if (source / name).is_dir():
-            shutil.copytree(source / name, bundle / name, symlinks=True, copy_function=shutil.copyfile)
+        if (copy / name).is_dir():
+            shutil.copytree(copy / name, bundle / name, symlinks=True, copy_function=shutil.copyfile)
     freeze_record = load_json_strict(bundle / "contract" / "freeze.json")
     loaded = _contract(bundle, freeze_record)
     lanes = _lane_outcomes(before)
@@ -96,7 +106,7 @@ def _build(source: Path, bundle: Path, before: dict[str, Any], key: SigningKey) 
     # the measurement's facts are the source window's, not this command's
     summary.update({k: before[k] for k in ("started_at", "ended_at", "duration", "resumed", "restore") if k in before})
     summary["rejudge"] = {"source": {"path": str(source.resolve()), "window": before.get("window"),
-                                     "envelope_sha256": sha256_file(source / ENVELOPE)},
+                                     "envelope_sha256": sha256_file(copy / ENVELOPE)},
                           "rejudged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
     atomic_write_json(bundle / "SUMMARY.json", summary)
     sign_bundle(bundle, key, {**predicate(loaded, window), "rejudge_of": summary["rejudge"]["source"]})
