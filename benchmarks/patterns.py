@@ -109,7 +109,8 @@ def _fullmatch(pattern: re.Pattern[str]) -> Callable[[str], object]:
     return lambda text: pattern.fullmatch(text)
 
 
-def pattern_entry(name: str, pattern: re.Pattern[str], use: Callable[[re.Pattern[str]], Callable[[str], object]]) -> Entry:
+def pattern_entry(name: str, pattern: re.Pattern[str],
+                  use: Callable[[re.Pattern[str]], Callable[[str], object]]) -> Entry:
     return Entry(name, use(pattern), pattern)
 
 
@@ -146,7 +147,8 @@ def catalog() -> list[Entry]:
     entries += [pattern_entry(f"secretrefs.TOKEN_PATTERNS[{i}] {p.pattern[:28]}", p, _search_all)
                 for i, p in enumerate(secretrefs.TOKEN_PATTERNS)]
     entries += [pattern_entry(f"secretrefs.{name}", getattr(secretrefs, name), _search_all)
-                for name in ("_BASIC", "_PEM", "_LONG_WORD", "_SEGMENT", "_UNIT", "_NAMED", "_COMMENT")]
+                for name in ("_BASIC", "_PEM", "_LONG_WORD", "_SEGMENT", "_UNIT", "_NAMED", "_COMMENT_START",
+                             "_ANY_TRIGGER")]
     entries += [
         pattern_entry("secretrefs._AUTHORITY (match at each '://')", secretrefs._AUTHORITY, _match),
         pattern_entry("secretrefs._HEX (fullmatch)", secretrefs._HEX, _fullmatch),
@@ -154,6 +156,7 @@ def catalog() -> list[Entry]:
         Entry("secretrefs.credential_spans", lambda t: secretrefs.credential_spans(t, named=True)),
         Entry("secretrefs.secrets_anywhere (a description)", lambda t: secretrefs.secrets_anywhere({"description": t})),
         Entry("secretrefs.raw_text_secrets", secretrefs.raw_text_secrets),
+        Entry("secretrefs._comments (with a node tree)", lambda t: secretrefs._comments(t, _tree(t))),
         Entry("secretrefs.is_secret_name", secretrefs.is_secret_name),
         Entry("redact.cut_credentials", redact.cut_credentials),
         pattern_entry("model.FILE_REF", model.FILE_REF, _search_all),
@@ -174,6 +177,14 @@ def catalog() -> list[Entry]:
                 for name in ("_NON_PRINTABLE", "_NUL_OR_SURROGATE") if hasattr(yamlsafe, name)]
     entries += _yaml_resolvers()
     return entries
+
+
+def _tree(text: str) -> object:
+    """A YAML node tree whose one scalar covers the first half of ``text``: comments are placed by bisection."""
+    import yaml
+
+    half = yaml.Mark("text", len(text) // 2, 0, 0, None, None)
+    return yaml.ScalarNode("tag:yaml.org,2002:str", "", yaml.Mark("text", 0, 0, 0, None, None), half)
 
 
 def _yaml_resolvers() -> list[Entry]:

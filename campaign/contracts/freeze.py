@@ -57,7 +57,8 @@ def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
         if spec.sha256 and files[spec.file] != spec.sha256:
             raise loaded.error(("inputs", input_name, "sha256"),
                                f"{spec.file} has sha256 {files[spec.file]}, not the pinned {spec.sha256}")
-    refuse_secrets_in_text(loaded.document.text, str(loaded.path))  # the pinned bytes, comments included
+    # the file's own text too, comments included: its bytes are what freeze pins and bundles copy
+    refuse_secrets_in_text(loaded.document.text, str(loaded.path), loaded.document.root)
     for where, file in loaded.written_files():
         if files[file.path] != file.sha256:
             raise loaded.error((*where, "sha256"), f"{file.path} has sha256 {files[file.path]}, not the pinned "

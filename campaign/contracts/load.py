@@ -296,7 +296,8 @@ def _check_literal_secrets(loaded: LoadedContract) -> None:
             raise loaded.error((*where, kind, name), f"{why}: write \"${{env:NAME}}\" and set NAME in the "
                                                      "runner's environment, so the secret is neither frozen nor "
                                                      "copied into bundles")
-    refuse_secrets_in_text(loaded.document.text, str(loaded.path))  # comments too: the bytes go into bundles
+    # the file's own text too, comments included: its bytes are what freeze pins and bundles copy
+    refuse_secrets_in_text(loaded.document.text, str(loaded.path), loaded.document.root)
 
 
 def _located_error(document: LocatedDocument, exc: ValidationError) -> ContractError:

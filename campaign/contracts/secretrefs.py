@@ -35,17 +35,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import yaml
+
 from campaign.errors import ContractError
 
 __all__ = ["ABOUT_WORDS", "REF", "REMEDY", "SECRET_WORDS", "TOKEN_PATTERNS", "credential_like", "credential_spans",
            "is_secret_name", "literal_secrets", "looks_like_token", "name_words", "named_values", "opaque",
-           "open_pem_label", "raw_text_secrets", "referenced_names", "refuse_secrets_in_text", "secrets_anywhere",
-           "substitute", "token_shape"]
+           "open_pem_label", "raw_text_secrets", "reference_only", "referenced_names", "refuse_secrets_in_text",
+           "secrets_anywhere", "substitute", "token_shape"]
 
 REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*+)\}")
 
@@ -112,7 +115,7 @@ def reference_only(value: str) -> bool:
     return not rest or rest.lower() in _SCHEMES
 
 
-# (b) Shapes. Linear by construction (benchmarks/patterns.py; tests/unit/contracts/test_secret_patterns.py):
+# (b) Shapes. Linear by construction (benchmarks/patterns.py; tests/unit/contracts/test_pattern_linearity.py):
 # every pattern starts at a literal or just after a character outside its body (the lookbehind), and every
 # repeat is possessive, so no two attempts read the same run and no attempt gives characters back.
 _RUN = "A-Za-z0-9_-"
@@ -133,6 +136,10 @@ TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
 _TRIGGERS: tuple[tuple[str, ...], ...] = (("hf_",), ("sk-",), ("gh",), ("github_pat_",), ("glpat-",), ("xox",),
                                           ("AKIA", "ASIA"), ("AIza",), ("eyJ",), ("bearer",))
 _BASIC = re.compile(r"(?i)(?<![A-Za-z0-9])basic[ \t]++([A-Za-z0-9+/=]++)")
+_TOKEN_CHECKS = tuple((pattern, triggers, bool(pattern.flags & re.IGNORECASE))
+                      for pattern, triggers in zip(TOKEN_PATTERNS, _TRIGGERS))
+_ANY_TRIGGER = re.compile("|".join(re.escape(t) for triggers in _TRIGGERS[:-1] for t in triggers)
+                          + r"|(?i:bearer|basic)|-----BEGIN |://")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]{0,48}+)-----")
 _AUTHORITY = re.compile(r"[^/?#\s\"'<>\\`|]*+")
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
@@ -206,9 +213,9 @@ OPAQUE_MIN = 20
 
 def opaque(word: str) -> bool:
     """Random-looking: at least 20 letters and digits (hex runs of 8 or more left out: digests, commit ids,
-    UUIDs are not secrets), at most one separator in ten, two or more of upper, lower and digit, and the
+    UUIDs are not secrets), at most one separator (- _ /) in eight, two or more of upper, lower and digit, and the
     character class changing every 3 characters or sooner on average (random base64 changes about every 1.8;
-    names, words and model ids every 4 to 8). Measured in benchmarks/patterns.py."""
+    names, words and model ids every 4 to 8); 3.5 from 40 letters on. Rates: docs/secrets.md."""
     segments = _SEGMENT.findall(word)
     kept = [s for s in segments if len(s) < 8 or not _HEX.fullmatch(s)]
     letters = sum(map(len, kept))
@@ -229,16 +236,19 @@ def credential_spans(text: str, *, named: bool = False) -> list[tuple[int, int, 
     the value after a credential name in free text (``HF_TOKEN=x``, ``"api_key": "x"``, ``--api-key x``).
     Linear in the length of ``text``."""
     spans: list[tuple[int, int, str]] = []
-    lowered = text.lower()
-    for pattern, triggers in zip(TOKEN_PATTERNS, _TRIGGERS):
-        if any(trigger in (lowered if pattern.flags & re.IGNORECASE else text) for trigger in triggers):
-            spans += [(*m.span(m.lastindex or 0), "token") for m in pattern.finditer(text)]
-    if "basic" in lowered:
-        spans += [(*m.span(1), "Basic credential") for m in _BASIC.finditer(text) if _basic_credential(m.group(1))]
-    if "-----BEGIN " in text:
-        spans += [(start, end, "a PEM private key") for start, end, _label, _closed in _pem_blocks(text)]
-    if "://" in text:
-        spans += _userinfo_spans(text)
+    if _ANY_TRIGGER.search(text) is not None:  # most strings hold no shape's start at all: one quick look
+        lowered = text.lower()
+        for pattern, triggers, blind in _TOKEN_CHECKS:
+            haystack = lowered if blind else text
+            if any(trigger in haystack for trigger in triggers):
+                spans += [(*m.span(m.lastindex or 0), "token") for m in pattern.finditer(text)]
+        if "basic" in lowered:
+            spans += [(*m.span(1), "Basic credential") for m in _BASIC.finditer(text)
+                      if _basic_credential(m.group(1))]
+        if "-----BEGIN " in text:
+            spans += [(start, end, "a PEM private key") for start, end, _label, _closed in _pem_blocks(text)]
+        if "://" in text:
+            spans += _userinfo_spans(text)
     if len(text) >= OPAQUE_MIN:
         spans += [(m.start(), m.end(), "opaque value") for m in _LONG_WORD.finditer(text) if opaque(m.group())]
     if named:
@@ -366,20 +376,61 @@ def secrets_anywhere(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[
     return found
 
 
-_COMMENT = re.compile(r"(?m)(?:^|(?<=[ \t]))#[^\n]*+")
+_COMMENT_START = re.compile(r"(?m)(?:^|(?<=[ \t]))#")
 
 
-def raw_text_secrets(text: str) -> tuple[int, str, str] | None:
+def _scalar_spans(root: Any) -> list[tuple[int, int]]:
+    """(start, end) character offsets of every scalar of a YAML node tree, sorted: a '#' inside one (a quoted
+    string, a block scalar) is text, not a comment."""
+    spans, stack = [], [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            stack += [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+        elif isinstance(node, yaml.ScalarNode):
+            spans.append((node.start_mark.index, node.end_mark.index))
+    return sorted(spans)
+
+
+def _comments(text: str, root: Any) -> list[tuple[int, int]]:
+    """(start, end) of each comment of a YAML text: a '#' at a line's start or after a blank, outside every
+    scalar of ``root`` (when given), to the end of its line. One pass; each '#' is placed by bisection."""
+    scalars = _scalar_spans(root)
+    starts = [start for start, _end in scalars]
+    found: list[tuple[int, int]] = []
+    for match in _COMMENT_START.finditer(text):
+        at = match.start()
+        if found and at < found[-1][1]:
+            continue  # a '#' inside a comment already found
+        index = bisect.bisect_right(starts, at) - 1
+        if index >= 0 and scalars[index][0] <= at < scalars[index][1]:
+            continue
+        end = text.find("\n", at)
+        found.append((at, len(text) if end == -1 else end))
+    return found
+
+
+def raw_text_secrets(text: str, root: Any = None) -> tuple[int, str, str] | None:
     """The first credential in a contract file's own text, comments included: (line, field, why), field
     ``comment`` when it lies in a comment. The file's bytes are copied into every bundle, so a token in
-    ``# old key: sk-...`` leaks as surely as one in a value. Shapes anywhere; a credential-named value
-    (``# password: x``) in comments."""
-    hits = [(start, "comment" if _in_comment(text, start) else "text", _WHAT.get(what, what))
+    ``# old key: sk-...`` leaks as surely as one in a value. Shapes anywhere; in comments, also a
+    credential-named value (``# password: x``). ``root``: the YAML node tree, so that a '#' inside a quoted
+    or block scalar is not taken for a comment."""
+    comments = _comments(text, root)
+    starts = [start for start, _end in comments]
+
+    def in_comment(position: int) -> bool:
+        index = bisect.bisect_right(starts, position) - 1
+        return index >= 0 and position < comments[index][1]
+
+    hits = [(start, "comment" if in_comment(start) else "text", _WHAT.get(what, what))
             for start, _end, what in credential_spans(text)[:1]]
-    for match in _COMMENT.finditer(text):
-        named = named_values(match.group())
+    for start, end in comments:
+        named = named_values(text[start:end])
         if named:
-            hits.append((match.start() + named[0][0], "comment", named[0][2]))
+            hits.append((start + named[0][0], "comment", named[0][2]))
             break
     if not hits:
         return None
@@ -391,20 +442,16 @@ REMEDY = ("write \"${env:NAME}\" and set NAME in the runner's environment, so th
           "nor copied into bundles")
 
 
-def refuse_secrets_in_text(text: str, file: str) -> None:
+def refuse_secrets_in_text(text: str, file: str, root: Any = None) -> None:
     """A ``ContractError`` (file, line, field ``comment``) for the first credential in a contract file's
-    text: its bytes are what freeze pins and every bundle copies, comments and all."""
-    hit = raw_text_secrets(text)
+    text: its bytes are what freeze pins and every bundle copies, comments and all. ``root``: the YAML node
+    tree of that text (``LocatedDocument.root``)."""
+    hit = raw_text_secrets(text, root)
     if hit is not None:
         line, field, why = hit
         where = "a comment" if field == "comment" else "the file's text"
         raise ContractError(f"{why}, in {where}: remove it (the file's bytes are copied into every bundle); "
                             + REMEDY, file=file, line=line, field=field)
-
-
-def _in_comment(text: str, position: int) -> bool:
-    line_start = text.rfind("\n", 0, position) + 1
-    return _COMMENT.search(text, line_start, position + 1) is not None
 
 
 def referenced_names(values: Iterable[str]) -> list[str]:

@@ -189,18 +189,23 @@ def remove_scratch() -> None:
 
 
 def make_chain(base: Path, depth: int, name: str = "d") -> Path:
-    """``base/d/d/.../d`` (``depth`` folders), made one level at a time through a descriptor: os.makedirs
-    recurses once per level, and a path past PATH_MAX cannot be named whole."""
+    """``base/d/d/.../d`` (``depth`` folders; the first named ``d_``... if ``d`` is taken), made one level at a
+    time through a descriptor: os.makedirs recurses once per level, and a path past PATH_MAX cannot be named
+    whole."""
+    first = name
+    while os.path.lexists(base / first):
+        first += "_"
+    names = [first] + [name] * (depth - 1)
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for _ in range(depth):
-            os.mkdir(name, dir_fd=fd)
-            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        for part in names:
+            os.mkdir(part, dir_fd=fd)
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = child
     finally:
         os.close(fd)
-    return base.joinpath(*[name] * depth)
+    return base.joinpath(*names)
 
 
 # Characters that must never reach a terminal from data: C0 controls (a line's own "\n" aside), DEL, C1

@@ -22,7 +22,6 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import campaign.receipts.publish  # noqa: F401  (imported once here, not in every forked child)
 from tests.fuzz.harness import check_outcome, run_bounded, scratch
 from tests.fuzz.test_bundle_verifier import make_bundle
 

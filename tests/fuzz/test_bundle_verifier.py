@@ -21,8 +21,6 @@ from typing import Any, Callable
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import campaign.receipts.bundle  # noqa: F401  (imported once here, not in every forked child)
-import campaign.signing  # noqa: F401
 from tests.fuzz.harness import check_outcome, make_chain, run_bounded, scratch
 from tests.fuzz.strategies import file_names, hostile_texts, json_values, walk_paths
 
@@ -59,20 +57,15 @@ def verify(bundle: Path) -> Callable[[], Any]:
     return call
 
 
-class Case:
-    """A fresh bundle in a folder of its own (removed at the end of the session)."""
-
-    def __enter__(self) -> Path:
-        return make_bundle(scratch("bundle-"))
-
-    def __exit__(self, *exc: object) -> None:
-        pass
+def fresh_bundle() -> Path:
+    """A signed bundle in a folder of its own (removed at the end of the session)."""
+    return make_bundle(scratch("bundle-"))
 
 
 def test_the_untouched_bundle_verifies() -> None:
-    with Case() as bundle:
-        outcome = run_bounded(verify(bundle))
-        assert outcome.kind == "ok", outcome.describe()
+    bundle = fresh_bundle()
+    outcome = run_bounded(verify(bundle))
+    assert outcome.kind == "ok", outcome.describe()
 
 
 # ---------------------------------------------------------------- the tree
@@ -121,8 +114,11 @@ def change_tree(bundle: Path, change: str, draw: st.DrawFn) -> str:
     elif change == "fifo":
         os.mkfifo(folder / name)
     elif change == "socket":
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.bind(str(folder / name)) if len(str(folder / name).encode()) < 100 else os.mkfifo(folder / name)
+        if len(str(folder / name).encode()) < 100:  # a socket's path must fit in sun_path
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(str(folder / name))
+        else:
+            os.mkfifo(folder / name)
     elif change == "hardlink":
         os.link(bundle / pick, bundle.parent / f"outside-{len(os.listdir(bundle.parent))}")
     elif change == "flip-byte":
@@ -146,9 +142,8 @@ def change_tree(bundle: Path, change: str, draw: st.DrawFn) -> str:
         target = (bundle / pick).with_name(upper if upper != (bundle / pick).name else upper + "_")
         os.rename(bundle / pick, target)
     elif change == "rename-nfd":
-        source = bundle / pick
-        os.rename(source, source.with_name("é" + source.name))
-        (source.with_name("é" + source.name)).rename(source.with_name(unicodedata.normalize("NFD", "é") + source.name))
+        source = bundle / pick  # the same-looking name, decomposed: "é" as "e" + U+0301
+        os.rename(source, source.with_name(unicodedata.normalize("NFD", "é") + source.name))
     elif change == "envelope-link":
         from campaign.receipts.bundle import ENVELOPE
 
@@ -159,16 +154,21 @@ def change_tree(bundle: Path, change: str, draw: st.DrawFn) -> str:
 
 @given(changes=st.lists(st.sampled_from(TREE_CHANGES), min_size=1, max_size=3), data=st.data())
 @example(changes=["deep-chain"], data=None).via("a 1,200-level folder chain (issue #30 item 7)")
+@example(changes=["add-file"], data=None).via("a file name holding a carriage return and a line separator")
 def test_tree_changes_are_refused(changes: list[str], data: st.DataObject | None) -> None:
-    with Case() as bundle:
-        done = []
-        for change in changes:
-            if data is None:  # the explicit example: the deepest chain, with a file at its end
-                (make_chain(bundle, 1200) / "x.json").write_bytes(b"{}")
-                done.append("a 1,200-level chain with x.json at its end")
-            else:
-                done.append(change_tree(bundle, change, data.draw))
-        check_outcome(run_bounded(verify(bundle)), may_pass=False, what=f"verify after {done}", evidence="; ".join(done))
+    bundle = fresh_bundle()
+    done = []
+    for change in changes:
+        if data is None and change == "deep-chain":  # explicit examples: the deepest chain, with a file at its end
+            (make_chain(bundle, 1200) / "x.json").write_bytes(b"{}")
+            done.append("a 1,200-level chain with x.json at its end")
+        elif data is None:  # ... and a name that would make an error two lines
+            (bundle / "gates" / "x\ry\u2029z").write_bytes(b"{}")
+            done.append("a file gates/'x\\ry\\u2029z'")
+        else:
+            done.append(change_tree(bundle, change, data.draw))
+    check_outcome(run_bounded(verify(bundle)), may_pass=False, what=f"verify after {done}",
+                  evidence="; ".join(done))
 
 
 # ---------------------------------------------------------------- envelopes
@@ -212,7 +212,8 @@ RAW_ENVELOPES = {
     "signatures-20k-then-valid": lambda e: json.dumps(
         {**e, "signatures": [{"keyid": e["signatures"][0]["keyid"], "sig": "AAAA"}] * 20_000
          + e["signatures"]}).encode(),
-    "signature-huge-keyid": lambda e: json.dumps({**e, "signatures": [{"keyid": "k" * 10_000_000, "sig": "x"}]}).encode(),
+    "signature-huge-keyid": lambda e: json.dumps(
+        {**e, "signatures": [{"keyid": "k" * 10_000_000, "sig": "x"}]}).encode(),
 }
 # what may still verify: the signed statement is untouched and a valid signature is still there
 MAY_PASS = {"signatures-20k-then-valid", "bom", "utf16"}  # the same JSON text, in an encoding json reads
@@ -220,28 +221,28 @@ MAY_PASS = {"signatures-20k-then-valid", "bom", "utf16"}  # the same JSON text, 
 
 @given(kind=st.sampled_from(sorted(RAW_ENVELOPES)))
 def test_hostile_envelope_files(kind: str) -> None:
-    with Case() as bundle:
-        _write_envelope(bundle, RAW_ENVELOPES[kind](_envelope(bundle)))
-        check_outcome(run_bounded(verify(bundle)), may_pass=kind in MAY_PASS, what=f"verify of envelope {kind}",
-                      evidence=kind)
+    bundle = fresh_bundle()
+    _write_envelope(bundle, RAW_ENVELOPES[kind](_envelope(bundle)))
+    check_outcome(run_bounded(verify(bundle)), may_pass=kind in MAY_PASS, what=f"verify of envelope {kind}",
+                  evidence=kind)
 
 
 def test_a_4_gib_sparse_envelope() -> None:
     """Item 5: an envelope is read with a cap, not whole (a sparse file costs no disk)."""
     from campaign.receipts.bundle import ENVELOPE
 
-    with Case() as bundle:
-        with open(bundle / ENVELOPE, "r+b") as handle:
-            handle.truncate(4 << 30)
-        check_outcome(run_bounded(verify(bundle)), may_pass=False, what="verify of a 4 GiB sparse envelope")
+    bundle = fresh_bundle()
+    with open(bundle / ENVELOPE, "r+b") as handle:
+        handle.truncate(4 << 30)
+    check_outcome(run_bounded(verify(bundle)), may_pass=False, what="verify of a 4 GiB sparse envelope")
 
 
 @given(value=json_values)
 def test_random_json_envelopes(value: Any) -> None:
-    with Case() as bundle:
-        _write_envelope(bundle, json.dumps(value))
-        check_outcome(run_bounded(verify(bundle)), may_pass=False, what="verify of a random JSON envelope",
-                      evidence=json.dumps(value)[:1500])
+    bundle = fresh_bundle()
+    _write_envelope(bundle, json.dumps(value))
+    check_outcome(run_bounded(verify(bundle)), may_pass=False, what="verify of a random JSON envelope",
+                  evidence=json.dumps(value)[:1500])
 
 
 def _set(document: Any, path: tuple[Any, ...], value: Any) -> None:
@@ -254,32 +255,32 @@ def _set(document: Any, path: tuple[Any, ...], value: Any) -> None:
 def test_mutated_envelopes(data: st.DataObject, op: str) -> None:
     """Random edits of the real envelope: may still verify (DSSE allows unknown fields and extra
     signatures), else one line."""
-    with Case() as bundle:
-        envelope = _envelope(bundle)
-        path = data.draw(st.sampled_from(walk_paths(envelope)[1:]), label="path")
-        if op == "replace":
-            _set(envelope, path, data.draw(json_values, label="value"))
-        elif op == "insert":
-            target = envelope
-            for part in path[:-1]:
-                target = target[part]
-            if isinstance(target, dict):
-                target[data.draw(hostile_texts, label="key")] = data.draw(json_values, label="value")
-            else:
-                target.append(data.draw(json_values, label="value"))
-        elif op == "delete":
-            target = envelope
-            for part in path[:-1]:
-                target = target[part]
-            del target[path[-1]]
+    bundle = fresh_bundle()
+    envelope = _envelope(bundle)
+    path = data.draw(st.sampled_from(walk_paths(envelope)[1:]), label="path")
+    if op == "replace":
+        _set(envelope, path, data.draw(json_values, label="value"))
+    elif op == "insert":
+        target = envelope
+        for part in path[:-1]:
+            target = target[part]
+        if isinstance(target, dict):
+            target[data.draw(hostile_texts, label="key")] = data.draw(json_values, label="value")
         else:
-            extra = data.draw(st.lists(st.fixed_dictionaries({"keyid": st.one_of(hostile_texts, st.just(
-                envelope["signatures"][0]["keyid"])), "sig": st.one_of(hostile_texts, st.just("A" * 88))}),
-                max_size=20), label="signatures")
-            envelope["signatures"] = extra + envelope["signatures"]
-        _write_envelope(bundle, json.dumps(envelope))
-        check_outcome(run_bounded(verify(bundle)), may_pass=True, what=f"verify of a mutated envelope ({op})",
-                      evidence=json.dumps(envelope)[:1500])
+            target.append(data.draw(json_values, label="value"))
+    elif op == "delete":
+        target = envelope
+        for part in path[:-1]:
+            target = target[part]
+        del target[path[-1]]
+    else:
+        extra = data.draw(st.lists(st.fixed_dictionaries({"keyid": st.one_of(hostile_texts, st.just(
+            envelope["signatures"][0]["keyid"])), "sig": st.one_of(hostile_texts, st.just("A" * 88))}),
+            max_size=20), label="signatures")
+        envelope["signatures"] = extra + envelope["signatures"]
+    _write_envelope(bundle, json.dumps(envelope))
+    check_outcome(run_bounded(verify(bundle)), may_pass=True, what=f"verify of a mutated envelope ({op})",
+                  evidence=json.dumps(envelope)[:1500])
 
 
 # ---------------------------------------------------------------- manifests, signed again
@@ -311,36 +312,36 @@ NAME_EDITS = ["../outside", "/etc/passwd", "a\\b", "", "receipt.dsse.json", "./S
 @given(data=st.data(), op=st.sampled_from(["rename", "digest", "drop", "duplicate", "add", "replace-subject",
                                            "predicate", "type", "subjects-not-list", "many-subjects"]))
 def test_resigned_manifests(data: st.DataObject, op: str) -> None:
-    with Case() as bundle:
-        statement = json.loads(base64.b64decode(_envelope(bundle)["payload"]))
-        original = _subject_map(statement)
-        mutated = copy.deepcopy(statement)
-        subjects = mutated["subject"]
-        index = data.draw(st.integers(0, len(subjects) - 1), label="subject")
-        if op == "rename":
-            subjects[index]["name"] = data.draw(st.one_of(st.sampled_from(NAME_EDITS), hostile_texts), label="name")
-        elif op == "digest":
-            subjects[index]["digest"]["sha256"] = data.draw(st.one_of(
-                st.text(alphabet="0123456789abcdef", min_size=64, max_size=64), hostile_texts,
-                st.just("0" * 10_000_000)), label="digest")
-        elif op == "drop":
-            del subjects[index]
-        elif op == "duplicate":
-            subjects.append(copy.deepcopy(subjects[index]))
-        elif op == "add":
-            subjects.append({"name": data.draw(hostile_texts, label="name"), "digest": {"sha256": "0" * 64}})
-        elif op == "replace-subject":
-            subjects[index] = data.draw(json_values, label="subject")
-        elif op == "predicate":
-            mutated["predicate"] = data.draw(json_values, label="predicate")
-        elif op == "type":
-            mutated["_type"] = data.draw(json_values, label="type")
-        elif op == "subjects-not-list":
-            mutated["subject"] = data.draw(json_values.filter(lambda v: not isinstance(v, list)), label="subject")
-        else:
-            subjects.extend({"name": f"n{i}", "digest": {"sha256": "0" * 64}} for i in range(200_000))
-        _resign(bundle, mutated)
-        may_pass = _subject_map(mutated) == original and mutated.get("_type") == statement["_type"] and isinstance(
-            mutated.get("predicate", {}), dict)
-        check_outcome(run_bounded(verify(bundle)), may_pass=may_pass, what=f"verify of a re-signed manifest ({op})",
-                      evidence=json.dumps(mutated)[:1500])
+    bundle = fresh_bundle()
+    statement = json.loads(base64.b64decode(_envelope(bundle)["payload"]))
+    original = _subject_map(statement)
+    mutated = copy.deepcopy(statement)
+    subjects = mutated["subject"]
+    index = data.draw(st.integers(0, len(subjects) - 1), label="subject")
+    if op == "rename":
+        subjects[index]["name"] = data.draw(st.one_of(st.sampled_from(NAME_EDITS), hostile_texts), label="name")
+    elif op == "digest":
+        subjects[index]["digest"]["sha256"] = data.draw(st.one_of(
+            st.text(alphabet="0123456789abcdef", min_size=64, max_size=64), hostile_texts,
+            st.just("0" * 10_000_000)), label="digest")
+    elif op == "drop":
+        del subjects[index]
+    elif op == "duplicate":
+        subjects.append(copy.deepcopy(subjects[index]))
+    elif op == "add":
+        subjects.append({"name": data.draw(hostile_texts, label="name"), "digest": {"sha256": "0" * 64}})
+    elif op == "replace-subject":
+        subjects[index] = data.draw(json_values, label="subject")
+    elif op == "predicate":
+        mutated["predicate"] = data.draw(json_values, label="predicate")
+    elif op == "type":
+        mutated["_type"] = data.draw(json_values, label="type")
+    elif op == "subjects-not-list":
+        mutated["subject"] = data.draw(json_values.filter(lambda v: not isinstance(v, list)), label="subject")
+    else:
+        subjects.extend({"name": f"n{i}", "digest": {"sha256": "0" * 64}} for i in range(200_000))
+    _resign(bundle, mutated)
+    may_pass = _subject_map(mutated) == original and mutated.get("_type") == statement["_type"] and isinstance(
+        mutated.get("predicate", {}), dict)
+    check_outcome(run_bounded(verify(bundle)), may_pass=may_pass, what=f"verify of a re-signed manifest ({op})",
+                  evidence=json.dumps(mutated)[:1500])

@@ -21,8 +21,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import campaign.cli  # noqa: F401  (imported once here, not in every forked child)
-import campaign.receipts.publish  # noqa: F401
 from tests.fuzz.harness import bad_terminal_chars, finding, run_bounded, scratch, where_raised
 from tests.fuzz.strategies import file_names, hostile_texts, json_values, to_yaml
 from tests.fuzz.test_bundle_verifier import make_bundle

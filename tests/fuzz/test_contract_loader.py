@@ -19,7 +19,6 @@ import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import campaign.contracts.load  # noqa: F401  (imported once here, not in every forked child)
 from tests.fuzz.harness import check_outcome, finding, run_bounded, scratch
 from tests.fuzz.strategies import (RAW_YAML_TOKENS, SPECIAL_PATHS, Raw, file_names, hostile_texts, nasty_scalars,
                                    special_path, to_yaml, walk_paths)
@@ -84,15 +83,19 @@ def load_and_check(path: str | Path, allow_paths: list[Path] | None = None) -> d
     return {"lanes": len(loaded.lanes), "sha256": loaded.canonical_sha256, "problems": problems}
 
 
-def check_load(path: str | Path, *, may_pass: bool = True, allow_paths: list[Path] | None = None) -> None:
+def check_load(path: str | Path, *, may_pass: bool = True, allow_paths: list[Path] | None = None,
+               evidence: str = "") -> None:
+    """The property for one contract; ``evidence``: what to list for it in a catalog (default: its path and
+    the file's first bytes)."""
     outcome = run_bounded(lambda: load_and_check(path, allow_paths))
-    evidence = f"path {str(path)[:300]!r}"
-    try:
-        if Path(path).is_file():
-            with open(path, "rb") as handle:
-                evidence += f"; file starts {handle.read(1500)!r}"
-    except (OSError, ValueError):
-        pass
+    if not evidence:
+        evidence = f"path {str(path)[:300]!r}"
+        try:
+            if Path(path).is_file():
+                with open(path, "rb") as handle:
+                    evidence += f"; file starts {handle.read(1500)!r}"
+        except (OSError, ValueError):
+            pass
     if check_outcome(outcome, may_pass=may_pass, what=f"load_contract({str(path)[:200]!r})", evidence=evidence) \
             and outcome.kind == "ok" and outcome.value["problems"]:
         kind, _ = outcome.value["problems"][0]
@@ -118,6 +121,8 @@ yaml_texts = st.one_of(
 @given(text=yaml_texts)
 @example(text='a: "\\ud800"\n')
 @example(text="a: " + "1" * 5000 + "\n")
+@example(text=to_yaml(MINIMAL) + 'description: "\\ud800"\n').via("a lone surrogate (issue #30 item 9)")
+@example(text=to_yaml(MINIMAL) + '"x\\ry": 1\n').via("a key holding a carriage return, quoted in the error")
 def test_random_yaml_text(examples_copy: Path, text: str) -> None:
     path = write_case(examples_copy, text)
     check_load(path)
@@ -130,13 +135,12 @@ def test_random_bytes(examples_copy: Path, data: bytes) -> None:
     check_load(write_case(examples_copy, data))
 
 
-yaml_documents = st.recursive(
-    nasty_scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.one_of(st.text(max_size=10), hostile_texts,
-                                                      st.sampled_from(RAW_YAML_TOKENS[:40]).map(Raw)),
-                                            inner, max_size=4)),
-    max_leaves=12)
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.one_of(st.text(max_size=10), hostile_texts, st.sampled_from(RAW_YAML_TOKENS[:40]).map(Raw))
+    return st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4))
+
+
+yaml_documents = st.recursive(nasty_scalars, _containers, max_leaves=12)
 
 
 @given(document=yaml_documents, flow=st.sampled_from([False, True, None]), unicode=st.booleans())
@@ -178,7 +182,8 @@ def mutated_contracts(draw: st.DrawFn) -> tuple[Any, bool | None]:
             del parent[path[-1]]
         elif op == "rename" and path and isinstance(parent, dict):
             value = parent.pop(path[-1])
-            parent[draw(st.one_of(hostile_texts, st.just(str(path[-1]).swapcase()), st.just(str(path[-1]).upper())))] = value
+            key = str(path[-1])
+            parent[draw(st.one_of(hostile_texts, st.just(key.swapcase()), st.just(key.upper())))] = value
         elif op == "nest" and path:
             parent[path[-1]] = _nested(node, draw(st.sampled_from([1, 5, 31, 32, 33, 64])),
                                        draw(st.sampled_from(["list", "dict"])))
@@ -208,7 +213,17 @@ def _add_case_twin(document: dict[str, Any], draw: st.DrawFn) -> None:
 @given(case=mutated_contracts())
 def test_mutated_contracts(examples_copy: Path, case: tuple[Any, bool | None]) -> None:
     document, flow = case
-    check_load(write_case(examples_copy, to_yaml(document, flow=flow)))
+    check_load(write_case(examples_copy, to_yaml(document, flow=flow)), evidence=_changes(document))
+
+
+def _changes(document: Any) -> str:
+    """The lines a mutated contract changed in the nearest base (block style), for a catalog."""
+    import difflib
+
+    text = to_yaml(document).splitlines()
+    base = min(BASES.values(), key=lambda b: len(set(to_yaml(b).splitlines()) ^ set(text)))
+    diff = difflib.unified_diff(to_yaml(base).splitlines(), text, lineterm="", n=0)
+    return "\n".join(line for line in diff if not line.startswith(("---", "+++")))[:1500]
 
 
 @pytest.mark.parametrize("base", sorted(BASES))
@@ -221,19 +236,25 @@ def _numeric_leaves(document: Any) -> list[tuple[Any, ...]]:
             and not isinstance(_get(document, p), bool)]
 
 
-@given(base=st.sampled_from(sorted(BASES)), data=st.data(),
-       token=st.sampled_from([Raw(t) for t in ("yes", "no", "on", "off", "true", "false", "y", "Yes", ".nan",
-                                              ".NaN", ".inf", "-.inf", "+.inf", "1e400", "-1e400", "inf", "-inf",
-                                              "nan", "NaN", "Infinity", '"1e400"', '"-Infinity"', '"nan"')]
-                             + [True, False, math.nan, math.inf, -math.inf]))
-def test_numbers_are_strict(examples_copy: Path, base: str, data: st.DataObject, token: Any) -> None:
+NUMERIC_FIELDS = [(base, path) for base in sorted(BASES) for path in _numeric_leaves(BASES[base])]
+NOT_A_NUMBER = [Raw(t) for t in ("yes", "no", "on", "off", "true", "false", "y", "Yes", ".nan", ".NaN", ".inf",
+                                 "-.inf", "+.inf", "1e400", "-1e400", "inf", "-inf", "nan", "NaN", "Infinity",
+                                 '"1e400"', '"-Infinity"', '"nan"')] + [True, False, math.nan, math.inf, -math.inf]
+
+
+@given(field=st.sampled_from(NUMERIC_FIELDS), token=st.sampled_from(NOT_A_NUMBER))
+@example(field=("demo.yaml", ("gates", 4, "rule", "max_mean")), token=Raw("inf"))
+@example(field=("demo.yaml", ("gates", 4, "rule", "max_mean")), token=Raw('"1e400"'))
+@example(field=("minimal", ("version",)), token=Raw("yes"))
+def test_numbers_are_strict(examples_copy: Path, field: tuple[str, tuple[Any, ...]], token: Any) -> None:
     """Items 10 and 11: a YAML 1.1 boolean or a non-finite number where the contract has a number is
     refused, never read as 1, 0 or null; so is a text a lax parser would read as a non-finite number
     (``inf``, ``"1e400"``: YAML reads them as strings, pydantic's float parsing as infinity)."""
+    base, path = field
     document = copy.deepcopy(BASES[base])
-    path = data.draw(st.sampled_from(_numeric_leaves(document)), label="numeric field")
     _get(document, path[:-1])[path[-1]] = token
-    check_load(write_case(examples_copy, to_yaml(document)), may_pass=False)
+    check_load(write_case(examples_copy, to_yaml(document)), may_pass=False,
+               evidence=f"{base}: {'.'.join(map(str, path))}: {token}")
 
 
 # ---------------------------------------------------------------- paths

@@ -16,7 +16,6 @@ import importlib.util
 import re
 import sys
 import time
-from pathlib import Path
 
 import pytest
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from campaign.contracts.load import load_contract
-from campaign.contracts.secretrefs import credential_spans, is_secret_name, looks_like_token, opaque
+from campaign.contracts.secretrefs import is_secret_name, looks_like_token, opaque
 from campaign.errors import ContractError
 from campaign.lanes.redact import MARK, RedactingLog, Redactor
 
@@ -116,7 +116,8 @@ def jwts(draw: st.DrawFn) -> str:
     claims = draw(st.dictionaries(st.sampled_from(["sub", "iss", "aud", "exp", "iat", "name"]),
                                   st.one_of(st.integers(0, 2 ** 31), st.text(string.ascii_letters, max_size=12)),
                                   min_size=1))
-    return ".".join([b64(json.dumps(header).encode()), b64(json.dumps(claims).encode()), b64(draw(st.binary(max_size=64)))])
+    signature = draw(st.binary(max_size=64))
+    return ".".join([b64(json.dumps(header).encode()), b64(json.dumps(claims).encode()), b64(signature)])
 
 
 @st.composite
@@ -155,7 +156,8 @@ aws_key_ids = st.builds(lambda rest: "AKIA" + rest, st.text(alphabet=string.asci
                                                               min_size=16, max_size=16))
 # (c): random letters and digits, 40 to 64 long (an API key from any issuer), drawn uniformly (from a seed
 # hypothesis picks: its own text strategy favours "0000...", which is no key)
-opaque_values = st.builds(lambda seed, n: "".join(random.Random(seed).choices(string.ascii_letters + string.digits, k=n)),
+ALNUM = string.ascii_letters + string.digits
+opaque_values = st.builds(lambda seed, n: "".join(random.Random(seed).choices(ALNUM, k=n)),
                           st.integers(0, 2 ** 32), st.integers(40, 64))
 SHAPES = st.one_of(jwts(), pems(), url_userinfo(), basics(), bearers, google_keys, issuer_tokens, aws_key_ids,
                    opaque_values)
@@ -181,8 +183,8 @@ def test_a_credential_option_takes_only_a_reference(tmp_path: Path, parts: list[
 
 
 @SETTINGS
-@given(parts=secret_words(), value=st.one_of(literal, st.integers(0, 10 ** 9)), style=st.sampled_from(["snake", "camel", "header"]),
-       nested=st.booleans())
+@given(parts=secret_words(), value=st.one_of(literal, st.integers(0, 10 ** 9)),
+       style=st.sampled_from(["snake", "camel", "header"]), nested=st.booleans())
 def test_a_credential_named_key_anywhere_takes_only_a_reference(tmp_path: Path, parts: list[str], value: object,
                                                                 style: str, nested: bool) -> None:
     key = {"snake": "_".join(parts), "camel": camel(parts), "header": "-".join(p.capitalize() for p in parts)}[style]
@@ -265,6 +267,22 @@ def test_a_credential_in_a_comment_is_refused_with_its_line(tmp_path: Path, valu
     first_line = TEMPLATE.count("\n") + blank + 1
     assert info.value.field == "comment" and info.value.file == str(path), str(info.value)
     assert first_line <= (info.value.line or 0) <= first_line + value.count("\n"), str(info.value)
+
+
+@SETTINGS
+@given(name=st.builds(env_name, secret_words()), value=st.text(string.ascii_lowercase, min_size=1, max_size=12))
+def test_a_hash_inside_a_string_is_not_a_comment(tmp_path: Path, name: str, value: str) -> None:
+    """Prose may say "# KEY: x" inside a quoted description or a block scalar: that is a value (checked as
+    one: no shape), not a comment; the same words after the value, outside the quotes, are a comment."""
+    load_contract(contract(tmp_path, description=f"see # {name}: {value} here"))
+    text = contract(tmp_path).read_text()
+    (tmp_path / "c.yaml").write_text(text.replace('description: "plain"', f"description: |\n  # {name}: {value}"))
+    load_contract(tmp_path / "c.yaml")
+    text = text.replace('description: "plain"', f'description: "a # b" # {name}: {value}')
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ContractError) as info:
+        load_contract(tmp_path / "c.yaml")
+    assert (info.value.line, info.value.field) == (3, "comment")
 
 
 def test_references_and_harmless_values_load(tmp_path: Path) -> None:
