@@ -4,7 +4,7 @@
   same examples on every run, so a failure in CI is a failure on the laptop), no example database. The whole
   of tests/fuzz stays under about a minute on two cores.
 - ``long`` (``make fuzz``): thousands of random examples per test; failures are kept in an example database
-  outside the clone (``$CAMPAIGN_CACHE/hypothesis``) and replayed first on the next run.
+  outside the clone (``$CAMPAIGN_CACHE/hypothesis/examples``) and replayed first on the next run.
 
 Both print the reproduce blob of a failing example (``print_blob``): paste the printed
 ``@reproduce_failure(...)`` line above the test to replay it. ``CAMPAIGN_FUZZ_EXAMPLES=N`` overrides the
@@ -27,7 +27,12 @@ from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.database import DirectoryBasedExampleDatabase
+
+# Hypothesis keeps caches (and the long profile's failures) here, outside the clone, not in ./.hypothesis
+HOME = Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache/campaign")) / "hypothesis"
+set_hypothesis_home_dir(HOME)
 
 _SLOW_BY_DESIGN = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large,
                    HealthCheck.large_base_example, HealthCheck.filter_too_much]
@@ -39,12 +44,10 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.generate, Phase.shrink], report_multiple_bugs=False)
 settings.register_profile(
     "long", max_examples=int(_examples) if _examples.isdigit() else 2000, derandomize=False,
-    database=DirectoryBasedExampleDatabase(
-        Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache/campaign")) / "hypothesis"),
+    database=DirectoryBasedExampleDatabase(HOME / "examples"),
     deadline=timedelta(seconds=15), print_blob=True, suppress_health_check=_SLOW_BY_DESIGN,
     report_multiple_bugs=True)
 settings.load_profile(os.environ.get("CAMPAIGN_FUZZ_PROFILE", "ci"))
-
 
 
 @pytest.fixture(scope="session", autouse=True)
