@@ -21,6 +21,8 @@ code from the class: 2 for input the user must fix, 1 for a run that failed.
 
 from __future__ import annotations
 
+from campaign.terminal import shown
+
 __all__ = [
     "AxisError",
     "CampaignError",
@@ -39,7 +41,14 @@ __all__ = [
 
 
 class CampaignError(Exception):
+    """Its text is one line whatever it quotes: a key, a path or a file name from an input may hold a
+    newline, an escape sequence or a bidi override, shown as visible escapes wherever the error is printed,
+    logged or recorded (``terminal.shown``, idempotent)."""
+
     exit_code = 1
+
+    def __str__(self) -> str:
+        return shown(super().__str__())
 
 
 class InputError(CampaignError):

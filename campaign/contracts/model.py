@@ -96,10 +96,13 @@ def _number_fields(model: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
 
 class StrictModel(BaseModel):
     """The one config every contract model shares. Numbers are strict: a boolean (YAML 1.1's ``yes``,
-    ``on``, ``true``) is refused where a number belongs, instead of becoming 1, located at its field."""
+    ``on``, ``true``) is refused where a number belongs, instead of becoming 1, located at its field; and
+    a number is finite, whatever spelled it (``.inf`` is refused by the loader, but ``inf`` and ``"1e400"``
+    are YAML strings that a float field would parse to infinity, which no engine takes and no canonical
+    form can write)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False,
-                              validate_default=True)
+                              validate_default=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

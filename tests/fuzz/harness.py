@@ -125,7 +125,7 @@ def _text(exc: BaseException) -> str:
 
 def run_bounded(call: Callable[[], Any], *, seconds: float = SECONDS) -> Outcome:
     """``call()`` in a forked child with ``seconds`` of wall time and MEGABYTES more address space."""
-    private_tmp = tempfile.mkdtemp(prefix="fuzz-child-tmp-")
+    private_tmp = tempfile.mkdtemp(prefix="child-tmp-", dir=_SCRATCH)
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
     pid = os.fork()

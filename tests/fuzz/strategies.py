@@ -13,7 +13,7 @@ import yaml
 from hypothesis import strategies as st
 
 __all__ = ["RAW_YAML_TOKENS", "SPECIAL_PATHS", "Raw", "file_names", "hostile_texts", "json_values",
-           "nasty_scalars", "special_path", "to_yaml", "walk_paths"]
+           "nasty_scalars", "special_path", "to_yaml", "walk_paths", "yaml_quoted"]
 
 # Pieces of text with a meaning to a terminal, to rich (markup, emoji codes, highlighting), to YAML, or
 # to a reader of one line.
@@ -154,6 +154,22 @@ def special_path(kind: str, where: Path) -> str:
     if kind == "root":
         return "/"
     raise ValueError(kind)
+
+
+def yaml_quoted(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar that reads back as exactly ``text``: controls, YAML's own line
+    breaks (NEL, LS, PS) and the BOM escaped; everything else, astral characters included, as itself (JSON's
+    surrogate-pair escapes are two lone surrogates to YAML)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif code < 0x20 or 0x7f <= code <= 0x9f or char in "\u2028\u2029\ufeff" or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
 def to_yaml(document: Any, *, flow: bool | None = False, unicode: bool = True) -> str:

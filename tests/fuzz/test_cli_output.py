@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.fuzz.harness import bad_terminal_chars, finding, run_bounded, scratch, where_raised
-from tests.fuzz.strategies import file_names, hostile_texts, json_values, to_yaml
+from tests.fuzz.strategies import file_names, hostile_texts, json_values, to_yaml, yaml_quoted
 from tests.fuzz.test_bundle_verifier import make_bundle
 from tests.fuzz.test_contract_loader import MINIMAL
 from tests.support.contracts import EXAMPLES
@@ -169,7 +169,7 @@ def test_texts_in_a_contract(text: str, place: str, command: str) -> None:
     document = copy.deepcopy(MINIMAL)
     if place == "duplicate-key":
         path = folder / "c.yaml"
-        key = json.dumps(text)
+        key = yaml_quoted(text)
         path.write_text(to_yaml(document) + f"{key}: 1\n{key}: 2\n", encoding="utf-8", errors="surrogatepass")
     else:
         place_text(document, place, text)

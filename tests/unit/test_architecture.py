@@ -19,8 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "campaign"
 
 # What each part of campaign may import (besides itself); ARCHITECTURE.md draws the same layers.
 MAY_IMPORT = {
-    "errors": set(),
     "terminal": set(),
+    "errors": {"terminal"},
     "fsutil": {"errors"},
     "signing": {"errors", "fsutil"},
     "contracts": {"errors", "fsutil", "signing", "__init__"},
