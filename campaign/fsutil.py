@@ -295,7 +295,7 @@ class JsonlAppender:
 # A journal is a few hundred lines; raw records of a long speed gate reach hundreds of MB (one line per
 # streamed event). Past these a file is not one this tool wrote.
 MAX_JSONL_BYTES = 2 << 30
-MAX_JSONL_LINE = 16 << 20
+MAX_JSONL_LINE = 256 << 20  # a vLLM teacher-forcing reply holds top-k for every prompt position
 
 
 def read_jsonl(path: Path, *, limit: int = MAX_JSONL_BYTES, what: str = "record file") -> list[dict[str, Any]]:

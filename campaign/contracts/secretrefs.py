@@ -66,10 +66,11 @@ SECRET_WORDS = frozenset({
 ABOUT_WORDS = frozenset({
     "file", "files", "path", "dir", "directory", "filename", "env", "var", "name", "header", "len", "length",
     "size", "count", "num", "max", "min", "limit", "ttl", "timeout", "expiry", "expires", "type", "mode",
-    "kind", "format", "url", "uri", "endpoint", "host", "port", "id", "ids",
+    "kind", "format", "url", "uri", "endpoint", "host", "port", "id", "ids", "threshold", "budget", "map",
+    "dtype", "rate", "policy",
 })
 _SCHEMES = frozenset({"bearer", "basic", "token"})  # "Bearer ${env:K}" is a reference with its scheme word
-_FLAG_WORDS = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off", ""})
+_FLAG_WORDS = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off", "none", "null", ""})
 # "token" after one of these names a vocabulary token (eos_token, pad_token), not a credential
 VOCABULARY_WORDS = frozenset({"bos", "eos", "eot", "eog", "pad", "unk", "sep", "cls", "mask", "stop", "start",
                               "end", "special", "image", "audio", "video", "think", "fim", "added"})
@@ -129,7 +130,11 @@ TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(rf"(?<![{_RUN}])(?:AKIA|ASIA)[0-9A-Z]{{16}}+(?![{_RUN}])"),       # AWS access key id
     re.compile(rf"(?<![{_RUN}])AIza[{_RUN}]{{35}}+(?![{_RUN}])"),                # Google API key
     re.compile(rf"(?<![{_RUN}])eyJ[{_RUN}]{{8,}}+\.[{_RUN}]{{2,}}+\.[{_RUN}]*+"),  # JWT (JWS, JWE)
-    re.compile(r"(?i)(?<![A-Za-z0-9])bearer[ \t]++([A-Za-z0-9._~+/=-]++)"),        # Bearer, any length
+    # Bearer, any length, of a value that is not a plain word: a digit or symbol in it, a capital after its
+    # first letter, or 20 letters ("a Bearer token proxy" is prose; a plain word under a credential name,
+    # `authorization: Bearer hunter`, is caught by the name)
+    re.compile(r"(?i)(?<![A-Za-z0-9])bearer[ \t]++((?=[A-Za-z]*+[0-9._~+/=-]|[A-Za-z](?-i:[a-z]*+[A-Z])|[A-Za-z]{20})"
+               r"[A-Za-z0-9._~+/=-]++)"),
 )
 # a pattern runs only where its literal start is in the text at all (a fast substring search); lower-cased
 # text for the case-blind ones
@@ -204,7 +209,7 @@ def open_pem_label(text: str) -> str | None:
 
 
 # (c) Opaque values: a long run of base64/base64url/alphanumeric characters that reads like random text.
-_LONG_WORD = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{20,}+={0,2}+")
+_LONG_WORD = re.compile(r"(?<![A-Za-z0-9+/_.-])[A-Za-z0-9+/_.-]{20,}+={0,2}+")
 _SEGMENT = re.compile(r"[A-Za-z0-9]++")
 _UNIT = re.compile(r"[A-Z][a-z]++|[a-z]++|[A-Z]++|[0-9]++")
 _HEX = re.compile(r"[0-9a-f]++|[0-9A-F]++")
@@ -221,7 +226,7 @@ def opaque(word: str) -> bool:
     letters = sum(map(len, kept))
     if letters < OPAQUE_MIN:
         return False
-    if sum(word.count(c) for c in "-_/") > letters / 8:  # names are cut by these; "+" is base64
+    if sum(word.count(c) for c in "-_/.") > letters / 8:  # names are cut by these; "+" is base64
         return False
     joined = "".join(kept)  # letters and digits only: a digit is there unless it is all letters
     if (joined.lower() != joined) + (joined.upper() != joined) + (not joined.isalpha()) < 2:
@@ -230,7 +235,18 @@ def opaque(word: str) -> bool:
     return letters / units <= (3.0 if letters < 40 else 3.5)
 
 
-def credential_spans(text: str, *, named: bool = False) -> list[tuple[int, int, str]]:
+# Names whose value is a model or a file (`--model`, `--tokenizer`, `--served-model-name`, `served_name`,
+# `model.path`): a Hugging Face id (`OpenGVLab/InternVL3-8B`) changes case as often as a random key, so the
+# opacity test is not applied there; the shapes still are.
+NAMES_A_MODEL = frozenset({"model", "tokenizer", "name", "path", "dir", "repo", "revision", "checkpoint", "file"})
+
+
+def names_a_model(name: str) -> bool:
+    words = name_words(name)
+    return bool(words) and words[-1] in NAMES_A_MODEL
+
+
+def credential_spans(text: str, *, named: bool = False, opaque_values: bool = True) -> list[tuple[int, int, str]]:
     """(start, end, what) of every credential shape in ``text``, sorted: known token prefixes, JWTs,
     Bearer values, Basic credentials, PEM private keys, URL user info, opaque values; with ``named``, also
     the value after a credential name in free text (``HF_TOKEN=x``, ``"api_key": "x"``, ``--api-key x``).
@@ -249,7 +265,7 @@ def credential_spans(text: str, *, named: bool = False) -> list[tuple[int, int, 
             spans += [(start, end, "a PEM private key") for start, end, _label, _closed in _pem_blocks(text)]
         if "://" in text:
             spans += _userinfo_spans(text)
-    if len(text) >= OPAQUE_MIN:
+    if opaque_values and len(text) >= OPAQUE_MIN:
         spans += [(m.start(), m.end(), "opaque value") for m in _LONG_WORD.finditer(text) if opaque(m.group())]
     if named:
         spans += named_values(text)
@@ -261,9 +277,10 @@ _WHAT = {"token": "the value looks like a token", "Basic credential": "the value
          "opaque value": "the value looks like a token (a long random-looking value)"}
 
 
-def token_shape(text: str) -> str | None:
-    """Why ``text`` holds a credential by its shape alone, or None."""
-    spans = credential_spans(text)
+def token_shape(text: str, *, under: str | None = None) -> str | None:
+    """Why ``text`` holds a credential by its shape alone, or None; ``under``: the key or option it is the
+    value of (a model's name is not judged by its opacity)."""
+    spans = credential_spans(text, opaque_values=under is None or not names_a_model(under))
     if not spans:
         return None
     what = spans[0][2]
@@ -322,7 +339,7 @@ def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str
             continue
         if is_secret_name(name) and credential_like(value):
             found.append((f"env.{name}", f"{name} names a credential"))
-        elif why := token_shape(value):
+        elif why := token_shape(value, under=name):
             found.append((f"env.{name}", why))
     for option, value in args:
         name, inline = _split_option(option) if option.startswith("-") else (option, None)
@@ -331,7 +348,7 @@ def literal_secrets(env: Mapping[str, str | None], args: Iterable[tuple[str, str
                 continue
             if name.startswith("-") and is_secret_name(name) and credential_like(written):
                 found.append((f"args.{option}", f"{name} takes a credential"))
-            elif why := token_shape(written):
+            elif why := token_shape(written, under=name):
                 found.append((f"args.{option}", why))
     return found
 
@@ -353,7 +370,7 @@ def _argv_secrets(items: list[Any], path: tuple[Any, ...]) -> list[tuple[tuple[A
     return found
 
 
-def secrets_anywhere(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+def secrets_anywhere(data: Any, path: tuple[Any, ...] = (), under: str | None = None) -> list[tuple[tuple[Any, ...], str]]:
     """(path, why) for every credential in a contract, wherever it is: any string shaped like one (a
     description, request defaults, a header, a URL, a model path, a key), a literal under a
     credential-named key (``authorization``, ``X-Api-Key``, ``DB_PASS``; not ``api_key_env``, which names a
@@ -366,12 +383,13 @@ def secrets_anywhere(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[
                 found.append((where, f"a key {why.removeprefix('the value ')}"))
             if isinstance(key, str) and is_secret_name(key) and _literal(value):
                 found.append((where, f"{key} takes a credential"))
-            found += secrets_anywhere(value, where)
+            found += secrets_anywhere(value, where, key if isinstance(key, str) else None)
     elif isinstance(data, list):
         found += _argv_secrets(data, path)
         for index, value in enumerate(data):
-            found += secrets_anywhere(value, (*path, index))
-    elif isinstance(data, str) and (why := token_shape(data)):
+            option = data[index - 1] if index and isinstance(data[index - 1], str) and data[index - 1].startswith("-") else None
+            found += secrets_anywhere(value, (*path, index), _split_option(option)[0] if option else under)
+    elif isinstance(data, str) and (why := token_shape(data, under=under)):
         found.append((path, why))
     return found
 
@@ -425,10 +443,18 @@ def raw_text_secrets(text: str, root: Any = None) -> tuple[int, str, str] | None
         index = bisect.bisect_right(starts, position) - 1
         return index >= 0 and position < comments[index][1]
 
-    hits = [(start, "comment" if in_comment(start) else "text", _WHAT.get(what, what))
-            for start, _end, what in credential_spans(text)[:1]]
+    # values and keys are checked as the data they are (secrets_anywhere, with what each is the value of);
+    # the text outside them is YAML's punctuation and the comments
+    hits = []
     for start, end in comments:
-        named = named_values(text[start:end])
+        comment = text[start:end]
+        spans = credential_spans(comment)
+        if spans:
+            hits.append((start + spans[0][0], "comment", _WHAT.get(spans[0][2], spans[0][2])))
+            break
+        # prose names credentials all the time ("# token: none needed, the model is public"); a named value
+        # counts only where it ends the comment, as a value written there would
+        named = [hit for hit in named_values(comment) if not comment[hit[1]:].strip()]
         if named:
             hits.append((start + named[0][0], "comment", named[0][2]))
             break

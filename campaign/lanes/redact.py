@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from campaign.contracts.resolve import EffectiveLane
+from campaign.fsutil import UnreadableFile, read_bounded
 from campaign.contracts.secretrefs import (REF, credential_like, credential_spans, is_secret_name, open_pem_label,
                                            referenced_names)
 from campaign.lanes.engines.registry import adapter_for
@@ -65,10 +66,10 @@ def _stored_key() -> bytes:
                 pass
             finally:
                 staged.unlink()
-        key = path.read_bytes()
+        key = read_bounded(path, 4096, what="redaction key")  # a FIFO or /dev/zero there is refused, not read
         if len(key) < 32:
             raise OSError(f"{path} is truncated")
-    except OSError:
+    except (OSError, UnreadableFile):
         key = _PROCESS_KEY
     else:
         check_private(path, "redaction key")  # anyone who reads it can test guesses against every digest
@@ -81,6 +82,10 @@ def lane_secrets(lane: EffectiveLane, environ: dict[str, str] | None = None) -> 
     environ = dict(os.environ) if environ is None else environ
     names = referenced_names([*lane.args, *lane.env.values()])
     return [environ[name] for name in names if environ.get(name)]
+
+
+_SESSION_PREFIXES = ("XDG_",)
+_SESSION_NAMES = frozenset({"DESKTOP_SESSION", "DBUS_SESSION_BUS_ADDRESS", "SESSION_MANAGER", "GDMSESSION"})
 
 
 def launch_secrets(argv: Iterable[str], env: dict[str, str], extra_names: Iterable[str] = ()) -> list[str]:
@@ -98,7 +103,10 @@ def launch_secrets(argv: Iterable[str], env: dict[str, str], extra_names: Iterab
                 found.append(value)
             elif i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
                 found.append(tokens[i + 1])  # a bare flag (`--api-key-file` then `--x`) has no value
-    found += [value for name, value in env.items() if is_secret_name(name) and value]
+    # a desktop login's session variables (XDG_SESSION_CLASS=user, DESKTOP_SESSION=ubuntu) name a session,
+    # not a credential; cutting their short values would cut ordinary words out of every command line
+    found += [value for name, value in env.items() if is_secret_name(name) and value
+              and not name.startswith(_SESSION_PREFIXES) and name not in _SESSION_NAMES]
     found += [os.environ[name] for name in extra_names if name and os.environ.get(name)]
     # a path (a key *file*) or a flag word is not the credential itself
     return [value for value in dict.fromkeys(found)

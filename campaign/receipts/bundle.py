@@ -28,7 +28,7 @@ from campaign.fsutil import (MAX_JSON_BYTES, UnreadableFile, atomic_write_json, 
                              open_regular, read_bounded)
 from campaign.signing import SigningKey, TrustedKeys
 
-__all__ = ["ENVELOPE", "MAX_BUNDLE_BYTES", "MAX_BUNDLE_FILES", "MAX_ENVELOPE_BYTES", "MAX_FOLDER_DEPTH",
+__all__ = ["ENVELOPE", "MAX_BUNDLE_BYTES", "MAX_BUNDLE_FILES", "MAX_FOLDER_BYTES", "MAX_ENVELOPE_BYTES", "MAX_FOLDER_DEPTH",
            "MAX_SIGNATURES", "PAYLOAD_TYPE", "PREDICATE_TYPE", "VerifiedBundle", "bundle_entries", "copy_bundle",
            "errors_named_as", "find_secrets", "pae", "require_bundle_folder", "sign_bundle", "verify_bundle"]
 
@@ -54,9 +54,13 @@ def _env_bytes(name: str, default: int) -> int:
 # snapshots, a raw record file and a result per gate and lane, logs), a few folders deep.
 MAX_BUNDLE_FILES = 10_000  # files, and folders apart: the walk and the manifest stop past it
 MAX_FOLDER_DEPTH = 32  # a window's deepest path is contract/inputs/<set>/<file>; walked without recursion
-# bytes in all, by the sizes the walk sees, before anything is hashed: raw records and logs, not
-# gigabytes (the same cap as an archive's unpacked bytes, and the same variable to lift it)
+# bytes an archive may unpack to disk, declared by its members (a bomb is refused unread)
 MAX_BUNDLE_BYTES = _env_bytes("CAMPAIGN_MAX_UNPACKED_BYTES", 2 * 1024**3)
+# bytes in a bundle folder, by the sizes the walk sees, before anything is hashed: a long window's raw
+# records reach gigabytes, so a folder gets more room than an archive unpacked to a temporary disk; hashing
+# streams, so the bound is on time (a 20 GiB sparse file is refused before it is read), never on memory.
+# The window that wrote a bundle signs it whatever its size; verifying one past this needs the variable.
+MAX_FOLDER_BYTES = _env_bytes("CAMPAIGN_MAX_BUNDLE_BYTES", 64 * 1024**3)
 # The envelope holds the statement base64-encoded: one subject (name and sha256, ~190 bytes encoded for
 # a 45-character name, ~410 for a 200-character one) per file, so MAX_BUNDLE_FILES subjects fit in 8 MiB;
 # a real envelope is kilobytes. The file is never read past the cap (a sparse 4 GiB one costs nothing),
@@ -74,7 +78,7 @@ class _Tree:
     folders: list[str] = field(default_factory=list)
 
 
-def _walk(bundle: Path) -> _Tree:
+def _walk(bundle: Path, *, max_bytes: int | None = MAX_FOLDER_BYTES) -> _Tree:
     """Every entry under ``bundle``, walked with a stack (never recursion) and refused, before any file
     is opened, past MAX_FOLDER_DEPTH, MAX_BUNDLE_FILES or MAX_BUNDLE_BYTES. A bundle is exactly its
     manifest, so anything the manifest cannot hold is an error: a symbolic link, a hard link (its bytes
@@ -89,9 +93,9 @@ def _walk(bundle: Path) -> _Tree:
                 for entry in entries:
                     seen = True
                     total += _walk_entry(entry, prefix + entry.name, depth, tree, stack)
-                    if total > MAX_BUNDLE_BYTES:
+                    if max_bytes is not None and total > max_bytes:
                         raise VerifyError(f"{_shown(prefix + entry.name)}: the bundle holds more than "
-                                          f"{MAX_BUNDLE_BYTES:,} bytes (CAMPAIGN_MAX_UNPACKED_BYTES); refused before "
+                                          f"{max_bytes:,} bytes (CAMPAIGN_MAX_BUNDLE_BYTES); refused before "
                                           "anything is hashed")
         except OSError as exc:
             raise VerifyError(f"{_shown(prefix) or './'}: cannot list the folder: {exc.strerror}") from None
@@ -147,8 +151,9 @@ def _kind(mode: int) -> str:
 
 
 def _bundle_files(bundle: Path) -> list[str]:
-    """Relative POSIX names of every regular file; an empty directory is an error here too."""
-    tree = _walk(bundle)
+    """Relative POSIX names of every regular file; an empty directory is an error here too. Used to sign:
+    the window that wrote the bundle signs it whatever its size."""
+    tree = _walk(bundle, max_bytes=None)
     if tree.empty:
         raise VerifyError(f"{_shown(tree.empty[0])}: an empty directory is not part of any bundle")
     return sorted(tree.files)

@@ -73,9 +73,10 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     while time.monotonic() < deadline:
         if popen.poll() is not None:
             _wait_quietly(pump, 10.0)  # its last words are on disk before they are read
-            with open(log_path, "rb") as handle:
-                handle.seek(offset)
-                text = handle.read().decode(errors="replace")
+            with open(log_path, "rb") as handle:  # the tail it wrote since it started, bounded
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(offset, size - (1 << 20)))
+                text = handle.read(1 << 20).decode(errors="replace")
             cause = classify_failure(text, popen.returncode)
             hint = f": {HINTS[cause]}" if cause in HINTS else f" ({cause})"
             raise RunError(f"daily {describe_exit(popen.returncode)} while loading{hint}; see {log_path}")

@@ -202,7 +202,7 @@ def test_lane_numbers_are_bounded(tmp_path: Path, setting: str, field: str, word
 
 @pytest.mark.parametrize("gate,field,words", [
     ("{kind: task, arithmetic: {count: 5, seed: 99999999999}, rule: {max_loss_upper: 0.5}}", "gates[0].arithmetic.seed",
-     "less than or equal to 2147483647"),
+     "less than or equal to 4294967295"),
     ("{kind: greedy, input: p, rule: {self_identical: '1/99999999'}}", "gates[0].rule.self_identical",
      "n is at most 1,000,000"),
     ("{kind: needle, rungs: [" + ", ".join(["128"] * 65) + "]}", "gates[0].rungs", "at most 64 items"),

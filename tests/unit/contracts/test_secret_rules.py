@@ -146,8 +146,11 @@ def basics(draw: st.DrawFn) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+# any token but a plain word ("a Bearer token proxy" is prose): a digit or symbol, a capital after the
+# first letter, or 20 letters
 bearers = st.builds(lambda scheme, token: f"{scheme} {token}", st.sampled_from(["Bearer", "bearer", "BEARER"]),
-                    st.text(alphabet=B64TOKEN, min_size=1, max_size=64))
+                    st.text(alphabet=B64TOKEN, min_size=1, max_size=64).filter(
+                        lambda t: not t.isalpha() or len(t) >= 20 or any(c.isupper() for c in t[1:])))
 google_keys = st.builds(lambda rest: "AIza" + rest, st.text(alphabet=B64URL, min_size=35, max_size=35))
 issuer_tokens = st.builds(lambda prefix, rest: prefix + rest,
                           st.sampled_from(["hf_", "sk-", "sk-proj-", "ghp_", "gho_", "github_pat_", "glpat-", "xoxb-"]),
