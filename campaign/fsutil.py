@@ -27,7 +27,7 @@ import orjson
 from campaign.errors import InputError
 
 __all__ = ["MAX_JSON_BYTES", "DuplicateKeyError", "JsonlAppender", "UnreadableFile",
-           "atomic_write_bytes", "atomic_write_json", "fsync_dir", "hash_regular_file", "jsonl_line",
+           "atomic_write_bytes", "atomic_write_json", "describe_mode", "fsync_dir", "hash_regular_file", "jsonl_line",
            "load_json_strict", "loads_strict", "MAX_JSONL_BYTES", "open_regular", "read_bounded", "read_jsonl",
            "read_text_bounded"]
 
@@ -69,7 +69,8 @@ def _kernel_devices() -> frozenset[tuple[int, int]]:
     return frozenset(devices)
 
 
-def _describe(mode: int) -> str:
+def describe_mode(mode: int) -> str:
+    """What a file is, in words, from its ``st_mode``: "a directory", "a FIFO (named pipe)", ..."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -78,7 +79,9 @@ def _describe(mode: int) -> str:
         return "a device"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "not a regular file"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
 @contextmanager
@@ -99,7 +102,7 @@ def open_regular(path: Path | str, *, what: str = "file") -> Iterator[int]:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise UnreadableFile(path, f"{what} is {_describe(info.st_mode)}, not a regular file")
+            raise UnreadableFile(path, f"{what} is {describe_mode(info.st_mode)}, not a regular file")
         if (os.major(info.st_dev), os.minor(info.st_dev)) in _kernel_devices():
             raise UnreadableFile(path, f"{what} lies on a kernel file system (proc, sys or dev), "
                                        "which is never an input, whatever --allow-path says")

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from campaign.contracts.hashing import canonical_json, sha256_file
 from campaign.contracts.secretrefs import looks_like_token
 from campaign.errors import CampaignError, InputError, RunError, VerifyError
-from campaign.fsutil import (MAX_JSON_BYTES, UnreadableFile, atomic_write_json, hash_regular_file, loads_strict,
-                             open_regular, read_bounded)
+from campaign.fsutil import (MAX_JSON_BYTES, UnreadableFile, atomic_write_json, describe_mode, hash_regular_file,
+                             loads_strict, open_regular, read_bounded)
 from campaign.signing import SigningKey, TrustedKeys
 
 __all__ = ["ENVELOPE", "MAX_BUNDLE_BYTES", "MAX_BUNDLE_FILES", "MAX_FOLDER_BYTES", "MAX_ENVELOPE_BYTES", "MAX_FOLDER_DEPTH",
@@ -119,7 +119,7 @@ def _walk_entry(entry: os.DirEntry[str], rel: str, depth: int, tree: _Tree,
         stack.append((entry.path, rel + "/", depth + 1))
         return 0
     if not stat.S_ISREG(info.st_mode):
-        raise VerifyError(f"{_shown(rel)}: not a regular file ({_kind(info.st_mode)})")
+        raise VerifyError(f"{_shown(rel)}: not a regular file ({describe_mode(info.st_mode)})")
     if info.st_nlink > 1:
         raise VerifyError(f"{_shown(rel)}: a hard link ({info.st_nlink} names); a bundle's files have one name")
     tree.files[rel] = info.st_size
@@ -134,20 +134,6 @@ def _shown(name: str) -> str:
     if name.isprintable():
         return name
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
 def _bundle_files(bundle: Path) -> list[str]:
@@ -268,7 +254,7 @@ def require_bundle_folder(bundle: Path) -> None:
         raise InputError(f"{bundle}: " + ("an archive, not a bundle folder: `campaign verify` reads archives; "
                                           "for anything else unpack it first (tar -xf) and name the folder"
                                           if archive else "a file, not a bundle folder"))
-    raise InputError(f"{bundle}: {_kind(info.st_mode)}, not a bundle folder")
+    raise InputError(f"{bundle}: {describe_mode(info.st_mode)}, not a bundle folder")
 
 
 def _unreadable_path(path: Path, exc: Exception) -> InputError:
