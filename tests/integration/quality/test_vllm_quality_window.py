@@ -107,7 +107,9 @@ def test_instrument_passes_on_both_bf16_lanes_with_its_drift_reported(bundle: Pa
         assert check["value"] == check["denominator"] >= 4 * 40
         drift = r["metrics"][f"instrument_max_drift_{who}"]["value"]
         mean = r["metrics"][f"instrument_mean_drift_{who}"]["value"]
-        assert 0 < mean < drift < 0.5  # bf16 decode and prefill kernels really differ, by tenths at most
+        # bf16 decode and prefill kernels differ by tenths at most; on some CPUs not at all (0.0 measured on
+        # one): what the instrument's tolerance relies on is the bound, not that they differ
+        assert 0 <= mean <= drift < 0.5
         assert r["metrics"][f"instrument_tolerance_{who}"]["value"] == 0.5
     assert any("max drift" in reason for reason in r["reasons"])
     summary = load_json_strict(bundle / "SUMMARY.json")
