@@ -39,7 +39,7 @@ _SLOW_BY_DESIGN = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, He
 _examples = os.environ.get("CAMPAIGN_FUZZ_EXAMPLES", "")
 
 settings.register_profile(
-    "ci", max_examples=int(_examples) if _examples.isdigit() else 20, derandomize=True, database=None,
+    "ci", max_examples=int(_examples) if _examples.isdigit() else 12, derandomize=True, database=None,
     deadline=timedelta(seconds=15), print_blob=True, suppress_health_check=_SLOW_BY_DESIGN,
     phases=[Phase.explicit, Phase.generate, Phase.shrink], report_multiple_bugs=False)
 settings.register_profile(

@@ -38,7 +38,7 @@ PIECES = ["[/x]", "[/]", "[bold red]OK verified[/]", "[link=file:///etc/passwd]x
 hostile = st.one_of(st.text(max_size=30),
                     st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), min_size=1, max_size=6)
                     .map("".join))
-FEW = settings(max_examples=60, derandomize=True, database=None, deadline=None,
+FEW = settings(max_examples=30, derandomize=True, database=None, deadline=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 _SGR = re.compile(r"\x1b\[[0-9;]*m")  # our own styling, should a forced colour system add it
 
