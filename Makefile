@@ -86,7 +86,7 @@ test: venv engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DO
 	test -x "$$bin_dir/llama-server" && test -x "$$lcp_python" || \
 	  { echo "make: an engine build is missing ($$bin_dir, $$lcp_python): run make engine engine-python"; exit 1; }; \
 	echo "make: test"; \
-	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs
+	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs --durations=25
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"

@@ -31,6 +31,7 @@ LABEL_FAILSAFE = "campaign.failsafe"
 SCRIPT = Path(__file__).with_name("boxwatchdog.py")
 ACK_WAIT = 30.0
 DRY_RUN_WAIT = 60.0
+REMOVE_WAIT = 30.0
 
 
 def _client(snap: dict[str, Any]) -> Any:
@@ -133,11 +134,12 @@ def arm(state: WindowState, spec: FailsafeSpec, endpoint: str) -> WindowState:
     where = _host(snap).url
     state = record_arming(state, "engine", spec.deadline, boot_clock=False)  # the box keeps its own clock
     generation = state.failsafe_generation
-    if state.failsafe_container:  # an earlier generation's (a resumed window): this one replaces it
-        try:
-            client.api.remove_container(state.failsafe_container, force=True)
-        except _failures():
-            pass
+    try:  # an earlier generation's (a resumed window) would restore the daily mid-window: gone before this one
+        _remove_window_watchdogs(client, state.window)
+    except _failures() as exc:
+        mark_disarmed(state)
+        raise PreflightError(f"failsafe watchdog on {where}: an earlier one of window {state.window} could not be "
+                             f"removed ({_why(exc)}); the incumbent was not touched") from exc
     try:
         box_deadline = _box_clock(client) + spec.deadline
         container = _create(snap, spec, state, name=f"campaign-failsafe-{state.window}-{generation}"[:120],
@@ -190,16 +192,41 @@ def disarm(state: WindowState) -> None:
     fresh = state.reload()
     if not fresh.failsafe_container:
         return
-    try:
-        _client(fresh.incumbent or {}).api.remove_container(fresh.failsafe_container, force=True)
+    try:  # every generation's: one an earlier removal missed is found by its label, not by the state's last id
+        _remove_window_watchdogs(_client(fresh.incumbent or {}), fresh.window)
     except _failures() as exc:
-        import docker.errors
-
-        if isinstance(exc, docker.errors.NotFound):
-            return
         raise RunError(f"failsafe watchdog {fresh.failsafe_container[:12]} on {_host(fresh.incumbent or {}).url} "
                        f"could not be removed ({_why(exc)}); it will find the daily serving and do nothing; "
                        "remove it with `campaign cleanup --remove`") from exc
+
+
+def _remove_window_watchdogs(client: Any, window: str) -> None:
+    """Remove every watchdog container of ``window`` on this engine and see them gone. A container its restart
+    policy is restarting can outlive one forced removal (the engine answers 409 while it is being removed), so
+    this asks again until the engine lists none, for up to REMOVE_WAIT seconds."""
+    import docker.errors
+
+    filters = {"label": [LABEL_FAILSAFE, f"campaign.window={window}"]}
+    waited = time.monotonic() + REMOVE_WAIT
+    while True:
+        left = [item["Id"] for item in client.api.containers(all=True, filters=filters)]
+        if not left:
+            return
+        for container in left:
+            try:
+                client.api.remove_container(container, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError:
+                if time.monotonic() > waited:
+                    raise
+        if time.monotonic() > waited:
+            still = [item["Id"] for item in client.api.containers(all=True, filters=filters)]
+            if still:
+                raise docker.errors.APIError(f"{len(still)} watchdog container(s) still listed after "
+                                             f"{REMOVE_WAIT:g}s of removal")
+            return
+        time.sleep(0.2)
 
 
 def stale_watchdogs(client: Any) -> list[dict[str, Any]]:
