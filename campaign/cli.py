@@ -209,9 +209,20 @@ def _side_by_side(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, 
     return [(k, show(a.get(k)), show(b.get(k))) for k in sorted(set(a) | set(b), key=str) if a.get(k) != b.get(k)]
 
 
+ACCEPT_DEFAULTS_HELP = ("Run a contract whose left-out fields this tool's defaults resolve otherwise than when it "
+                        "was frozen; the differences are recorded in the bundle and shown in its report.")
+
+
 @app.command()
-def schema() -> None:
-    """Print the contract JSON Schema (for editors)."""
+def schema(reference: bool = typer.Option(False, "--reference", help="Print the contract reference (markdown: every "
+                                                                     "field, type, unit, default and since which "
+                                                                     "version), as in docs/contract.md.")) -> None:
+    """Print the contract JSON Schema (for editors), or with --reference the contract reference."""
+    if reference:
+        from campaign.contracts.reference import contract_reference
+
+        sys.stdout.write(contract_reference() + "\n")
+        return
     from campaign.contracts.schema import Contract
 
     sys.stdout.write(json.dumps(Contract.model_json_schema(), indent=2) + "\n")
@@ -225,6 +236,7 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
         record: Optional[Path] = typer.Option(None, help="Freeze record (default: next to the contract)."),
         detach: bool = typer.Option(False, "--detach", help="Run in the background; print the window id and return."),
         allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP),
+        accept_tool_defaults: bool = typer.Option(False, "--accept-tool-defaults", help=ACCEPT_DEFAULTS_HELP),
         window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run a window of a frozen contract and write a signed receipt bundle. Several contracts run at once,
     one window per contract, each on its own boxes (the command waits for all)."""
@@ -234,13 +246,15 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
 
     key, trusted = load_signing_key(), load_trusted()
     if len(contracts) > 1:
-        _run_several(contracts, out_dir=out_dir, record=record, detach=detach, window_id=window_id, trusted=trusted)
+        _run_several(contracts, out_dir=out_dir, record=record, detach=detach, window_id=window_id, trusted=trusted,
+                     accept_tool_defaults=accept_tool_defaults)
         return
     contract = contracts[0]
     if detach:
         from campaign.window.detach import detach_window
 
-        window, bundle, _pid = detach_window(contract, out_dir=out_dir, record=record, trusted=trusted)
+        window, bundle, _pid = detach_window(contract, out_dir=out_dir, record=record, trusted=trusted,
+                                             accept_tool_defaults=accept_tool_defaults)
         out.print(f"window {window} started in the background; log: {bundle / 'runner.log'}")
         out.print(f"follow it with: campaign status {window}")
         return
@@ -248,7 +262,7 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
     from campaign.window.progress import WindowProgress
 
     outcome = run_window(contract, key=key, trusted=trusted, out_dir=out_dir, record_path=record,
-                         window_id=window_id, echo=WindowProgress(out))
+                         window_id=window_id, echo=WindowProgress(out), accept_tool_defaults=accept_tool_defaults)
     if not background:
         _print_outcome(outcome.summary, outcome.bundle)
     if not outcome.signed or outcome.summary.get("restore", {}).get("proved") is False:
@@ -256,7 +270,7 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
 
 
 def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path], detach: bool,
-                 window_id: Optional[str], trusted: Any) -> None:
+                 window_id: Optional[str], trusted: Any, accept_tool_defaults: bool) -> None:
     from campaign.window.several import run_several
 
     if record is not None or detach or window_id is not None:
@@ -267,7 +281,8 @@ def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path]
         for line in lines:
             out.print(line)
 
-    outcomes = run_several(contracts, out_dir=out_dir, trusted=trusted, show=show)
+    outcomes = run_several(contracts, out_dir=out_dir, trusted=trusted, show=show,
+                           accept_tool_defaults=accept_tool_defaults)
     table = Table("contract", "window", "signed", "daily", "decisions", "bundle")
     daily = {True: "proven back", None: "not stopped", False: "NOT proven back"}
     for item in outcomes:
@@ -281,14 +296,16 @@ def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path]
 
 @app.command()
 @one_line_errors
-def resume(window: str) -> None:
+def resume(window: str,
+           accept_tool_defaults: bool = typer.Option(False, "--accept-tool-defaults", help=ACCEPT_DEFAULTS_HELP)) -> None:
     """Continue a crashed or killed window from its journal (finished gates are not re-run)."""
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import resume_window
 
     from campaign.window.progress import WindowProgress
 
-    outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=WindowProgress(out))
+    outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=WindowProgress(out),
+                            accept_tool_defaults=accept_tool_defaults)
     _print_outcome(outcome.summary, outcome.bundle)
     if not outcome.signed:
         raise typer.Exit(1)
@@ -565,17 +582,35 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
 def rejudge(bundle: Path,
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Parent folder of the new bundle "
                                                                       "(default: next to BUNDLE)."),
-            trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
-    """Judge a verified bundle again with this version of the tool, into a new signed bundle; show what changed."""
+            trust: list[Path] = typer.Option([], help="Also trust this public key file."),
+            with_current_defaults: bool = typer.Option(
+                False, "--with-current-defaults", help="Sign the judgement by this tool's defaults where they differ "
+                                                       "from the rules the window was judged by (recorded in the new "
+                                                       "bundle); without it those rules are kept and the difference "
+                                                       "only shown.")) -> None:
+    """Judge a verified bundle again with this version of the tool, by the rules the window was judged by, into a
+    new signed bundle; show what changed, and what this tool's defaults would decide where they differ."""
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.rejudge import rejudge as do_rejudge
 
-    done = do_rejudge(bundle, key=load_signing_key(), trusted=load_trusted(trust), out_dir=out_dir)
+    done = do_rejudge(bundle, key=load_signing_key(), trusted=load_trusted(trust), out_dir=out_dir,
+                      with_current_defaults=with_current_defaults)
     for item in done.verdicts:
         change = f"  changed: {item.before or 'none'} -> {item.after}" if item.changed else ""
         out.print(f"{item.gate}/{item.candidate}: {item.after}{change}")
     if not any(item.changed for item in done.verdicts):
         out.print("no verdict changed")
+    if done.rules == "recorded none":
+        out.print("rules: the bundle records no effective contract (written before they were): this tool's defaults")
+    elif done.rule_changes:
+        signed, other = (("this tool's defaults", "the frozen rules") if done.rules == "this tool's defaults"
+                         else ("the frozen rules", "this tool's defaults"))
+        out.print(f"rules: signed by {signed}; this tool's defaults differ in {len(done.rule_changes)} field(s):")
+        for line in done.rule_changes:
+            out.print(f"  {line}")
+        for item in done.under_current_defaults:
+            verdict = f"{item.after}" + (f" (signed: {item.before})" if item.changed else " (the same)")
+            out.print(f"  by {other}: {item.gate}/{item.candidate}: {verdict}")
     out.print(f"bundle: {done.bundle}")
 
 

@@ -1,7 +1,11 @@
-"""Freezing: record the contract's canonical hash and every referenced file's sha256, signed.
+"""Freezing: record the contract's canonical hash, its effective form and every referenced file's sha256, signed.
 
 A frozen contract never changes; ``check_frozen`` refuses a run whose contract or any referenced file
-differs from its freeze record, and says what changed.
+differs from its freeze record, and says what changed. What the file says is not all that judges a window:
+every field it leaves out takes the tool's default, and a newer tool may have other defaults. So the record
+also holds the effective contract (every default resolved, as the freezing tool had them), and a tool whose
+defaults would judge the same file by other rules refuses to run it unless told to accept them
+(``--accept-tool-defaults``), which the bundle then records.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 import orjson
 
 from campaign import __version__
+from campaign.contracts.effective import effective_contract
 from campaign.contracts.hashing import canonical_json, canonical_sha256, sha256_bytes
 from campaign.contracts.load import LoadedContract, file_problem
 from campaign.contracts.model import INPUT_FILE_BYTES
@@ -23,9 +28,14 @@ from campaign.fsutil import (UnreadableFile, atomic_write_bytes, atomic_write_js
                              read_bounded)
 from campaign.signing import SigningKey, TrustedKeys
 
-__all__ = ["FREEZE_SCHEMA", "check_frozen", "default_record_path", "freeze", "freeze_record"]
+__all__ = ["FREEZE_SCHEMA", "ToolDefaultsChanged", "check_frozen", "default_record_path", "freeze", "freeze_record",
+           "tool_default_changes"]
 
 FREEZE_SCHEMA = "campaign.freeze/v1"
+
+
+class ToolDefaultsChanged(FrozenChanged):
+    """The contract is as frozen, but this tool's defaults would judge it by other rules."""
 
 
 def default_record_path(contract_path: Path) -> Path:
@@ -64,6 +74,7 @@ def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
             raise loaded.error((*where, "sha256"), f"{file.path} has sha256 {files[file.path]}, not the pinned "
                                                    f"{file.sha256}")
     canonical = loaded.canonical  # dumped once, for the hash and the record
+    effective = effective_contract(loaded)
     return {
         "schema": FREEZE_SCHEMA,
         "contract_file": loaded.path.name,
@@ -71,6 +82,9 @@ def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
             read_bounded(loaded.path, MAX_CONTRACT_BYTES, what="contract")),  # the bytes read at load
         "canonical_sha256": canonical_sha256(canonical),
         "canonical": canonical,
+        # what the file leaves out, as this tool resolves it: a later tool with other defaults is caught
+        "effective_sha256": canonical_sha256(effective),
+        "effective": effective,
         "files": files,
         "tool_version": __version__,
     }
@@ -109,8 +123,12 @@ def freeze(loaded: LoadedContract, key: SigningKey, record_path: Path | None = N
 
 
 @without_gc()
-def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys) -> dict[str, Any]:
-    """The verified freeze record, or ``FrozenChanged`` naming what differs."""
+def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys, *,
+                 accept_tool_defaults: bool = False) -> dict[str, Any]:
+    """The verified freeze record, or ``FrozenChanged`` naming what differs. A contract whose effective rules
+    under this tool differ from the frozen ones is ``ToolDefaultsChanged`` unless ``accept_tool_defaults``;
+    then the record comes back with ``accepted_tool_defaults`` (the differences, one line each) added, for
+    the bundle to carry."""
     if not record_path.exists():
         raise FrozenChanged(f"{loaded.path}: not frozen (no {record_path}); run `campaign freeze {loaded.path}`")
     record = load_json_strict(record_path)
@@ -125,7 +143,61 @@ def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys
     changes = describe_changes(record, current)
     if changes:
         raise FrozenChanged(f"{loaded.path}: changed since freezing at {record.get('frozen_at')}: {changes}")
-    return record
+    moved = tool_default_changes(record, current["effective"])
+    if moved and not accept_tool_defaults:
+        more = f" (and {len(moved) - 3} more)" if len(moved) > 3 else ""
+        raise ToolDefaultsChanged(
+            f"{loaded.path}: this tool ({__version__}) would judge it by other rules than were frozen at "
+            f"{record.get('frozen_at')} (tool {record.get('tool_version', 'unknown')}): {'; '.join(moved[:3])}{more}; "
+            "freeze it as a new version, or run with --accept-tool-defaults (recorded in the bundle)")
+    return {**record, "accepted_tool_defaults": moved} if moved else record
+
+
+def tool_default_changes(record: dict[str, Any], effective: dict[str, Any]) -> list[str]:
+    """Each field whose frozen effective value differs from ``effective`` (this tool's), as
+    ``gates[speed].rule.max_control_drift: frozen 0.1, this tool 0.25``. A record made before effective
+    contracts were frozen has nothing to compare: that is one difference, saying so."""
+    frozen = record.get("effective")
+    if not isinstance(frozen, dict):
+        return [f"the freeze record (tool {record.get('tool_version', 'unknown')}) holds no effective contract, "
+                "so every field the file leaves out takes this tool's default"]
+    return [f"{path}: frozen {_shown_value(old)}, this tool {_shown_value(new)}"
+            for path, old, new in _changed_values(frozen, effective)]
+
+
+_ABSENT = object()
+
+
+def _shown_value(value: Any) -> str:
+    if value is _ABSENT:
+        return "(no such field)"
+    text = canonical_json(value).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _item_key(item: Any, index: int) -> str:
+    """A list item's name in a path: a gate's id (its kind when it has none: gates[speed]), a lane's name,
+    else its index."""
+    if isinstance(item, dict):
+        for key in ("id", "name", "kind"):
+            if isinstance(item.get(key), str):
+                return item[key]
+    return str(index)
+
+
+def _changed_values(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += _changed_values(old.get(key, _ABSENT), new.get(key, _ABSENT),
+                                   f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new)):
+            out += _changed_values(a, b, f"{prefix}[{_item_key(a, i)}]")
+        return out
+    return [] if old == new else [(prefix or "<root>", old, new)]
 
 
 def describe_changes(frozen: dict[str, Any], current: dict[str, Any]) -> str:
@@ -146,15 +218,5 @@ def describe_changes(frozen: dict[str, Any], current: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new), key=str):
-            out += _changed_fields(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        out = []
-        for i, (a, b) in enumerate(zip(old, new)):
-            out += _changed_fields(a, b, f"{prefix}[{i}]")
-        return out
-    return [] if old == new else [prefix or "<root>"]
+def _changed_fields(old: Any, new: Any) -> list[str]:
+    return [path for path, _old, _new in _changed_values(old, new)]

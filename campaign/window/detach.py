@@ -20,12 +20,12 @@ __all__ = ["detach_window"]
 
 
 def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted: TrustedKeys,
-                  preflighted: bool = False) -> tuple[str, Path, int]:
+                  preflighted: bool = False, accept_tool_defaults: bool = False) -> tuple[str, Path, int]:
     """Pre-flight here (unless the caller just did), then the runner in a new session; returns the window id,
     its bundle and the runner's pid."""
     loaded = load_contract(contract)
     record = record or default_record_path(loaded.path)
-    check_frozen(loaded, record, trusted)
+    check_frozen(loaded, record, trusted, accept_tool_defaults=accept_tool_defaults)
     window = _window_id(loaded)
     held = claim(window, boxes_of(loaded))  # refused here, before the model is hashed on a busy box
     try:
@@ -38,7 +38,8 @@ def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted
     bundle.mkdir(parents=True)
     with open(bundle / "runner.log", "ab") as log:
         runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out_dir),
-                          "--record", str(record), "--window-id", window],
+                          "--record", str(record), "--window-id", window,
+                          *(["--accept-tool-defaults"] if accept_tool_defaults else [])],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          close_fds=True)
     return window, bundle, runner.pid

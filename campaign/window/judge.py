@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from campaign import __version__
+from campaign.contracts.effective import effective_contract
+from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.fsutil import atomic_write_bytes, atomic_write_json
@@ -162,6 +164,10 @@ def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: 
         "contract": {"name": loaded.contract.contract, "version": loaded.contract.version,
                      "canonical_sha256": loaded.canonical_sha256, "frozen_at": freeze_record.get("frozen_at"),
                      "freeze_keyid": (freeze_record.get("signature") or {}).get("keyid"),
+                     # the rules it was judged by (every default resolved), and how they differ from the frozen
+                     # ones when the run accepted this tool's defaults (--accept-tool-defaults)
+                     "effective_sha256": canonical_sha256(effective_contract(loaded)),
+                     "accepted_tool_defaults": list(freeze_record.get("accepted_tool_defaults") or []),
                      # folders outside the contract's own tree the runner let it read (--allow-path)
                      "allowed_paths": [str(p) for p in loaded.allowed_roots]},
         "lanes": {name: {"status": o.status, "cause": o.cause, "message": o.message,

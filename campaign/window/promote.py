@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from campaign.contracts.freeze import FREEZE_SCHEMA
 from campaign.contracts.hashing import canonical_json, sha256_file
+from campaign.contracts.effective import recorded_rules, with_rules
 from campaign.contracts.load import load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import REF
@@ -101,6 +102,11 @@ def _decide_verified(copy: Path, trusted: TrustedKeys, candidate: str | None,
     if not contracts:
         raise InputError(f"{copy / 'contract'}: the bundle holds no contract copy")
     loaded = load_contract(contracts[0], check_files=False)
+    # the promotion rule the window was judged by, whatever this tool's defaults now say
+    record = load_json_strict(copy / "contract" / "freeze.json")
+    rules, where = recorded_rules(copy / "contract", record if isinstance(record, dict) else {})
+    if rules is not None:
+        loaded = with_rules(loaded, rules, where)
     required = loaded.contract.promotion.requires if loaded.contract.promotion else []
     if not required:
         decision.refusals.append("the contract has no promotion rule naming the gates that must pass")

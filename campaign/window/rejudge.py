@@ -5,6 +5,11 @@ lanes' specs and snapshots. Those are copied into the new bundle first and judge
 signed is exactly what was judged; the source bundle is never written to. The new SUMMARY.json names
 its source by path, window id and the sha256 of its signed envelope, so a rejudge can be traced to the
 measurement it re-read, and a rejudge never passes for a window that ran.
+
+The rules are the ones the window was judged by (the bundle's effective contract), never this tool's
+defaults: a newer tool re-judges with today's code but yesterday's rules. Where this tool's defaults would
+set a rule otherwise, the rejudge also judges a scratch copy by them and reports, per gate, those rules and
+the verdict they would give; ``with_current_defaults`` signs that judgement instead, recording the change.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from campaign import __version__
+from campaign.contracts.effective import (EFFECTIVE_FILE, effective_contract, effective_document, recorded_rules,
+                                          with_rules)
+from campaign.contracts.freeze import tool_default_changes
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane
@@ -56,9 +65,15 @@ class Rejudged:
     bundle: Path
     source: Path
     verdicts: list[VerdictChange]
+    # how this tool's defaults would set the rules otherwise ("field: frozen X, this tool Y"), and per gate the
+    # verdict under the rules signed (before) and under this tool's defaults (after); empty when they agree
+    rule_changes: list[str] = dataclasses.field(default_factory=list)
+    under_current_defaults: list[VerdictChange] = dataclasses.field(default_factory=list)
+    rules: str = "frozen"  # what the signed judgement used: "frozen", "this tool's defaults", "recorded none"
 
 
-def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path | None = None) -> Rejudged:
+def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path | None = None,
+            with_current_defaults: bool = False) -> Rejudged:
     # verified and read from one private copy: a source changed after its check is never judged and signed
     with tempfile.TemporaryDirectory(prefix="campaign-rejudge-") as private:
         copy = Path(private) / "bundle"
@@ -68,10 +83,10 @@ def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Pat
                 verify_bundle(copy, trusted)
             except VerifyError as exc:
                 raise InputError(f"{source}: refusing to rejudge a bundle that does not verify: {exc}") from exc
-            return _rejudge_verified(copy, source, key=key, out_dir=out_dir)
+            return _rejudge_verified(copy, source, key=key, out_dir=out_dir, current=with_current_defaults)
 
 
-def _rejudge_verified(copy: Path, source: Path, *, key: SigningKey, out_dir: Path | None) -> Rejudged:
+def _rejudge_verified(copy: Path, source: Path, *, key: SigningKey, out_dir: Path | None, current: bool) -> Rejudged:
     before = load_json_strict(copy / "SUMMARY.json")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = (out_dir if out_dir is not None else source.resolve().parent) / f"{source.resolve().name}.rejudged-{stamp}"
@@ -82,34 +97,70 @@ def _rejudge_verified(copy: Path, source: Path, *, key: SigningKey, out_dir: Pat
     shutil.rmtree(partial, ignore_errors=True)
     try:
         with errors_named_as(partial, source):  # judged from copies of the source; errors name the source
-            _build(copy, source, partial, before, key)
+            rules, changes, other = _build(copy, source, partial, before, key, current)
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     after = load_json_strict(target / "SUMMARY.json")
-    return Rejudged(bundle=target, source=source, verdicts=_compare(before, after))
+    signed = {(c.gate, c.candidate): c.after for c in _compare(before, after)}
+    what_if = [VerdictChange(gate=gate, candidate=candidate, before=signed.get((gate, candidate)), after=verdict)
+               for (gate, candidate), verdict in other.items()]
+    return Rejudged(bundle=target, source=source, verdicts=_compare(before, after), rule_changes=changes,
+                    under_current_defaults=what_if, rules=rules)
 
 
-def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: SigningKey) -> None:
+def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: SigningKey,
+           current: bool) -> tuple[str, list[str], dict[tuple[str, str], str]]:
+    """Judge the copied measurement into ``bundle`` and sign it; returns which rules were signed, how this
+    tool's defaults differ from the recorded rules, and the verdicts under whichever rules were not signed
+    (this tool's defaults, or with ``current`` the recorded ones)."""
     started = time.time()
-    bundle.mkdir(parents=True)
-    for name in COPIED:
-        if (copy / name).is_dir():
-            shutil.copytree(copy / name, bundle / name, symlinks=True, copy_function=shutil.copyfile)
+    _copy_measurement(copy, bundle)
     freeze_record = load_json_strict(bundle / "contract" / "freeze.json")
-    loaded = _contract(bundle, freeze_record)
+    as_written = _contract(bundle, freeze_record)
+    recorded, where = recorded_rules(bundle / "contract", freeze_record)
+    by_recorded = with_rules(as_written, recorded, where) if recorded is not None else as_written
+    changes = tool_default_changes({"effective": recorded}, effective_contract(as_written)) if recorded else []
+    rules = "this tool's defaults" if current and changes else "frozen" if recorded is not None else "recorded none"
+    loaded, other_rules = (as_written, by_recorded) if current else (by_recorded, as_written)
     lanes = _lane_outcomes(before)
+    other: dict[tuple[str, str], str] = {}
+    if changes:  # judged again in a scratch copy by the rules not signed, to say what they would decide
+        with tempfile.TemporaryDirectory(prefix="campaign-rejudge-other-") as scratch:
+            _copy_measurement(copy, Path(scratch) / "b")
+            other = {(r.gate, r.candidate): r.verdict.value
+                     for r in judge_bundle(other_rules, build_gates(other_rules, Path(scratch) / "b"), lanes,
+                                           Path(scratch) / "b")}
     results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
+    if current and changes:  # the signed rules are this tool's: its effective contract replaces the recorded one
+        atomic_write_json(bundle / "contract" / EFFECTIVE_FILE, effective_document(loaded, __version__, changes))
     atomic_write_json(bundle / "source.json", source_snapshot())
     window = str(before.get("window") or source.name)
-    summary = summarize(loaded, freeze_record, window, started, "complete", lanes, results)
+    accepted = changes if current else list((_recorded_document(bundle) or {}).get("accepted_tool_defaults") or [])
+    summary = summarize(loaded, {**freeze_record, "accepted_tool_defaults": accepted}, window, started, "complete",
+                        lanes, results)
     # the measurement's facts are the source window's, not this command's
     summary.update({k: before[k] for k in ("started_at", "ended_at", "duration", "resumed", "restore") if k in before})
     summary["rejudge"] = {"source": {"path": str(source.resolve()), "window": before.get("window"),
                                      "envelope_sha256": sha256_file(copy / ENVELOPE)},
-                          "rejudged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
+                          "rejudged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                          "rules": rules, "rules_differ_under_this_tool": changes}
     atomic_write_json(bundle / "SUMMARY.json", summary)
     sign_bundle(bundle, key, {**predicate(loaded, window), "rejudge_of": summary["rejudge"]["source"]})
+    return rules, changes, other
+
+
+def _copy_measurement(copy: Path, bundle: Path) -> None:
+    bundle.mkdir(parents=True)
+    for name in COPIED:
+        if (copy / name).is_dir():
+            shutil.copytree(copy / name, bundle / name, symlinks=True, copy_function=shutil.copyfile)
+
+
+def _recorded_document(bundle: Path) -> dict[str, Any] | None:
+    path = bundle / "contract" / EFFECTIVE_FILE
+    document = load_json_strict(path, what="effective contract") if path.exists() else None
+    return document if isinstance(document, dict) else None
 
 
 def _contract(bundle: Path, freeze_record: dict[str, Any]) -> LoadedContract:

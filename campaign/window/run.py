@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from campaign import __version__
+from campaign.contracts.effective import EFFECTIVE_FILE, effective_document
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.hashing import sha256_bytes, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
@@ -65,10 +67,10 @@ def _window_id(loaded: LoadedContract) -> str:
 
 def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path = Path("runs"),
                record_path: Path | None = None, window_id: str | None = None,
-               echo: Callable[[str], None] | None = None) -> WindowOutcome:
+               echo: Callable[[str], None] | None = None, accept_tool_defaults: bool = False) -> WindowOutcome:
     loaded = load_contract(contract_path)
     record_path = record_path or default_record_path(loaded.path)
-    freeze_record = check_frozen(loaded, record_path, trusted)
+    freeze_record = check_frozen(loaded, record_path, trusted, accept_tool_defaults=accept_tool_defaults)
     window_id = window_id or _window_id(loaded)
     boxes = boxes_of(loaded)
     # claimed before pre-flight: its model hash reads the whole model on the box, which a window measuring
@@ -93,7 +95,7 @@ def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, ou
 
 
 def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
-                  echo: Callable[[str], None] | None = None) -> WindowOutcome:
+                  echo: Callable[[str], None] | None = None, accept_tool_defaults: bool = False) -> WindowOutcome:
     """Continue a crashed or killed window from its journal; finished gate work is not redone."""
     window_id = Path(target).name
     try:
@@ -112,7 +114,7 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
     if (bundle / ENVELOPE).exists():
         raise InputError(f"window {window_id} already finished and was signed; nothing to resume")
     loaded = load_contract(state.contract, allow_paths=[Path(p) for p in state.allowed_paths])
-    freeze_record = check_frozen(loaded, Path(state.record), trusted)
+    freeze_record = check_frozen(loaded, Path(state.record), trusted, accept_tool_defaults=accept_tool_defaults)
     held = claim(window_id, boxes_of(loaded))
     model_paths = preflight(loaded, ports=False)
     _refuse_a_mixed_resume(bundle, loaded, model_paths)
@@ -403,7 +405,7 @@ def _open(w: _Window, journal: Any) -> list[Gate]:
                      canonical_sha256=loaded.canonical_sha256)
     if not w.resumed or not (w.bundle / "source.json").exists():
         # a first start killed before source.json was written measured nothing: what runs now is the first
-        _copy_contract(loaded, w.record_path, w.bundle)
+        _copy_contract(loaded, w.record_path, w.bundle, accepted=w.freeze_record.get("accepted_tool_defaults") or [])
         for lane in loaded.lanes.values():  # every lane as meant, booted or not (a rejudge reads them all)
             atomic_write_json(w.bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
         atomic_write_json(w.bundle / "source.json", source_snapshot())
@@ -669,10 +671,12 @@ def _redacted_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
     return redacted
 
 
-def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path) -> None:
-    """The frozen contract, its record and its input files go into the bundle; gates read these copies."""
+def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path, *, accepted: list[str]) -> None:
+    """The frozen contract, its record and its input files go into the bundle; gates read these copies. Beside
+    them the effective contract this window is judged by: what judges it again later reads its rules there."""
     target = bundle / "contract"
     target.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(target / EFFECTIVE_FILE, effective_document(loaded, __version__, accepted))
     # read bounded, never shutil.copyfile: a path swapped for /dev/zero since the freeze check would fill the disk
     atomic_write_bytes(target / loaded.path.name, read_bounded(loaded.path, MAX_CONTRACT_BYTES, what="contract"))
     atomic_write_bytes(target / "freeze.json", read_bounded(record_path, MAX_JSON_BYTES, what="freeze record"))

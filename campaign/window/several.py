@@ -29,14 +29,15 @@ __all__ = ["run_several"]
 
 
 def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
-                show: Callable[[list[str]], None], every: float = 2.0) -> list[dict[str, Any]]:
+                show: Callable[[list[str]], None], every: float = 2.0,
+                accept_tool_defaults: bool = False) -> list[dict[str, Any]]:
     """Start a window per contract and wait for all; returns one outcome per window."""
     if len({c.resolve() for c in contracts}) != len(contracts):
         raise InputError("a contract is named twice: one window per contract")
     boxes = {}
     for path in contracts:
         loaded = load_contract(path)
-        check_frozen(loaded, default_record_path(loaded.path), trusted)
+        check_frozen(loaded, default_record_path(loaded.path), trusted, accept_tool_defaults=accept_tool_defaults)
         boxes[str(path)] = boxes_of(loaded)
     clash = overlapping(boxes)
     if clash:
@@ -54,7 +55,7 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
     try:
         for path in contracts:
             window, bundle, pid = detach_window(path, out_dir=out_dir, record=None, trusted=trusted,
-                                                preflighted=True)
+                                                preflighted=True, accept_tool_defaults=accept_tool_defaults)
             started.append((path, window, bundle, pid))
         show([f"window {window} started for {path} on {', '.join(b.name for b in boxes[str(path)])}"
               for path, window, _, _ in started])

@@ -120,3 +120,55 @@ def test_a_bundle_without_lane_specs_is_refused_and_leaves_nothing(tmp_path: Pat
     with pytest.raises(InputError, match="lanes/base/spec.json: missing"):
         rejudge(broken, key=load_signing_key(), trusted=load_trusted(), out_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _window_whose_lanes_differ(tmp_path: Path) -> Path:
+    """A signed window judged by its frozen rules, in which the candidate's replies differ from the control's:
+    no rule on cross-identity was written, so under the frozen default (none) greedy passes."""
+    from campaign.fsutil import JsonlAppender
+
+    bundle, loaded = window_bundle(tmp_path)
+    (bundle / "raw" / "greedy" / "spec.jsonl").unlink()
+    with JsonlAppender(bundle / "raw" / "greedy" / "spec.jsonl") as sink:
+        for repeat in range(2):
+            for pid in ("capital", "haiku", "fib"):
+                sink.append({"tags": {"prompt": pid, "repeat": repeat}, "status": 200, "request": {"temperature": 0},
+                             "response": {"choices": [{"message": {"content": f"another {pid}"}, "finish_reason": "stop"}],
+                                          "usage": {"completion_tokens": 5}}})
+    lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
+    results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
+    summary = summarize(loaded, {}, bundle.name, 0.0, "complete", lanes, results)
+    summary["restore"] = {"incumbent": None}
+    atomic_write_json(bundle / "SUMMARY.json", summary)
+    sign_bundle(bundle, load_signing_key(), predicate(loaded, bundle.name))
+    return bundle
+
+
+def test_a_rejudge_keeps_the_frozen_rules_and_shows_what_the_tool_defaults_would_decide(tmp_path: Path) -> None:
+    from campaign.contracts.gatespecs import GreedyRule
+    from tests.support.schema import patched_default
+
+    source = _window_whose_lanes_differ(tmp_path)
+    assert load_json_strict(source / "SUMMARY.json")["candidates"]["spec"]["gates"]["greedy"]["verdict"] == "PASS"
+    with patched_default(GreedyRule, "cross_identical", "3/3"):  # a newer tool judging cross-identity by default
+        kept = rejudge(source, key=load_signing_key(), trusted=load_trusted(), out_dir=tmp_path / "kept")
+        moved = rejudge(source, key=load_signing_key(), trusted=load_trusted(), out_dir=tmp_path / "moved",
+                        with_current_defaults=True)
+    line = 'gates[greedy].rule.cross_identical: frozen null, this tool "3/3"'
+    # by default the signed verdict is the frozen rules'; the tool's defaults' verdict is only reported
+    assert kept.rules == "frozen" and kept.rule_changes == [line]
+    assert [(c.gate, c.after, c.changed) for c in kept.verdicts] == [("greedy", "PASS", False)]
+    assert [(c.gate, c.before, c.after) for c in kept.under_current_defaults] == [("greedy", "PASS", "FAIL")]
+    summary = load_json_strict(kept.bundle / "SUMMARY.json")
+    assert summary["rejudge"]["rules"] == "frozen" and summary["contract"]["accepted_tool_defaults"] == []
+    # asked to, it signs the judgement by the tool's defaults beside the old one, and records why
+    assert moved.rules == "this tool's defaults"
+    assert [(c.gate, c.before, c.after) for c in moved.verdicts] == [("greedy", "PASS", "FAIL")]
+    summary = load_json_strict(moved.bundle / "SUMMARY.json")
+    assert summary["contract"]["accepted_tool_defaults"] == [line]
+    effective = load_json_strict(moved.bundle / "contract" / "effective.json")
+    assert effective["contract"]["gates"][0]["rule"]["cross_identical"] == "3/3"
+    for bundle in (kept.bundle, moved.bundle):
+        verify_bundle(bundle, load_trusted())
+    # the same canonical contract: what the file says is unchanged, only the rules applied to it
+    assert summary["contract"]["canonical_sha256"] == load_json_strict(source / "SUMMARY.json")["contract"]["canonical_sha256"]

@@ -1,0 +1,65 @@
+"""The effective contract: every field resolved, defaults included, as one tool version resolves them.
+
+The file a user freezes says only what they wrote; the rules a window is judged by also hold every default
+the tool fills in. Freezing records this form beside the canonical one, a bundle carries the form its
+window was judged by (``contract/effective.json``), and whatever judges a bundle again (``rejudge``,
+``promote``) reads the rules from there, never from the defaults of the tool that happens to run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from campaign.contracts.hashing import canonical_sha256
+from campaign.errors import InputError
+from campaign.fsutil import load_json_strict
+
+__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "effective_contract", "effective_document", "recorded_rules", "with_rules"]
+
+EFFECTIVE_FILE = "effective.json"
+EFFECTIVE_SCHEMA = "campaign.effective/v1"
+
+
+def effective_contract(loaded: Any) -> dict[str, Any]:
+    """The contract with every default resolved by this tool: the rules a window of it is judged by."""
+    return loaded.contract.model_dump(mode="json")
+
+
+def effective_document(loaded: Any, tool_version: str, accepted: list[str]) -> dict[str, Any]:
+    """``contract/effective.json``: the rules this window is judged by, the tool that resolved them, and
+    the differences from the frozen rules it ran under (``--accept-tool-defaults``), if any."""
+    effective = effective_contract(loaded)
+    return {"schema": EFFECTIVE_SCHEMA, "tool_version": tool_version, "effective_sha256": canonical_sha256(effective),
+            "accepted_tool_defaults": accepted, "contract": effective}
+
+
+def with_rules(loaded: Any, rules: dict[str, Any], where: Path) -> Any:
+    """``loaded`` judged by ``rules`` (an effective contract): every field as those rules set it, whatever this
+    tool's defaults are; its canonical form and hash stay the file's. A field this tool no longer knows is
+    an InputError naming ``where``."""
+    from campaign.contracts.schema import Contract
+
+    try:
+        contract = Contract.model_validate(rules)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(part) for part in first["loc"])
+        raise InputError(f"{where}: the rules it holds are not ones this tool can apply: {at}: {first['msg']}") from None
+    return dataclasses.replace(loaded, contract=contract, written=loaded.canonical)
+
+
+def recorded_rules(folder: Path, freeze_record: dict[str, Any]) -> tuple[dict[str, Any] | None, Path]:
+    """The effective contract a bundle's window was judged by: its ``effective.json``, else (a bundle written
+    before those were) the freeze record's; None when neither holds one (judged by this tool's defaults)."""
+    path = folder / EFFECTIVE_FILE
+    if path.exists():
+        document = load_json_strict(path, what="effective contract")
+        if not isinstance(document, dict) or not isinstance(document.get("contract"), dict):
+            raise InputError(f"{path}: not an effective contract (no `contract` object)")
+        return document["contract"], path
+    frozen = freeze_record.get("effective")
+    return (frozen, folder / "freeze.json") if isinstance(frozen, dict) else (None, path)

@@ -1,0 +1,75 @@
+"""Frozen means frozen: what a contract leaves out is frozen as the freezing tool resolved it, and a tool with
+other defaults refuses to judge it by them unless told to, naming each field with both values."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from campaign.contracts.freeze import ToolDefaultsChanged, check_frozen, freeze
+from campaign.contracts.gatespecs import GreedySpec
+from campaign.contracts.hashing import canonical_json, canonical_sha256
+from campaign.contracts.load import load_contract
+from campaign.fsutil import atomic_write_json, load_json_strict
+from campaign.signing import init_keys, load_signing_key, load_trusted
+from tests.support.contracts import demo_like, write_contract
+from tests.support.schema import patched_default
+
+
+@pytest.fixture
+def frozen(tmp_path: Path) -> Path:
+    """demo_like without max_tokens: the greedy gate takes the schema's default (64)."""
+    init_keys()
+    body = textwrap.dedent(demo_like(18000)).replace("    max_tokens: 24\n", "")
+    path = write_contract(tmp_path, body)
+    assert "max_tokens" not in path.read_text()
+    freeze(load_contract(path), load_signing_key())
+    return path
+
+
+def _record(path: Path) -> Path:
+    return path.with_name("c.freeze.json")
+
+
+def test_the_record_holds_the_effective_contract_with_every_default(frozen: Path) -> None:
+    record = load_json_strict(_record(frozen))
+    assert record["effective"]["gates"][0]["max_tokens"] == 64  # not written: the default, as resolved then
+    assert "max_tokens" not in record["canonical"]["gates"][0]
+    assert record["effective_sha256"] == canonical_sha256(record["effective"])
+    assert check_frozen(load_contract(frozen), _record(frozen), load_trusted()) == record
+
+
+def test_a_changed_default_is_refused_naming_the_field_and_both_values(frozen: Path) -> None:
+    with patched_default(GreedySpec, "max_tokens", 32):
+        with pytest.raises(ToolDefaultsChanged) as refused:
+            check_frozen(load_contract(frozen), _record(frozen), load_trusted())
+        accepted = check_frozen(load_contract(frozen), _record(frozen), load_trusted(), accept_tool_defaults=True)
+    text = str(refused.value)
+    assert "gates[greedy].max_tokens: frozen 64, this tool 32" in text
+    assert "freeze it as a new version" in text and "--accept-tool-defaults" in text
+    assert accepted["accepted_tool_defaults"] == ["gates[greedy].max_tokens: frozen 64, this tool 32"]
+    # what the file says did not change, so its hash did not: only the rules resolved from it did
+    assert load_contract(frozen).canonical_sha256 == load_json_strict(_record(frozen))["canonical_sha256"]
+
+
+def test_a_default_the_contract_sets_itself_is_not_a_change(tmp_path: Path) -> None:
+    init_keys()
+    path = write_contract(tmp_path, demo_like(18000))  # max_tokens: 24, written
+    freeze(load_contract(path), load_signing_key())
+    with patched_default(GreedySpec, "max_tokens", 32):
+        record = check_frozen(load_contract(path), _record(path), load_trusted())
+    assert "accepted_tool_defaults" not in record
+
+
+def test_a_record_from_before_effective_contracts_is_refused_unless_accepted(frozen: Path) -> None:
+    record = load_json_strict(_record(frozen))
+    old = {k: v for k, v in record.items() if k not in ("effective", "effective_sha256", "signature")}
+    old["tool_version"] = "0.9.0"
+    key = load_signing_key()
+    atomic_write_json(_record(frozen), {**old, "signature": {"keyid": key.keyid, "sig": key.sign(canonical_json(old))}})
+    with pytest.raises(ToolDefaultsChanged, match=r"tool 0\.9\.0\) holds no effective contract"):
+        check_frozen(load_contract(frozen), _record(frozen), load_trusted())
+    accepted = check_frozen(load_contract(frozen), _record(frozen), load_trusted(), accept_tool_defaults=True)
+    assert len(accepted["accepted_tool_defaults"]) == 1
