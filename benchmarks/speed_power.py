@@ -1,8 +1,11 @@
 """How often does the speed gate decide, and how often wrongly? The old design against the new, by
 simulation with the noise measured here.
 
-The noise is read from real bundles (``--bundle``, default: every window under runs/ whose speed gate
-has 3+ control boots): per level, the control boots' log values give
+The noise is read from real bundles' control boots, kept in ``benchmarks/data/speed_noise.json`` (the
+per-boot, per-prompt tok/s of every speed level with 3+ control boots, with the machine, engine, model and
+date they were measured on), so a clone reproduces the README's table; ``--bundle`` reads other bundles
+instead and ``--extract`` writes their figures to that file. With no figures it refuses to run, unless
+``--assume-noise`` says to simulate a stated, made-up noise. Per level, the control boots' log values give
 
 * boot-to-boot SD: the scatter of each boot's mean over prompts around a straight drift line;
 * prompt SD: what is left per prompt and boot once the boot and the prompt are taken out (the
@@ -22,8 +25,9 @@ Printed per design and true change: PASS / FAIL / INCONCLUSIVE rates (the old de
 "bar not met") and the mean number of boots. A/A (true change 0) PASS is the false-positive rate;
 nominal is 2.5% (one side of a 95% two-sided CI); at the +5% bar it is lower still.
 
-    python benchmarks/speed_power.py                       # the README's figures
-    python benchmarks/speed_power.py --runs 4000 --boot-sd 0.03 --prompt-sd 0.02
+    python benchmarks/speed_power.py                       # the README's figures (the committed noise)
+    python benchmarks/speed_power.py --bundle runs/W1 --bundle runs/W2 --extract   # new noise from bundles
+    python benchmarks/speed_power.py --assume-noise --boot-sd 0.03 --prompt-sd 0.02  # a noise of your own
 """
 
 from __future__ import annotations
@@ -46,31 +50,43 @@ from campaign.gates.speed.sequential import BootValues, estimate, look, look_con
 EFFECTS = (0.0, 0.05, 0.10, 0.25)
 
 
-def noise_from_bundles(paths: list[Path]) -> dict[str, float] | None:
-    """Pooled over every level of every speed result with 3+ control boots on 2+ prompts."""
-    boot_var, prompt_var, drifts, weights = [], [], [], []
+DATA = Path(__file__).resolve().parent / "data" / "speed_noise.json"
+
+
+def levels_from_bundles(paths: list[Path]) -> list[dict]:
+    """Every speed level with 3+ control boots on 2+ prompts: its control boots' tok/s, boots x prompts."""
+    found = []
     for path in paths:
         # one candidate's result per gate: every candidate's result repeats the same control boots
         for result in [next(iter(sorted(d.glob("*.json"))), None) for d in sorted((path / "gates").glob("speed*"))]:
             if result is None:
                 continue
             levels = json.loads(result.read_text()).get("details", {}).get("levels", {})
-            for entry in levels.values():
+            for level, entry in levels.items():
                 rows = entry.get("prompts") or []
                 roles = [k for k in (rows[0] if rows else {}) if k == "control" or k.startswith("control_rerun")]
                 table = [[row.get(role) for role in roles] for row in rows]
                 table = [r for r in table if all(v and v > 0 for v in r)]
                 if len(roles) < 3 or len(table) < 2:
                     continue
-                y = np.log(np.array(table)).T  # boots x prompts
-                means = y.mean(axis=1)
-                position = np.arange(len(means), dtype=float)
-                slope, intercept = np.polyfit(position, means, 1)
-                boot_var.append(float(np.sum((means - (intercept + slope * position)) ** 2) / (len(means) - 2)))
-                residual = y - means[:, None] - y.mean(axis=0)[None, :] + y.mean()
-                prompt_var.append(float(np.sum(residual ** 2) / ((y.shape[0] - 1) * (y.shape[1] - 1))))
-                drifts.append(float(slope) / 2)  # a control boot every second position
-                weights.append(len(means))
+                found.append({"bundle": path.name, "gate": result.parent.name, "level": level,
+                              "boots": [list(boot) for boot in zip(*table)]})
+    return found
+
+
+def noise_from_levels(levels: list[dict]) -> dict[str, float] | None:
+    """Pooled over the levels: boot-to-boot SD around the drift line, prompt SD, drift per position."""
+    boot_var, prompt_var, drifts, weights = [], [], [], []
+    for item in levels:
+        y = np.log(np.array(item["boots"], dtype=float))  # boots x prompts
+        means = y.mean(axis=1)
+        position = np.arange(len(means), dtype=float)
+        slope, intercept = np.polyfit(position, means, 1)
+        boot_var.append(float(np.sum((means - (intercept + slope * position)) ** 2) / (len(means) - 2)))
+        residual = y - means[:, None] - y.mean(axis=0)[None, :] + y.mean()
+        prompt_var.append(float(np.sum(residual ** 2) / ((y.shape[0] - 1) * (y.shape[1] - 1))))
+        drifts.append(float(slope) / 2)  # a control boot every second position
+        weights.append(len(means))
     if not weights:
         return None
     w = np.array(weights, dtype=float)
@@ -125,8 +141,14 @@ def new_design(rng: np.random.Generator, effect: float, prompts: int, noise: dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bundle", type=Path, action="append", help="bundles to read the noise from")
-    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--bundle", type=Path, action="append", help="bundles to read the noise from (instead of "
+                                                                     "the committed figures)")
+    parser.add_argument("--extract", action="store_true", help=f"write the --bundle figures to {DATA.name} and stop")
+    parser.add_argument("--machine", default="", help="with --extract: the machine the bundles were measured on")
+    parser.add_argument("--assume-noise", action="store_true",
+                        help="simulate a made-up noise (boot SD 0.04, prompt SD 0.03, or --boot-sd/--prompt-sd) "
+                             "when no measured figures are there")
+    parser.add_argument("--runs", type=int, default=4000, help="windows simulated per cell (the README's: 4000)")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-pairs", type=int, default=4)
     parser.add_argument("--boot-sd", type=float, help="override the measured boot-to-boot SD (log)")
@@ -136,13 +158,28 @@ def main() -> None:
     parser.add_argument("--no-futility", action="store_true", help="the new design without its futility stop")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    bundles = args.bundle or sorted(p for p in Path("runs").glob("*") if p.is_dir() and (p / "gates").is_dir())
-    noise = noise_from_bundles(bundles) or {"boot_sd": 0.04, "prompt_sd": 0.03, "drift": 0.0, "levels": 0}
+    if args.bundle:
+        levels, source = levels_from_bundles(args.bundle), f"{len(args.bundle)} bundle(s) given"
+        if args.extract:
+            _write_data(levels, args.bundle, args.machine)
+            return
+    elif DATA.exists():
+        data = json.loads(DATA.read_text())
+        levels, source = data["levels"], f"{DATA.name} ({data['provenance']['summary']})"
+    else:
+        levels, source = [], "no figures"
+    noise = noise_from_levels(levels)
+    if noise is None:
+        if not args.assume_noise:
+            sys.exit(f"speed_power: no measured noise ({source}): give --bundle with speed windows of 3+ control "
+                     f"boots, or --assume-noise to simulate a made-up one (printed)")
+        noise = {"boot_sd": 0.04, "prompt_sd": 0.03, "drift": 0.0, "levels": 0}
+        print("ASSUMED NOISE (--assume-noise): not measured; these figures describe no machine")
     noise["boot_sd"] = args.boot_sd if args.boot_sd is not None else noise["boot_sd"]
     noise["prompt_sd"] = args.prompt_sd if args.prompt_sd is not None else noise["prompt_sd"]
     noise["effect_sd"] = args.effect_sd
     print(f"noise: boot-to-boot SD {noise['boot_sd']:.3f}, prompt SD {noise['prompt_sd']:.3f}, drift "
-          f"{noise['drift']:+.4f} per position (log), from {noise['levels']} level(s) of {len(bundles)} bundle(s); "
+          f"{noise['drift']:+.4f} per position (log), from {noise['levels']} level(s) of {source}; "
           f"the change's own SD over prompts {noise['effect_sd']:.3f}; "
           f"{args.prompts} prompts, {args.runs} windows per cell")
     rng = np.random.default_rng(args.seed)
@@ -159,6 +196,30 @@ def main() -> None:
             print(f"{effect:>+12.0%} | {old.count('PASS') / args.runs:>9.1%} {old.count('FAIL') / args.runs:>11.1%} "
                   f"{4:>5} | {rate['PASS']:>9.1%} {rate['FAIL']:>9.1%} {rate['INCONCLUSIVE']:>11.1%} "
                   f"{statistics.fmean(b for _, b in new):>6.1f}")
+
+
+def _write_data(levels: list[dict], bundles: list[Path], machine: str) -> None:
+    """The figures the table is fitted on, with where they came from: bundle, gate, level, tok/s per boot and
+    prompt, and the engine and model each bundle's control ran."""
+    runs = {}
+    for path in bundles:
+        summary = json.loads((path / "SUMMARY.json").read_text())
+        control = next(iter(json.loads((path / "lanes" / name / "spec.json").read_text())
+                            for name in sorted(summary.get("lanes", {}))
+                            if (path / "lanes" / name / "spec.json").exists()), {})
+        runs[path.name] = {"started_at": summary.get("started_at"), "tool_version": summary.get("tool_version"),
+                           "engine": control.get("engine"), "model": Path(str((control.get("model") or {}).get(
+                               "path", ""))).name,
+                           "engine_version": next(iter((summary.get("lanes") or {}).values()), {}).get(
+                               "engine_version")}
+    kept = [item for item in levels if item["bundle"] in runs]
+    data = {"provenance": {"machine": machine, "bundles": runs,
+                           "summary": f"{len(kept)} level(s) of {len({i['bundle'] for i in kept})} bundle(s), "
+                                      f"{machine or 'machine not named'}"},
+            "levels": kept}
+    DATA.parent.mkdir(exist_ok=True)
+    DATA.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {DATA}: {data['provenance']['summary']}")
 
 
 if __name__ == "__main__":

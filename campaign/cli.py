@@ -559,7 +559,8 @@ def verify(bundle: Path, trust: list[Path] = typer.Option([], help="Also trust t
 
 @app.command()
 @one_line_errors
-def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write the report.")) -> None:
+def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write the report."),
+            trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
     """Render a verified bundle: report.html (static, no network), SUMMARY.md, and a .tar.gz of the bundle."""
     from campaign.receipts.bundle import verify_bundle
     from campaign.receipts.publish import publish as do_publish
@@ -568,7 +569,7 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
     from campaign.fsutil import load_json_strict
     from campaign.receipts.decision import decisions
 
-    verify_bundle(bundle, load_trusted())
+    verify_bundle(bundle, load_trusted(trust))
     written = do_publish(bundle, out_dir)
     for kind, path in written.items():
         out.print(f"{kind}: {path}")
