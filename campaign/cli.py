@@ -604,8 +604,9 @@ def rejudge(bundle: Path,
     if done.rules == "recorded none":
         out.print("rules: the bundle records no effective contract (written before they were): this tool's defaults")
     elif done.rule_changes:
-        signed, other = (("this tool's defaults", "the frozen rules") if done.rules == "this tool's defaults"
-                         else ("the frozen rules", "this tool's defaults"))
+        window_rules = "the rules the window was judged by"
+        signed, other = (("this tool's defaults", window_rules) if done.rules == "this tool's defaults"
+                         else (window_rules, "this tool's defaults"))
         out.print(f"rules: signed by {signed}; this tool's defaults differ in {len(done.rule_changes)} field(s):")
         for line in done.rule_changes:
             out.print(f"  {line}")

@@ -69,7 +69,9 @@ class Rejudged:
     # verdict under the rules signed (before) and under this tool's defaults (after); empty when they agree
     rule_changes: list[str] = dataclasses.field(default_factory=list)
     under_current_defaults: list[VerdictChange] = dataclasses.field(default_factory=list)
-    rules: str = "frozen"  # what the signed judgement used: "frozen", "this tool's defaults", "recorded none"
+    # what the signed judgement used: "recorded" (the rules the window was judged by), "this tool's defaults"
+    # (asked for), "recorded none" (a bundle from before effective contracts: this tool's defaults)
+    rules: str = "recorded"
 
 
 def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path | None = None,
@@ -121,7 +123,7 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
     recorded, where = recorded_rules(bundle / "contract", freeze_record)
     by_recorded = with_rules(as_written, recorded, where) if recorded is not None else as_written
     changes = tool_default_changes({"effective": recorded}, effective_contract(as_written)) if recorded else []
-    rules = "this tool's defaults" if current and changes else "frozen" if recorded is not None else "recorded none"
+    rules = "this tool's defaults" if current and changes else "recorded" if recorded is not None else "recorded none"
     loaded, other_rules = (as_written, by_recorded) if current else (by_recorded, as_written)
     lanes = _lane_outcomes(before)
     other: dict[tuple[str, str], str] = {}
