@@ -18,15 +18,32 @@ from campaign.contracts.hashing import canonical_sha256
 from campaign.errors import InputError
 from campaign.fsutil import load_json_strict
 
-__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "effective_contract", "effective_document", "recorded_rules", "with_rules"]
+__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "LANE_TOOL_DEFAULTS", "effective_contract", "effective_document", "recorded_rules", "with_rules"]
 
 EFFECTIVE_FILE = "effective.json"
 EFFECTIVE_SCHEMA = "campaign.effective/v1"
 
 
+# Beside the contract's own fields: the defaults a lane took from the tool itself when neither lane_defaults
+# nor its `set` gave the field (its host, readiness, boot_log, stop, network, ...). lane_defaults and `set` are
+# dumped whole with the contract, nested defaults included; these are the only ones applied later, when each
+# lane is merged.
+LANE_TOOL_DEFAULTS = "lane_tool_defaults"
+
+
 def effective_contract(loaded: Any) -> dict[str, Any]:
-    """The contract with every default resolved by this tool: the rules a window of it is judged by."""
-    return loaded.contract.model_dump(mode="json")
+    """The contract with every default resolved by this tool: the rules a window of it is judged by. Linear in
+    lanes and cheap: a lane's tool defaults are the same for every lane that takes them, so each field is
+    recorded once (from the first lane that took it)."""
+    effective = loaded.contract.model_dump(mode="json")
+    lanes = list(loaded.lanes.values())
+    took: dict[str, Any] = {}
+    for name in (type(lanes[0]).model_fields if lanes else {}):
+        holder = next((lane for lane in lanes if name not in lane.model_fields_set), None)
+        if holder is not None:
+            took[name] = holder.model_dump(mode="json", include={name})[name]
+    effective[LANE_TOOL_DEFAULTS] = took
+    return effective
 
 
 def effective_document(loaded: Any, tool_version: str, accepted: list[str]) -> dict[str, Any]:
@@ -43,8 +60,8 @@ def with_rules(loaded: Any, rules: dict[str, Any], where: Path) -> Any:
     an InputError naming ``where``."""
     from campaign.contracts.schema import Contract
 
-    try:
-        contract = Contract.model_validate(rules)
+    try:  # a lane's tool defaults are read from its recorded spec.json; the contract's fields from here
+        contract = Contract.model_validate({k: v for k, v in rules.items() if k != LANE_TOOL_DEFAULTS})
     except ValidationError as exc:
         first = exc.errors()[0]
         at = ".".join(str(part) for part in first["loc"])

@@ -21,7 +21,6 @@ from campaign.contracts.effective import effective_contract
 from campaign.contracts.hashing import canonical_json, canonical_sha256, sha256_bytes
 from campaign.contracts.load import LoadedContract, file_problem
 from campaign.contracts.model import INPUT_FILE_BYTES
-from campaign.contracts.secretrefs import refuse_secrets_in_text
 from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES, without_gc
 from campaign.errors import FrozenChanged
 from campaign.fsutil import (UnreadableFile, atomic_write_bytes, atomic_write_json, hash_regular_file, load_json_strict,
@@ -67,8 +66,6 @@ def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
         if spec.sha256 and files[spec.file] != spec.sha256:
             raise loaded.error(("inputs", input_name, "sha256"),
                                f"{spec.file} has sha256 {files[spec.file]}, not the pinned {spec.sha256}")
-    # the file's own text too, comments included: its bytes are what freeze pins and bundles copy
-    refuse_secrets_in_text(loaded.document.text, str(loaded.path), loaded.document.root)
     for where, file in loaded.written_files():
         if files[file.path] != file.sha256:
             raise loaded.error((*where, "sha256"), f"{file.path} has sha256 {files[file.path]}, not the pinned "
@@ -143,7 +140,8 @@ def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys
     changes = describe_changes(record, current)
     if changes:
         raise FrozenChanged(f"{loaded.path}: changed since freezing at {record.get('frozen_at')}: {changes}")
-    moved = tool_default_changes(record, current["effective"])
+    same = record.get("effective_sha256") == current["effective_sha256"]  # the walk only when they differ
+    moved = [] if same else tool_default_changes(record, current["effective"])
     if moved and not accept_tool_defaults:
         more = f" (and {len(moved) - 3} more)" if len(moved) > 3 else ""
         raise ToolDefaultsChanged(

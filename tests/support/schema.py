@@ -11,9 +11,9 @@ __all__ = ["patched_default"]
 
 
 def _contract_models() -> list[type[pydantic.BaseModel]]:
-    from campaign.contracts import gatespecs, model, schema
+    from campaign.contracts import gatespecs, model, resolve, schema
 
-    return [value for module in (model, gatespecs, schema) for value in vars(module).values()
+    return [value for module in (model, gatespecs, schema, resolve) for value in vars(module).values()
             if isinstance(value, type) and issubclass(value, pydantic.BaseModel) and value.__module__ == module.__name__]
 
 

@@ -73,3 +73,19 @@ def test_a_record_from_before_effective_contracts_is_refused_unless_accepted(fro
         check_frozen(load_contract(frozen), _record(frozen), load_trusted())
     accepted = check_frozen(load_contract(frozen), _record(frozen), load_trusted(), accept_tool_defaults=True)
     assert len(accepted["accepted_tool_defaults"]) == 1
+
+
+def test_a_default_a_lane_takes_from_the_tool_is_frozen_too(tmp_path: Path) -> None:
+    """No lane_defaults nor `set` gives readiness: every lane takes the tool's, and a new budget is a change."""
+    from campaign.contracts.schema import ReadinessSpec
+
+    init_keys()
+    body = textwrap.dedent(demo_like(18000)).replace("  readiness: {budget: 120s}\n", "")
+    path = write_contract(tmp_path, body)
+    assert "readiness" not in path.read_text()
+    freeze(load_contract(path), load_signing_key())
+    frozen_budget = ReadinessSpec.model_fields["budget"].default
+    with patched_default(ReadinessSpec, "budget", frozen_budget + 60):
+        with pytest.raises(ToolDefaultsChanged, match=rf"lane_tool_defaults\.readiness\.budget: frozen "
+                                                      rf"{frozen_budget:g}(\.0)?, this tool {frozen_budget + 60:g}"):
+            check_frozen(load_contract(path), _record(path), load_trusted())
