@@ -66,3 +66,33 @@ def test_an_old_freeze_record_verifies_and_says_what_it_froze(fixture: Path, tmp
         with pytest.raises(ToolDefaultsChanged, match="holds no effective contract"):
             check_frozen(loaded, fixture / "freeze.json", trusted)
         assert check_frozen(loaded, fixture / "freeze.json", trusted, accept_tool_defaults=True)
+
+
+def _keys(value: dict, depth: int = 2, prefix: str = "") -> set[str]:
+    found = set()
+    for key, inner in value.items():
+        found.add(prefix + key)
+        if depth > 1 and isinstance(inner, dict) and key in ("contract", "restore"):
+            found |= _keys(inner, depth - 1, prefix + key + ".")
+    return found
+
+
+def test_a_change_of_what_bundles_and_records_hold_comes_with_its_fixture(tmp_path: Path) -> None:
+    """What today's code writes into SUMMARY.json and a freeze record has the newest fixture's shape: a new key
+    fails here until a fixture of the new shape is made (tests/fixtures/bundles/make.sh)."""
+    from campaign import __version__
+    from campaign.contracts.freeze import freeze_record
+    from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, summarize
+    from tests.unit.window.test_judge import window_bundle
+
+    newest = max(VERSIONS, key=lambda v: tuple(int(x) for x in v.lstrip("v").split(".")))
+    assert newest == f"v{__version__}", f"no fixture of this version ({__version__}): make one with make.sh"
+    bundle, loaded = window_bundle(tmp_path)
+    lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
+    summary = summarize(loaded, {}, bundle.name, 0.0, "complete", lanes,
+                        judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle))
+    fixture_summary = load_json_strict(FIXTURES / newest / "bundle" / "SUMMARY.json")
+    assert _keys(summary) - {"restore"} <= _keys(fixture_summary), _keys(summary) - _keys(fixture_summary)
+    record = freeze_record(loaded)
+    fixture_record = load_json_strict(FIXTURES / newest / "freeze.json")
+    assert set(record) <= set(fixture_record) and set(record["effective"]) == set(fixture_record["effective"])
