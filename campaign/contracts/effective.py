@@ -18,7 +18,7 @@ from campaign.contracts.hashing import canonical_sha256
 from campaign.errors import InputError
 from campaign.fsutil import load_json_strict
 
-__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "LANE_TOOL_DEFAULTS", "effective_contract", "effective_document", "recorded_rules", "with_rules"]
+__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "LANE_TOOL_DEFAULTS", "contract_rules", "effective_contract", "effective_document", "recorded_rules", "with_rules"]
 
 EFFECTIVE_FILE = "effective.json"
 EFFECTIVE_SCHEMA = "campaign.effective/v1"
@@ -54,14 +54,20 @@ def effective_document(loaded: Any, tool_version: str, accepted: list[str]) -> d
             "accepted_tool_defaults": accepted, "contract": effective}
 
 
+def contract_rules(effective: dict[str, Any]) -> dict[str, Any]:
+    """An effective contract's own fields, without the lanes' tool defaults: what judges a bundle again, whose
+    lanes are read as they ran (their spec.json, every field set)."""
+    return {k: v for k, v in effective.items() if k != LANE_TOOL_DEFAULTS}
+
+
 def with_rules(loaded: Any, rules: dict[str, Any], where: Path) -> Any:
     """``loaded`` judged by ``rules`` (an effective contract): every field as those rules set it, whatever this
     tool's defaults are; its canonical form and hash stay the file's. A field this tool no longer knows is
     an InputError naming ``where``."""
     from campaign.contracts.schema import Contract
 
-    try:  # a lane's tool defaults are read from its recorded spec.json; the contract's fields from here
-        contract = Contract.model_validate({k: v for k, v in rules.items() if k != LANE_TOOL_DEFAULTS})
+    try:
+        contract = Contract.model_validate(contract_rules(rules))
     except ValidationError as exc:
         first = exc.errors()[0]
         at = ".".join(str(part) for part in first["loc"])

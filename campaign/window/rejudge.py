@@ -25,8 +25,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from campaign import __version__
-from campaign.contracts.effective import (EFFECTIVE_FILE, effective_contract, effective_document, recorded_rules,
-                                          with_rules)
+from campaign.contracts.effective import (EFFECTIVE_FILE, contract_rules, effective_contract, effective_document,
+                                          recorded_rules, with_rules)
 from campaign.contracts.freeze import tool_default_changes
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
@@ -122,7 +122,8 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
     as_written = _contract(bundle, freeze_record)
     recorded, where = recorded_rules(bundle / "contract", freeze_record)
     by_recorded = with_rules(as_written, recorded, where) if recorded is not None else as_written
-    changes = tool_default_changes({"effective": recorded}, effective_contract(as_written)) if recorded else []
+    changes = (tool_default_changes({"effective": contract_rules(recorded)}, contract_rules(effective_contract(as_written)))
+               if recorded else [])
     rules = "this tool's defaults" if current and changes else "recorded" if recorded is not None else "recorded none"
     loaded, other_rules = (as_written, by_recorded) if current else (by_recorded, as_written)
     lanes = _lane_outcomes(before)
