@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 def test_a_tool_with_another_default_refuses_then_runs_when_told_and_the_bundle_says_so(
         tmp_path: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    body = textwrap.dedent(demo_like(free_port())).replace("    max_tokens: 24\n", "")  # left to the default
+    body = textwrap.dedent(demo_like(free_port(), rule='"1/1"')).replace("    max_tokens: 24\n", "")  # left to the default
     contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?")])
     init_keys()
     freeze(load_contract(contract), load_signing_key())  # frozen with max_tokens 64, the default then
@@ -48,5 +48,6 @@ def test_a_tool_with_another_default_refuses_then_runs_when_told_and_the_bundle_
     replies = [r for r in (outcome.bundle / "raw" / "greedy" / "spec.jsonl").read_text().splitlines() if r]
     assert replies and all('"max_tokens":6' in r.replace(" ", "") for r in replies)
     written = publish(outcome.bundle, tmp_path / "report")
-    assert line in written["markdown"].read_text() and "--accept-tool-defaults" in written["markdown"].read_text()
+    markdown = written["markdown"].read_text().replace("\\", "")  # markdown escapes _ and [
+    assert line in markdown and "--accept-tool-defaults" in markdown
     assert 'id="accepted-tool-defaults"' in written["html"].read_text()
