@@ -18,7 +18,7 @@ from typing import Any
 
 from campaign.contracts.hashing import canonical_json, sha256_bytes
 from campaign.errors import InputError, VerifyError
-from campaign.fsutil import JsonlAppender, atomic_write_bytes, loads_strict, read_bounded
+from campaign.fsutil import JsonlAppender, atomic_write_bytes, loads_strict, read_bounded, read_jsonl
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.state import state_root
 
@@ -50,20 +50,9 @@ class Ledger:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every entry; a torn last line (a crash mid-append, no newline after it) is not one yet."""
-        lines, found = self._read().split(b"\n"), []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = loads_strict(line)
-            except ValueError as exc:
-                if number == len(lines):
-                    break
-                raise InputError(f"{self.path}:{number}: unreadable record: {exc}") from exc
-            if not isinstance(record, dict):
-                raise InputError(f"{self.path}:{number}: a ledger entry is a JSON object")
-            found.append(record)
-        return found
+        if not os.path.lexists(self.path):
+            return []
+        return read_jsonl(self.path, limit=LEDGER_BYTES, what="ledger")
 
     def verify(self, trusted: TrustedKeys) -> list[dict[str, Any]]:
         entries, previous = [], None
