@@ -204,15 +204,18 @@ def _write_data(levels: list[dict], bundles: list[Path], machine: str) -> None:
     runs = {}
     for path in bundles:
         summary = json.loads((path / "SUMMARY.json").read_text())
-        control = next(iter(json.loads((path / "lanes" / name / "spec.json").read_text())
-                            for name in sorted(summary.get("lanes", {}))
-                            if (path / "lanes" / name / "spec.json").exists()), {})
+        specs = [json.loads((path / "lanes" / name / "spec.json").read_text()) for name in sorted(summary.get("lanes", {}))
+                 if (path / "lanes" / name / "spec.json").exists()]
+        control = next((spec for spec in specs if spec.get("role") == "control"), {})
         runs[path.name] = {"started_at": summary.get("started_at"), "tool_version": summary.get("tool_version"),
                            "engine": control.get("engine"), "model": Path(str((control.get("model") or {}).get(
                                "path", ""))).name,
-                           "engine_version": next(iter((summary.get("lanes") or {}).values()), {}).get(
+                           "engine_version": (summary.get("lanes") or {}).get(control.get("name"), {}).get(
                                "engine_version")}
     kept = [item for item in levels if item["bundle"] in runs]
+    if not kept:
+        sys.exit(f"speed_power: none of the {len(bundles)} bundle(s) has a speed level with 3+ control boots; "
+                 f"{DATA.name} is left as it is")
     data = {"provenance": {"machine": machine, "bundles": runs,
                            "summary": f"{len(kept)} level(s) of {len({i['bundle'] for i in kept})} bundle(s), "
                                       f"{machine or 'machine not named'}"},

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from campaign.contracts.hashing import canonical_sha256
 from campaign.errors import InputError
@@ -61,18 +61,42 @@ def contract_rules(effective: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_rules(loaded: Any, rules: dict[str, Any], where: Path) -> Any:
-    """``loaded`` judged by ``rules`` (an effective contract): every field as those rules set it, whatever this
-    tool's defaults are; its canonical form and hash stay the file's. A field this tool no longer knows is
-    an InputError naming ``where``."""
-    from campaign.contracts.schema import Contract
+    """``loaded`` judged by ``rules`` (an effective contract): every field the file left out takes the value
+    those rules resolved it to, whatever this tool's default is; what the file wrote stays as written (so its
+    canonical form, its hash and every check of what was written are unchanged). A field this tool added
+    since keeps its own default; a recorded value this tool cannot read is an InputError naming ``where``."""
+    contract = loaded.contract.model_copy(deep=True)
+    _overlay(contract, contract_rules(rules), where, "")
+    return dataclasses.replace(loaded, contract=contract)
 
-    try:
-        contract = Contract.model_validate(contract_rules(rules))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(part) for part in first["loc"])
-        raise InputError(f"{where}: the rules it holds are not ones this tool can apply: {at}: {first['msg']}") from None
-    return dataclasses.replace(loaded, contract=contract, written=loaded.canonical)
+
+def _overlay(model: BaseModel, frozen: dict[str, Any], where: Path, path: str) -> None:
+    for name, info in type(model).model_fields.items():
+        if name not in frozen:
+            continue  # a field this tool added since: its own default
+        at = f"{path}.{name}" if path else name
+        if name in model.model_fields_set:  # written: kept, its nested models filled the same way
+            _overlay_value(getattr(model, name), frozen[name], where, at)
+            continue
+        try:
+            shape = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            value = TypeAdapter(shape).validate_python(frozen[name])
+        except ValidationError as exc:
+            raise InputError(f"{where}: the rules it holds are not ones this tool can apply: {at}: "
+                             f"{exc.errors()[0]['msg']}") from None
+        model.__dict__[name] = value  # not through validation of the whole model: it is not "written"
+
+
+def _overlay_value(value: Any, frozen: Any, where: Path, path: str) -> None:
+    if isinstance(value, BaseModel) and isinstance(frozen, dict):
+        _overlay(value, frozen, where, path)
+    elif isinstance(value, list) and isinstance(frozen, list) and len(value) == len(frozen):
+        for index, (item, old) in enumerate(zip(value, frozen)):
+            _overlay_value(item, old, where, f"{path}[{index}]")
+    elif isinstance(value, dict) and isinstance(frozen, dict):
+        for key, item in value.items():
+            if key in frozen:
+                _overlay_value(item, frozen[key], where, f"{path}.{key}")
 
 
 def recorded_rules(folder: Path, freeze_record: dict[str, Any]) -> tuple[dict[str, Any] | None, Path]:

@@ -129,6 +129,8 @@ def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys
     if not record_path.exists():
         raise FrozenChanged(f"{loaded.path}: not frozen (no {record_path}); run `campaign freeze {loaded.path}`")
     record = load_json_strict(record_path)
+    if not isinstance(record, dict) or not isinstance(record.get("signature") or {}, dict):
+        raise FrozenChanged(f"{record_path}: not a {FREEZE_SCHEMA} freeze record")
     signature = record.get("signature") or {}
     unsigned = {k: v for k, v in record.items() if k != "signature"}
     if record.get("schema") != FREEZE_SCHEMA:
@@ -144,10 +146,12 @@ def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys
     moved = [] if same else tool_default_changes(record, current["effective"])
     if moved and not accept_tool_defaults:
         more = f" (and {len(moved) - 3} more)" if len(moved) > 3 else ""
+        lead = (f"this tool ({__version__}) would judge it by other rules than were frozen at {record.get('frozen_at')} "
+                f"(tool {record.get('tool_version', 'unknown')})" if isinstance(record.get("effective"), dict) else
+                f"it was frozen at {record.get('frozen_at')} before freeze records held the rules it is judged by")
         raise ToolDefaultsChanged(
-            f"{loaded.path}: this tool ({__version__}) would judge it by other rules than were frozen at "
-            f"{record.get('frozen_at')} (tool {record.get('tool_version', 'unknown')}): {'; '.join(moved[:3])}{more}; "
-            "freeze it as a new version, or run with --accept-tool-defaults (recorded in the bundle)")
+            f"{loaded.path}: {lead}: {'; '.join(moved[:3])}{more}; freeze it as a new version (a new `version:`; "
+            "the same one keeps its record), or run with --accept-tool-defaults (recorded in the bundle)")
     return {**record, "accepted_tool_defaults": moved} if moved else record
 
 
@@ -195,6 +199,8 @@ def _changed_values(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any
         for i, (a, b) in enumerate(zip(old, new)):
             out += _changed_values(a, b, f"{prefix}[{_item_key(a, i)}]")
         return out
+    if old is _ABSENT and new in (None, [], {}):
+        return []  # a field this tool added since, off by default: it changes no rule the contract was frozen with
     return [] if old == new else [(prefix or "<root>", old, new)]
 
 

@@ -36,9 +36,6 @@ class LoadedContract:
     lanes: dict[str, EffectiveLane]
     document: LocatedDocument = field(repr=False)
     allowed_roots: list[Path] = field(default_factory=list)  # opted in by the runner (--allow-path)
-    # what the file said, when ``contract`` holds rules resolved elsewhere (a bundle's frozen effective
-    # contract, every field set): the canonical form and its hash stay the file's
-    written: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def base_dir(self) -> Path:
@@ -52,8 +49,6 @@ class LoadedContract:
     def canonical(self) -> dict[str, Any]:
         """What the file says, normalized (units parsed, scalars typed); defaults are left out so a
         newer tool that adds a field does not change the hash of a contract that never used it."""
-        if self.written is not None:
-            return self.written
         return self.contract.model_dump(mode="json", exclude_unset=True)
 
     @property

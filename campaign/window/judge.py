@@ -166,7 +166,8 @@ def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: 
                      "freeze_keyid": (freeze_record.get("signature") or {}).get("keyid"),
                      # the rules it was judged by (every default resolved), and how they differ from the frozen
                      # ones when the run accepted this tool's defaults (--accept-tool-defaults)
-                     "effective_sha256": canonical_sha256(effective_contract(loaded)),
+                     "effective_sha256": freeze_record.get("judged_effective_sha256")
+                                         or canonical_sha256(effective_contract(loaded)),
                      "accepted_tool_defaults": list(freeze_record.get("accepted_tool_defaults") or []),
                      # folders outside the contract's own tree the runner let it read (--allow-path)
                      "allowed_paths": [str(p) for p in loaded.allowed_roots]},

@@ -25,10 +25,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from campaign import __version__
-from campaign.contracts.effective import (EFFECTIVE_FILE, contract_rules, effective_contract, effective_document,
-                                          recorded_rules, with_rules)
+from campaign.contracts.effective import (EFFECTIVE_FILE, LANE_TOOL_DEFAULTS, contract_rules, effective_contract,
+                                          effective_document, recorded_rules, with_rules)
 from campaign.contracts.freeze import tool_default_changes
-from campaign.contracts.hashing import sha256_file
+from campaign.contracts.hashing import canonical_sha256, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import InputError, VerifyError
@@ -119,6 +119,8 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
     started = time.time()
     _copy_measurement(copy, bundle)
     freeze_record = load_json_strict(bundle / "contract" / "freeze.json")
+    if not isinstance(freeze_record, dict):
+        raise InputError(f"{source}: contract/freeze.json is not a freeze record (not a JSON object)")
     as_written = _contract(bundle, freeze_record)
     recorded, where = recorded_rules(bundle / "contract", freeze_record)
     by_recorded = with_rules(as_written, recorded, where) if recorded is not None else as_written
@@ -135,13 +137,20 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
                      for r in judge_bundle(other_rules, build_gates(other_rules, Path(scratch) / "b"), lanes,
                                            Path(scratch) / "b")}
     results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
+    document = _recorded_document(bundle) or {}
+    accepted = list(document.get("accepted_tool_defaults") or [])
+    judged = document.get("effective_sha256") or (canonical_sha256(recorded) if recorded is not None else None)
     if current and changes:  # the signed rules are this tool's: its effective contract replaces the recorded one
-        atomic_write_json(bundle / "contract" / EFFECTIVE_FILE, effective_document(loaded, __version__, changes))
+        accepted += changes
+        replaced = effective_document(loaded, __version__, accepted)
+        # its lanes were judged as they ran (spec.json): the tool defaults they took are the recorded ones
+        replaced["contract"][LANE_TOOL_DEFAULTS] = (recorded or {}).get(LANE_TOOL_DEFAULTS, {})
+        replaced["effective_sha256"] = judged = canonical_sha256(replaced["contract"])
+        atomic_write_json(bundle / "contract" / EFFECTIVE_FILE, replaced)
     atomic_write_json(bundle / "source.json", source_snapshot())
     window = str(before.get("window") or source.name)
-    accepted = changes if current else list((_recorded_document(bundle) or {}).get("accepted_tool_defaults") or [])
-    summary = summarize(loaded, {**freeze_record, "accepted_tool_defaults": accepted}, window, started, "complete",
-                        lanes, results)
+    summary = summarize(loaded, {**freeze_record, "accepted_tool_defaults": accepted, "judged_effective_sha256": judged},
+                        window, started, "complete", lanes, results)
     # the measurement's facts are the source window's, not this command's
     summary.update({k: before[k] for k in ("started_at", "ended_at", "duration", "resumed", "restore") if k in before})
     summary["rejudge"] = {"source": {"path": str(source.resolve()), "window": before.get("window"),

@@ -114,7 +114,13 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
     if (bundle / ENVELOPE).exists():
         raise InputError(f"window {window_id} already finished and was signed; nothing to resume")
     loaded = load_contract(state.contract, allow_paths=[Path(p) for p in state.allowed_paths])
-    freeze_record = check_frozen(loaded, Path(state.record), trusted, accept_tool_defaults=accept_tool_defaults)
+    _refuse_another_source(bundle)  # before the rules: another tool's defaults are not the question then
+    accepted = _accepted_at_start(bundle)
+    freeze_record = check_frozen(loaded, Path(state.record), trusted,
+                                 accept_tool_defaults=accept_tool_defaults or bool(accepted))
+    if accepted and freeze_record.get("accepted_tool_defaults") != accepted:
+        raise FrozenChanged(f"{bundle / 'contract' / EFFECTIVE_FILE}: refusing to resume window {bundle.name}: this "
+                            "tool's defaults differ from the ones the window accepted at its start; start a new window")
     held = claim(window_id, boxes_of(loaded))
     model_paths = preflight(loaded, ports=False)
     _refuse_a_mixed_resume(bundle, loaded, model_paths)
@@ -132,10 +138,7 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
         held.release()
 
 
-def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: dict[str, str]) -> None:
-    """A resumed window adds records to its first start's: refused when the tool or a lane's executable or
-    image is no longer what made them, or one signed bundle would hold two experiments as one. Checked
-    before anything is touched, so the daily stays as the interruption left it."""
+def _refuse_another_source(bundle: Path) -> None:
     recorded = bundle / "source.json"
     if recorded.exists():
         changes = source_changes(load_json_strict(recorded))
@@ -143,6 +146,21 @@ def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: di
             more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
             raise InputError(f"{recorded}: refusing to resume window {bundle.name}: the tool's source changed "
                              f"since it started: {changes[0]}{more}; start a new window")
+
+
+def _accepted_at_start(bundle: Path) -> list[str]:
+    """The tool defaults the window's first start accepted (--accept-tool-defaults): its resume accepts the same."""
+    path = bundle / "contract" / EFFECTIVE_FILE
+    document = load_json_strict(path, what="effective contract") if path.exists() else None
+    accepted = document.get("accepted_tool_defaults") if isinstance(document, dict) else None
+    return [str(line) for line in accepted] if isinstance(accepted, list) else []
+
+
+def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: dict[str, str]) -> None:
+    """A resumed window adds records to its first start's: refused when the tool or a lane's executable or
+    image is no longer what made them, or one signed bundle would hold two experiments as one. Checked
+    before anything is touched, so the daily stays as the interruption left it."""
+    _refuse_another_source(bundle)
     for lane in loaded.lanes.values():
         first = _first_inspect(bundle, lane.name)
         if first is not None:

@@ -89,3 +89,40 @@ def test_a_default_a_lane_takes_from_the_tool_is_frozen_too(tmp_path: Path) -> N
         with pytest.raises(ToolDefaultsChanged, match=rf"lane_tool_defaults\.readiness\.budget: frozen "
                                                       rf"{frozen_budget:g}(\.0)?, this tool {frozen_budget + 60:g}"):
             check_frozen(load_contract(path), _record(path), load_trusted())
+
+
+def test_the_frozen_rules_apply_to_a_contract_whose_checks_read_what_was_written(tmp_path: Path) -> None:
+    """A failsafe with backend `watchdog` refuses engine-only fields *written*: the frozen rules fill the
+    fields the file left out without making them written, so its bundle is judged again by them."""
+    from campaign.contracts.effective import with_rules
+
+    init_keys()
+    body = textwrap.dedent(demo_like(18000)).replace("    max_tokens: 24\n", "") + textwrap.dedent("""\
+        incumbent:
+          runtime: process
+          endpoint: http://127.0.0.1:18000
+          pidfile: daily.pid
+          lane: base
+        failsafe:
+          backend: watchdog
+          deadline: 10m
+        """)
+    path = write_contract(tmp_path, body)
+    freeze(load_contract(path), load_signing_key())
+    rules = load_json_strict(_record(path))["effective"]
+    with patched_default(GreedySpec, "max_tokens", 32):
+        loaded = load_contract(path)
+        judged = with_rules(loaded, rules, _record(path))
+    assert loaded.contract.gates[0].max_tokens == 32 and judged.contract.gates[0].max_tokens == 64
+    assert judged.contract.failsafe.backend == "watchdog"
+    assert judged.canonical_sha256 == loaded.canonical_sha256  # what was written is unchanged
+
+
+def test_a_field_added_since_that_is_off_by_default_is_no_change() -> None:
+    from campaign.contracts.freeze import tool_default_changes
+
+    frozen = {"effective": {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1}}]}}
+    added_off = {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1, "new_limit": None}}], "new_list": []}
+    added_on = {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1, "new_limit": 0.5}}]}
+    assert tool_default_changes(frozen, added_off) == []
+    assert tool_default_changes(frozen, added_on) == ["gates[speed].rule.new_limit: frozen (no such field), this tool 0.5"]
