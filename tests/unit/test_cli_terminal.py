@@ -254,7 +254,9 @@ def test_ctrl_c_at_any_moment_of_the_start_is_never_a_traceback() -> None:
         rest = child.stderr.read()
         code = child.wait(timeout=60)
         said = [line for line in rest.splitlines() if not line.startswith("import time:")]
-        assert "Traceback" not in rest and code in (0, 130), (delay, code, rest[-2000:])
+        # 130, or death by the SIGINT itself (Python re-raises it at exit for an interrupt it did not finish
+        # handling): a shell shows both as exit status 130; what must never appear is a traceback
+        assert "Traceback" not in rest and code in (0, 130, -signal.SIGINT), (delay, code, rest[-2000:])
         assert code == 0 or said[-1:] in ([], ["interrupted"]), (delay, said)  # 130 says so at most once, last
         outcomes.append(code)
     assert 130 in outcomes
