@@ -601,6 +601,8 @@ def rejudge(bundle: Path,
         out.print(f"{item.gate}/{item.candidate}: {item.after}{change}")
     if not any(item.changed for item in done.verdicts):
         out.print("no verdict changed")
+    for line in done.read_as:
+        out.print(f"read in today's terms: {line}")
     if done.rules == "recorded none":
         out.print("rules: the bundle records no effective contract (written before they were): this tool's defaults")
     elif done.rule_changes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -18,7 +18,11 @@ from campaign.contracts.hashing import canonical_sha256
 from campaign.errors import InputError
 from campaign.fsutil import load_json_strict
 
-__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "LANE_TOOL_DEFAULTS", "contract_rules", "effective_contract", "effective_document", "recorded_rules", "with_rules"]
+if TYPE_CHECKING:
+    from campaign.contracts.load import LoadedContract
+
+__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "LANE_TOOL_DEFAULTS", "contract_rules", "effective_contract",
+           "effective_document", "read_document", "recorded_rules", "with_rules"]
 
 EFFECTIVE_FILE = "effective.json"
 EFFECTIVE_SCHEMA = "campaign.effective/v1"
@@ -31,7 +35,7 @@ EFFECTIVE_SCHEMA = "campaign.effective/v1"
 LANE_TOOL_DEFAULTS = "lane_tool_defaults"
 
 
-def effective_contract(loaded: Any) -> dict[str, Any]:
+def effective_contract(loaded: LoadedContract) -> dict[str, Any]:
     """The contract with every default resolved by this tool: the rules a window of it is judged by. Linear in
     lanes and cheap: a lane's tool defaults are the same for every lane that takes them, so each field is
     recorded once (from the first lane that took it)."""
@@ -46,7 +50,7 @@ def effective_contract(loaded: Any) -> dict[str, Any]:
     return effective
 
 
-def effective_document(loaded: Any, tool_version: str, accepted: list[str]) -> dict[str, Any]:
+def effective_document(loaded: LoadedContract, tool_version: str, accepted: list[str]) -> dict[str, Any]:
     """``contract/effective.json``: the rules this window is judged by, the tool that resolved them, and
     the differences from the frozen rules it ran under (``--accept-tool-defaults``), if any."""
     effective = effective_contract(loaded)
@@ -60,7 +64,7 @@ def contract_rules(effective: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in effective.items() if k != LANE_TOOL_DEFAULTS}
 
 
-def with_rules(loaded: Any, rules: dict[str, Any], where: Path) -> Any:
+def with_rules(loaded: LoadedContract, rules: dict[str, Any], where: Path) -> LoadedContract:
     """``loaded`` judged by ``rules`` (an effective contract): every field the file left out takes the value
     those rules resolved it to, whatever this tool's default is; what the file wrote stays as written (so its
     canonical form, its hash and every check of what was written are unchanged). A field this tool added
@@ -99,14 +103,23 @@ def _overlay_value(value: Any, frozen: Any, where: Path, path: str) -> None:
                 _overlay_value(item, frozen[key], where, f"{path}.{key}")
 
 
+def read_document(folder: Path) -> dict[str, Any] | None:
+    """A bundle's ``contract/effective.json`` (``folder`` is its contract/), checked to be one; None when the
+    bundle was written before those were."""
+    path = folder / EFFECTIVE_FILE
+    if not path.exists():
+        return None
+    document = load_json_strict(path, what="effective contract")
+    if not isinstance(document, dict) or not isinstance(document.get("contract"), dict):
+        raise InputError(f"{path}: not an effective contract (no `contract` object)")
+    return document
+
+
 def recorded_rules(folder: Path, freeze_record: dict[str, Any]) -> tuple[dict[str, Any] | None, Path]:
     """The effective contract a bundle's window was judged by: its ``effective.json``, else (a bundle written
     before those were) the freeze record's; None when neither holds one (judged by this tool's defaults)."""
-    path = folder / EFFECTIVE_FILE
-    if path.exists():
-        document = load_json_strict(path, what="effective contract")
-        if not isinstance(document, dict) or not isinstance(document.get("contract"), dict):
-            raise InputError(f"{path}: not an effective contract (no `contract` object)")
-        return document["contract"], path
+    document = read_document(folder)
+    if document is not None:
+        return document["contract"], folder / EFFECTIVE_FILE
     frozen = freeze_record.get("effective")
-    return (frozen, folder / "freeze.json") if isinstance(frozen, dict) else (None, path)
+    return (frozen, folder / "freeze.json") if isinstance(frozen, dict) else (None, folder / EFFECTIVE_FILE)

@@ -143,7 +143,8 @@ def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys
     if changes:
         raise FrozenChanged(f"{loaded.path}: changed since freezing at {record.get('frozen_at')}: {changes}")
     same = record.get("effective_sha256") == current["effective_sha256"]  # the walk only when they differ
-    moved = [] if same else tool_default_changes(record, current["effective"])
+    moved = [] if same else tool_default_changes(record.get("effective"), current["effective"],
+                                                 str(record.get("tool_version", "unknown")))
     if moved and not accept_tool_defaults:
         more = f" (and {len(moved) - 3} more)" if len(moved) > 3 else ""
         lead = (f"this tool ({__version__}) would judge it by other rules than were frozen at {record.get('frozen_at')} "
@@ -155,13 +156,12 @@ def check_frozen(loaded: LoadedContract, record_path: Path, trusted: TrustedKeys
     return {**record, "accepted_tool_defaults": moved} if moved else record
 
 
-def tool_default_changes(record: dict[str, Any], effective: dict[str, Any]) -> list[str]:
-    """Each field whose frozen effective value differs from ``effective`` (this tool's), as
-    ``gates[speed].rule.max_control_drift: frozen 0.1, this tool 0.25``. A record made before effective
-    contracts were frozen has nothing to compare: that is one difference, saying so."""
-    frozen = record.get("effective")
+def tool_default_changes(frozen: Any, effective: dict[str, Any], frozen_by: str = "unknown") -> list[str]:
+    """Each field whose ``frozen`` effective value differs from ``effective`` (this tool's), as
+    ``gates[speed].rule.max_control_drift: frozen 0.1, this tool 0.25``. Nothing frozen (a record made by tool
+    ``frozen_by`` before effective contracts were) has nothing to compare: that is one difference, saying so."""
     if not isinstance(frozen, dict):
-        return [f"the freeze record (tool {record.get('tool_version', 'unknown')}) holds no effective contract, "
+        return [f"the freeze record (tool {frozen_by}) holds no effective contract, "
                 "so every field the file leaves out takes this tool's default"]
     return [f"{path}: frozen {_shown_value(old)}, this tool {_shown_value(new)}"
             for path, old, new in _changed_values(frozen, effective)]

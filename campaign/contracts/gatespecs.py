@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, Union
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
 from campaign.contracts.model import (FILE_REF, INPUT_FILE_BYTES, MAX_CONTEXT_TOKENS, MAX_COUNT, MAX_SEED, NAME_PATTERN,
@@ -21,10 +21,14 @@ from campaign.contracts.model import (FILE_REF, INPUT_FILE_BYTES, MAX_CONTEXT_TO
 from campaign.fsutil import UnreadableFile, read_text_bounded
 from campaign.contracts.units import Cpuset, Duration, Size
 
-__all__ = ["GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
+__all__ = ["BUNDLE_COPY", "GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
            "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "ScreenSpec", "SpeedRule",
            "SpeedSpec", "StructuredRule", "StructuredSpec", "TaskRule", "TaskSpec", "TeacherForcedRule",
            "TeacherForcedSpec", "ThinkingSwitch", "ToolsRule", "ToolsSpec"]
+
+# Validation context key: a bundle's contract copy is being read to judge it again. Its value is a list that
+# collects how each field an older schema had was read in today's terms (``load_contract(bundle_copy=True)``).
+BUNDLE_COPY = "bundle_copy"
 
 
 class LoadedContract(Protocol):
@@ -423,14 +427,27 @@ class SpeedSpec(GateSpecBase):
 
     @model_validator(mode="before")
     @classmethod
-    def _replaced_fields(cls, data: Any) -> Any:
+    def _replaced_fields(cls, data: Any, info: ValidationInfo) -> Any:
         # a field that silently stopped doing anything would mislead: name what took its place
         replaced = {"control_boots": "max_boot_pairs (control and candidate boots now interleave)",
                     "resamples": "nothing: the speed CI is fitted over boots, not bootstrapped",
                     "seed": "nothing: the speed CI is fitted over boots, not bootstrapped"}
-        for name, instead in replaced.items():
-            if isinstance(data, dict) and name in data:
-                raise ValueError(f"{name} was replaced by {instead}; see the README's contract schema notes")
+        found = [name for name in replaced if isinstance(data, dict) and name in data]
+        if not found:
+            return data
+        read_as = (info.context or {}).get(BUNDLE_COPY)
+        if read_as is None:  # a contract to run: the user rewrites it
+            raise ValueError(f"{found[0]} was replaced by {replaced[found[0]]}; see the README's contract schema notes")
+        # a bundle's copy, judged again: what the window measured is read in today's terms, and said so
+        boots, data = data.get("control_boots"), {k: v for k, v in data.items() if k not in replaced}
+        if "control_boots" in found:
+            # that layout booted the control first, each candidate once, then the control again: the first
+            # three boots are today's first pair, and one candidate boot is measured, never decided
+            data["max_boot_pairs"] = 1
+            shown = boots if isinstance(boots, int) and not isinstance(boots, bool) else "(not a count)"
+            read_as.append(f"speed: control_boots: {shown} read as max_boot_pairs: 1 "
+                           "(that window booted each candidate once; one boot pair is reported, never decided)")
+        read_as += [f"speed: {name} dropped ({replaced[name]})" for name in found if name != "control_boots"]
         return data
 
     @field_validator("concurrency")

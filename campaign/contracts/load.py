@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from campaign.contracts.args import parse_args
 from campaign.contracts.hashing import canonical_sha256
+from campaign.contracts.gatespecs import BUNDLE_COPY
 from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.resolve import (FILE_REF, EffectiveLane, axis_difference, contract_docker_host,
                                        effective_lane, flatten_serving, normalize_axis)
@@ -36,6 +37,8 @@ class LoadedContract:
     lanes: dict[str, EffectiveLane]
     document: LocatedDocument = field(repr=False)
     allowed_roots: list[Path] = field(default_factory=list)  # opted in by the runner (--allow-path)
+    # a bundle's copy only: how fields of an older schema were read in today's terms (gatespecs.BUNDLE_COPY)
+    read_as: list[str] = field(default_factory=list)
 
     @property
     def base_dir(self) -> Path:
@@ -113,23 +116,27 @@ def allowed_roots_from_env() -> list[Path]:
     return [Path(p).resolve() for p in os.environ.get(ALLOW_PATH_ENV, "").split(os.pathsep) if p]
 
 
-def load_contract(path: str | Path, *, check_files: bool = True,
-                  allow_paths: list[Path] | None = None) -> LoadedContract:
+def load_contract(path: str | Path, *, check_files: bool = True, allow_paths: list[Path] | None = None,
+                  bundle_copy: bool = False) -> LoadedContract:
     """The contract at ``path``, checked whole; every check is linear in lanes (10,000 lanes: a few
-    seconds, ``benchmarks/contract_scale.py``)."""
+    seconds, ``benchmarks/contract_scale.py``). ``bundle_copy``: the copy in a signed bundle, judged again
+    (rejudge, promote): a field an older schema had and today's replaced is read in today's terms and listed
+    in ``read_as``, where a contract to run is refused naming its replacement."""
     with without_gc():  # tens of thousands of objects that make no cycles: see yamlsafe.without_gc
-        return _load_contract(Path(path), check_files, allow_paths)
+        return _load_contract(Path(path), check_files, allow_paths, bundle_copy)
 
 
-def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None) -> LoadedContract:
+def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None, bundle_copy: bool) -> LoadedContract:
     document = load_located(path)
+    read_as: list[str] = []
     try:
-        contract = Contract.model_validate(document.data)
+        contract = Contract.model_validate(document.data, context={BUNDLE_COPY: read_as} if bundle_copy else None)
     except ValidationError as exc:
         raise _located_error(document, exc) from None
     lanes: dict[str, EffectiveLane] = {}
     roots = allowed_roots_from_env() if allow_paths is None else [p.resolve() for p in allow_paths]
-    loaded = LoadedContract(path=path, contract=contract, lanes=lanes, document=document, allowed_roots=roots)
+    loaded = LoadedContract(path=path, contract=contract, lanes=lanes, document=document, allowed_roots=roots,
+                            read_as=read_as)
     _check_host(loaded)
     _check_names(loaded)
     defaults, absolute = contract.lane_defaults.model_dump(exclude_none=True), _absolute_paths(loaded)

@@ -207,25 +207,18 @@ def _remove_window_watchdogs(client: Any, window: str) -> None:
     import docker.errors
 
     filters = {"label": [LABEL_FAILSAFE, f"campaign.window={window}"]}
-    waited = time.monotonic() + REMOVE_WAIT
-    while True:
-        left = [item["Id"] for item in client.api.containers(all=True, filters=filters)]
-        if not left:
-            return
+    waited, why = time.monotonic() + REMOVE_WAIT, ""
+    while left := [item["Id"] for item in client.api.containers(all=True, filters=filters)]:
+        if time.monotonic() > waited:
+            raise docker.errors.APIError(f"{len(left)} watchdog container(s) still listed after "
+                                         f"{REMOVE_WAIT:g}s of removal{why}")
         for container in left:
             try:
                 client.api.remove_container(container, force=True)
             except docker.errors.NotFound:
                 pass
-            except docker.errors.APIError:
-                if time.monotonic() > waited:
-                    raise
-        if time.monotonic() > waited:
-            still = [item["Id"] for item in client.api.containers(all=True, filters=filters)]
-            if still:
-                raise docker.errors.APIError(f"{len(still)} watchdog container(s) still listed after "
-                                             f"{REMOVE_WAIT:g}s of removal")
-            return
+            except docker.errors.APIError as exc:  # being removed or restarted: asked again until the wait is out
+                why = f" (the engine said: {exc})"
         time.sleep(0.2)
 
 

@@ -101,7 +101,7 @@ def _decide_verified(copy: Path, trusted: TrustedKeys, candidate: str | None,
     contracts = sorted(p for p in (copy / "contract").glob("*") if p.suffix in (".yaml", ".yml"))
     if not contracts:
         raise InputError(f"{copy / 'contract'}: the bundle holds no contract copy")
-    loaded = load_contract(contracts[0], check_files=False)
+    loaded = load_contract(contracts[0], check_files=False, bundle_copy=True)
     # the promotion rule the window was judged by, whatever this tool's defaults now say
     record = load_json_strict(copy / "contract" / "freeze.json")
     rules, where = recorded_rules(copy / "contract", record if isinstance(record, dict) else {})

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from campaign import __version__
 from campaign.contracts.effective import (EFFECTIVE_FILE, LANE_TOOL_DEFAULTS, contract_rules, effective_contract,
-                                          effective_document, recorded_rules, with_rules)
+                                          effective_document, read_document, recorded_rules, with_rules)
 from campaign.contracts.freeze import tool_default_changes
 from campaign.contracts.hashing import canonical_sha256, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
@@ -72,6 +72,8 @@ class Rejudged:
     # what the signed judgement used: "recorded" (the rules the window was judged by), "this tool's defaults"
     # (asked for), "recorded none" (a bundle from before effective contracts: this tool's defaults)
     rules: str = "recorded"
+    # fields of an older schema read in today's terms to judge it (``LoadedContract.read_as``)
+    read_as: list[str] = dataclasses.field(default_factory=list)
 
 
 def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path | None = None,
@@ -99,7 +101,7 @@ def _rejudge_verified(copy: Path, source: Path, *, key: SigningKey, out_dir: Pat
     shutil.rmtree(partial, ignore_errors=True)
     try:
         with errors_named_as(partial, source):  # judged from copies of the source; errors name the source
-            rules, changes, other = _build(copy, source, partial, before, key, current)
+            rules, changes, other, read_as = _build(copy, source, partial, before, key, current)
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -108,14 +110,14 @@ def _rejudge_verified(copy: Path, source: Path, *, key: SigningKey, out_dir: Pat
     what_if = [VerdictChange(gate=gate, candidate=candidate, before=signed.get((gate, candidate)), after=verdict)
                for (gate, candidate), verdict in other.items()]
     return Rejudged(bundle=target, source=source, verdicts=_compare(before, after), rule_changes=changes,
-                    under_current_defaults=what_if, rules=rules)
+                    under_current_defaults=what_if, rules=rules, read_as=read_as)
 
 
 def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: SigningKey,
-           current: bool) -> tuple[str, list[str], dict[tuple[str, str], str]]:
+           current: bool) -> tuple[str, list[str], dict[tuple[str, str], str], list[str]]:
     """Judge the copied measurement into ``bundle`` and sign it; returns which rules were signed, how this
-    tool's defaults differ from the recorded rules, and the verdicts under whichever rules were not signed
-    (this tool's defaults, or with ``current`` the recorded ones)."""
+    tool's defaults differ from the recorded rules, the verdicts under whichever rules were not signed
+    (this tool's defaults, or with ``current`` the recorded ones), and how older fields were read."""
     started = time.time()
     _copy_measurement(copy, bundle)
     freeze_record = load_json_strict(bundle / "contract" / "freeze.json")
@@ -124,7 +126,7 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
     as_written = _contract(bundle, freeze_record)
     recorded, where = recorded_rules(bundle / "contract", freeze_record)
     by_recorded = with_rules(as_written, recorded, where) if recorded is not None else as_written
-    changes = (tool_default_changes({"effective": contract_rules(recorded)}, contract_rules(effective_contract(as_written)))
+    changes = (tool_default_changes(contract_rules(recorded), contract_rules(effective_contract(as_written)))
                if recorded else [])
     rules = "this tool's defaults" if current and changes else "recorded" if recorded is not None else "recorded none"
     loaded, other_rules = (as_written, by_recorded) if current else (by_recorded, as_written)
@@ -137,7 +139,7 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
                      for r in judge_bundle(other_rules, build_gates(other_rules, Path(scratch) / "b"), lanes,
                                            Path(scratch) / "b")}
     results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
-    document = _recorded_document(bundle) or {}
+    document = read_document(bundle / "contract") or {}
     accepted = list(document.get("accepted_tool_defaults") or [])
     judged = document.get("effective_sha256") or (canonical_sha256(recorded) if recorded is not None else None)
     if current and changes:  # the signed rules are this tool's: its effective contract replaces the recorded one
@@ -156,10 +158,11 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
     summary["rejudge"] = {"source": {"path": str(source.resolve()), "window": before.get("window"),
                                      "envelope_sha256": sha256_file(copy / ENVELOPE)},
                           "rejudged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-                          "rules": rules, "rules_differ_under_this_tool": changes}
+                          "rules": rules, "rules_differ_under_this_tool": changes,
+                          "read_as": as_written.read_as}
     atomic_write_json(bundle / "SUMMARY.json", summary)
     sign_bundle(bundle, key, {**predicate(loaded, window), "rejudge_of": summary["rejudge"]["source"]})
-    return rules, changes, other
+    return rules, changes, other, as_written.read_as
 
 
 def _copy_measurement(copy: Path, bundle: Path) -> None:
@@ -167,12 +170,6 @@ def _copy_measurement(copy: Path, bundle: Path) -> None:
     for name in COPIED:
         if (copy / name).is_dir():
             shutil.copytree(copy / name, bundle / name, symlinks=True, copy_function=shutil.copyfile)
-
-
-def _recorded_document(bundle: Path) -> dict[str, Any] | None:
-    path = bundle / "contract" / EFFECTIVE_FILE
-    document = load_json_strict(path, what="effective contract") if path.exists() else None
-    return document if isinstance(document, dict) else None
 
 
 def _contract(bundle: Path, freeze_record: dict[str, Any]) -> LoadedContract:
@@ -183,7 +180,7 @@ def _contract(bundle: Path, freeze_record: dict[str, Any]) -> LoadedContract:
     path = folder / str(name) if name else next(iter(sorted(folder.glob("*.y*ml"))), folder / "contract.yaml")
     if not path.is_file():
         raise InputError(f"{path}: the bundle holds no contract copy to judge against")
-    loaded = load_contract(path, check_files=False, allow_paths=[])
+    loaded = load_contract(path, check_files=False, allow_paths=[], bundle_copy=True)
     lanes: dict[str, EffectiveLane] = {}
     for lane in loaded.lanes:
         spec = bundle / "lanes" / lane / "spec.json"

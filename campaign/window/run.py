@@ -18,7 +18,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from campaign import __version__
-from campaign.contracts.effective import EFFECTIVE_FILE, effective_document
+from campaign.contracts.effective import EFFECTIVE_FILE, effective_document, read_document
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.hashing import sha256_bytes, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
@@ -42,7 +42,7 @@ from campaign.window.boxes import boxes_of, claim
 from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.window.judge import (SCREENED_OUT, LaneOutcome, build_gates, input_copies, judge_bundle, judge_one,
                                    predicate, summarize)
-from campaign.window.restore import restore
+from campaign.window.restore import restore, stop_window_lanes
 from campaign.window.schedule import (PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget,
                                       step_seconds)
 from campaign.window.source import source_changes, source_snapshot
@@ -150,17 +150,15 @@ def _refuse_another_source(bundle: Path) -> None:
 
 def _accepted_at_start(bundle: Path) -> list[str]:
     """The tool defaults the window's first start accepted (--accept-tool-defaults): its resume accepts the same."""
-    path = bundle / "contract" / EFFECTIVE_FILE
-    document = load_json_strict(path, what="effective contract") if path.exists() else None
-    accepted = document.get("accepted_tool_defaults") if isinstance(document, dict) else None
+    document = read_document(bundle / "contract") or {}
+    accepted = document.get("accepted_tool_defaults")
     return [str(line) for line in accepted] if isinstance(accepted, list) else []
 
 
 def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: dict[str, str]) -> None:
-    """A resumed window adds records to its first start's: refused when the tool or a lane's executable or
-    image is no longer what made them, or one signed bundle would hold two experiments as one. Checked
-    before anything is touched, so the daily stays as the interruption left it."""
-    _refuse_another_source(bundle)
+    """A resumed window adds records to its first start's: refused when a lane's executable or image is no
+    longer what made them (the tool's source is checked first, by the caller), or one signed bundle would hold
+    two experiments as one. Checked before anything is touched, so the daily stays as the interruption left it."""
     for lane in loaded.lanes.values():
         first = _first_inspect(bundle, lane.name)
         if first is not None:
@@ -417,7 +415,10 @@ def _open(w: _Window, journal: Any) -> list[Gate]:
     """The start (or resume) record; the frozen contract and the tool's source copied in once; the gates."""
     loaded = w.loaded
     if w.resumed:
-        journal.done("resume", window=w.window_id, finished_gates=len(w.finished_gates))
+        # the killed runner's lanes outlive it where no failsafe restored a daily: they hold the ports the
+        # resumed visits boot on (pid and start time checked, so a reused pid is never signalled)
+        journal.done("resume", window=w.window_id, finished_gates=len(w.finished_gates),
+                     stopped_lanes=stop_window_lanes(w.state))
     else:
         journal.done("start", window=w.window_id, contract=loaded.contract.contract,
                      canonical_sha256=loaded.canonical_sha256)

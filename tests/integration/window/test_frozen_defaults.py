@@ -6,7 +6,11 @@ window itself is real: llama-server lanes serving the small model."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -14,10 +18,11 @@ import pytest
 from campaign.contracts.freeze import ToolDefaultsChanged, freeze
 from campaign.contracts.gatespecs import GreedySpec
 from campaign.contracts.load import load_contract
-from campaign.fsutil import load_json_strict
+from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.receipts.publish import publish
 from campaign.signing import init_keys, load_signing_key, load_trusted
 from campaign.window.run import run_window
+from tests.support.cli import campaign
 from tests.support.contracts import demo_like, free_port, write_contract
 from tests.support.schema import patched_default
 
@@ -51,3 +56,46 @@ def test_a_tool_with_another_default_refuses_then_runs_when_told_and_the_bundle_
     markdown = written["markdown"].read_text().replace("\\", "")  # markdown escapes _ and [
     assert line in markdown and "--accept-tool-defaults" in markdown
     assert 'id="accepted-tool-defaults"' in written["html"].read_text()
+
+
+# the CLI of a newer tool: this one with GreedySpec.max_tokens defaulting to 6 (run in a child process)
+_NEWER_TOOL = ("from campaign.cli import main\nfrom campaign.contracts.gatespecs import GreedySpec\n"
+               "from tests.support.schema import patched_default\n"
+               "with patched_default(GreedySpec, 'max_tokens', 6):\n    main()\n")
+
+
+def test_a_resume_accepts_the_defaults_its_start_accepted_and_only_those(
+        tmp_path: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    body = textwrap.dedent(demo_like(free_port(), rule='"2/2"')).replace("    max_tokens: 24\n", "")
+    contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
+                                                       ("sea", "Describe the sea in one sentence.")])
+    assert campaign("keys", "init").returncode == 0 and campaign("freeze", str(contract)).returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    runner = subprocess.Popen([sys.executable, "-c", _NEWER_TOOL, "run", str(contract), "--out",
+                               str(tmp_path / "runs"), "--accept-tool-defaults"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # killed once the candidate's gate has written a reply: the window is left to resume
+        deadline = time.monotonic() + 300
+        while not [p for p in (tmp_path / "runs").glob("*/raw/greedy/spec.jsonl") if p.read_text().strip()]:
+            assert runner.poll() is None and time.monotonic() < deadline, "the candidate's gate never started"
+            time.sleep(0.05)
+    finally:
+        runner.kill()
+        runner.wait()
+    (bundle,) = (tmp_path / "runs").iterdir()
+    # this tool's defaults are the frozen ones: not what the window accepted, so its records would mix two rules
+    refused = campaign("resume", bundle.name)
+    assert refused.returncode == 2 and "differ from the ones the window accepted at its start" in refused.stderr, \
+        refused.stdout + refused.stderr
+    resumed = subprocess.run([sys.executable, "-c", _NEWER_TOOL, "resume", bundle.name], env=env,
+                             capture_output=True, text=True, timeout=600)  # no flag: its start accepted them
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = load_json_strict(bundle / "SUMMARY.json")
+    assert summary["resumed"] is True and summary["candidates"]["spec"]["gates"]["greedy"]["verdict"] == "PASS"
+    # no daily, so no failsafe cleaned up after the kill: the resume stopped the candidate the killed runner left
+    (resume,) = [r for r in read_jsonl(bundle / "journal.jsonl") if r["step"] == "resume"]
+    assert resume["stopped_lanes"] == ["spec"]
+    assert summary["contract"]["accepted_tool_defaults"] == ["gates[greedy].max_tokens: frozen 64, this tool 6"]
+    replies = [r for r in (bundle / "raw" / "greedy" / "spec.jsonl").read_text().splitlines() if r]
+    assert len(replies) == 4 and all('"max_tokens":6' in r.replace(" ", "") for r in replies)

@@ -18,15 +18,20 @@ from tests.support.contracts import demo_like, write_contract
 from tests.support.schema import patched_default
 
 
+def _frozen_without(tmp_path: Path, line: str) -> Path:
+    """demo_like without ``line`` (so the tool's default fills that field), frozen by this tool."""
+    init_keys()
+    body = textwrap.dedent(demo_like(18000))
+    assert line in body
+    path = write_contract(tmp_path, body.replace(line, ""))
+    freeze(load_contract(path), load_signing_key())
+    return path
+
+
 @pytest.fixture
 def frozen(tmp_path: Path) -> Path:
     """demo_like without max_tokens: the greedy gate takes the schema's default (64)."""
-    init_keys()
-    body = textwrap.dedent(demo_like(18000)).replace("    max_tokens: 24\n", "")
-    path = write_contract(tmp_path, body)
-    assert "max_tokens" not in path.read_text()
-    freeze(load_contract(path), load_signing_key())
-    return path
+    return _frozen_without(tmp_path, "    max_tokens: 24\n")
 
 
 def _record(path: Path) -> Path:
@@ -79,11 +84,7 @@ def test_a_default_a_lane_takes_from_the_tool_is_frozen_too(tmp_path: Path) -> N
     """No lane_defaults nor `set` gives readiness: every lane takes the tool's, and a new budget is a change."""
     from campaign.contracts.schema import ReadinessSpec
 
-    init_keys()
-    body = textwrap.dedent(demo_like(18000)).replace("  readiness: {budget: 120s}\n", "")
-    path = write_contract(tmp_path, body)
-    assert "readiness" not in path.read_text()
-    freeze(load_contract(path), load_signing_key())
+    path = _frozen_without(tmp_path, "  readiness: {budget: 120s}\n")
     frozen_budget = ReadinessSpec.model_fields["budget"].default
     with patched_default(ReadinessSpec, "budget", frozen_budget + 60):
         with pytest.raises(ToolDefaultsChanged, match=rf"lane_tool_defaults\.readiness\.budget: frozen "
@@ -121,7 +122,7 @@ def test_the_frozen_rules_apply_to_a_contract_whose_checks_read_what_was_written
 def test_a_field_added_since_that_is_off_by_default_is_no_change() -> None:
     from campaign.contracts.freeze import tool_default_changes
 
-    frozen = {"effective": {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1}}]}}
+    frozen = {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1}}]}
     added_off = {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1, "new_limit": None}}], "new_list": []}
     added_on = {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1, "new_limit": 0.5}}]}
     assert tool_default_changes(frozen, added_off) == []

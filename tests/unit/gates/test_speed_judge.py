@@ -233,6 +233,19 @@ def test_replaced_fields_are_refused_with_what_replaced_them(tmp_path: Path) -> 
         load_contract(write_contract(tmp_path, body))
 
 
+def test_a_bundle_copy_with_replaced_fields_is_read_in_todays_terms_and_says_so(tmp_path: Path) -> None:
+    """A bundle's copy (rejudge, promote) of a contract from before boots interleaved: one boot pair, reported
+    and never decided, and each replaced field named in ``read_as``; a contract to run is still refused."""
+    body = contract_body().replace("max_boot_pairs: 3", "control_boots: 3\n    resamples: 500")
+    loaded = load_contract(write_contract(tmp_path, body), check_files=False, bundle_copy=True)
+    (speed,) = loaded.contract.gates
+    assert speed.max_boot_pairs == 1
+    assert loaded.read_as == ["speed: control_boots: 3 read as max_boot_pairs: 1 (that window booted each candidate "
+                              "once; one boot pair is reported, never decided)",
+                              "speed: resamples dropped (nothing: the speed CI is fitted over boots, not bootstrapped)"]
+    assert load_contract(write_contract(tmp_path, contract_body()), check_files=False, bundle_copy=True).read_as == []
+
+
 def test_a_void_row_on_a_level_that_is_only_reported_does_not_block(tmp_path: Path) -> None:
     gate, cand, ctrl = make_gate(tmp_path, rule="{levels: [1]}")
     write_boots(gate, [rates(), rates(), rates()], [rates(1.2), rates(1.2)], cut_level=2)

@@ -13,6 +13,7 @@ import pytest
 
 from campaign.contracts.freeze import ToolDefaultsChanged, check_frozen
 from campaign.contracts.load import load_contract
+from campaign.errors import ContractError
 from campaign.fsutil import load_json_strict
 from campaign.signing import load_trusted
 from tests.support.cli import campaign
@@ -24,6 +25,8 @@ VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "made.json").is_fil
 def test_every_shipped_version_has_its_fixture() -> None:
     made = {json.loads((FIXTURES / v / "made.json").read_text())["tool_version"] for v in VERSIONS}
     assert {"0.1.0", "0.2.0"} <= made  # 0.1.0: before effective contracts; 0.2.0: with them
+    # and the speed gate's boots before they interleaved (control_boots, made at 2bce6c3, the last commit with it)
+    assert "control_boots: 2" in (FIXTURES / "v0.1.0-control-boots" / "bundle" / "contract" / "fixture.yaml").read_text()
 
 
 @pytest.fixture(params=VERSIONS)
@@ -42,6 +45,16 @@ def test_an_old_bundle_verifies_rejudges_publishes_and_promotes_dry_run(fixture:
     assert "greedy/spec: PASS" in rejudged.stdout and "changed:" not in rejudged.stdout, rejudged.stdout
     (new,) = (tmp_path / "rejudged").iterdir()
     assert campaign("verify", str(new)).returncode == 0  # signed by this test's key
+    if "control_boots" in (bundle / "contract" / "fixture.yaml").read_text():
+        # judged by today's speed gate: one candidate boot is measured and reported, and never decides
+        assert "read in today's terms: speed: control_boots: 2 read as max_boot_pairs: 1" in rejudged.stdout
+        speed = load_json_strict(new / "gates" / "speed" / "spec.json")
+        assert speed["verdict"] == "INCONCLUSIVE" and "after 1 boot pair(s)" in speed["reasons"][0], speed["reasons"]
+        assert speed["details"]["schedule"]["boots"][:3] == [
+            {"visit": "base", "role": "control", "position": 0, "not_counted_at": []},
+            {"visit": "spec", "role": "candidate", "position": 1, "not_counted_at": []},
+            {"visit": "base@rerun1", "role": "control_rerun1", "position": 2, "not_counted_at": []}]
+        assert load_json_strict(new / "SUMMARY.json")["rejudge"]["read_as"]
     published = campaign("publish", str(bundle), "--trust", key, "--out", str(tmp_path / "report"))
     assert published.returncode == 0, published.stdout + published.stderr
     assert (tmp_path / "report" / "report.html").stat().st_size > 1000
@@ -58,6 +71,10 @@ def test_an_old_freeze_record_verifies_and_says_what_it_froze(fixture: Path, tmp
     (tmp_path / "c" / "prompts").mkdir(parents=True)
     shutil.copyfile(copy / record["contract_file"], tmp_path / "c" / record["contract_file"])
     shutil.copyfile(next((copy / "inputs").iterdir()), tmp_path / "c" / "prompts" / "p.jsonl")
+    if "control_boots" in (copy / record["contract_file"]).read_text():  # to run it, the user rewrites the field
+        with pytest.raises(ContractError, match="control_boots was replaced by max_boot_pairs"):
+            load_contract(tmp_path / "c" / record["contract_file"], check_files=False)
+        return
     loaded = load_contract(tmp_path / "c" / record["contract_file"], check_files=False)
     trusted = load_trusted([fixture / "signing.pub"], include_local=False)
     if "effective" in record:  # passes; or, once a default has changed since, is refused naming each field
@@ -90,8 +107,8 @@ def test_a_change_of_what_bundles_and_records_hold_comes_with_its_fixture(tmp_pa
     from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, summarize
     from tests.unit.window.test_judge import window_bundle
 
-    newest = max(VERSIONS, key=lambda v: tuple(int(x) for x in v.lstrip("v").split(".")))
-    assert newest == f"v{__version__}", f"no fixture of this version ({__version__}): make one with make.sh"
+    newest = f"v{__version__}"
+    assert newest in VERSIONS, f"no fixture of this version ({__version__}): make one with make.sh"
     bundle, loaded = window_bundle(tmp_path)
     lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
     summary = summarize(loaded, {}, bundle.name, 0.0, "complete", lanes,
