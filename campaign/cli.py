@@ -300,9 +300,8 @@ def resume(window: str,
            accept_tool_defaults: bool = typer.Option(False, "--accept-tool-defaults", help=ACCEPT_DEFAULTS_HELP)) -> None:
     """Continue a crashed or killed window from its journal (finished gates are not re-run)."""
     from campaign.signing import load_signing_key, load_trusted
-    from campaign.window.run import resume_window
-
     from campaign.window.progress import WindowProgress
+    from campaign.window.run import resume_window
 
     outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=WindowProgress(out),
                             accept_tool_defaults=accept_tool_defaults)
@@ -387,8 +386,8 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
             dry_run: bool = typer.Option(False, "--dry-run", help="Show the decision and the steps; change nothing."),
             trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
     """Promote a candidate to daily from a verified bundle whose required gates all PASS."""
+    from campaign.promotion.promote import promote as do_promote
     from campaign.signing import load_signing_key, load_trusted
-    from campaign.window.promote import promote as do_promote
 
     key = None if dry_run else load_signing_key()
     decision, steps, entry = do_promote(bundle, key=key, trusted=load_trusted(trust),  # type: ignore[arg-type]
@@ -415,8 +414,8 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
 @one_line_errors
 def rollback() -> None:
     """Restore the previous daily from the ledger, prove it, record it."""
+    from campaign.promotion.promote import rollback as do_rollback
     from campaign.signing import load_signing_key
-    from campaign.window.promote import rollback as do_rollback
 
     entry = do_rollback(key=load_signing_key())
     proof = entry["proof"]
@@ -429,8 +428,8 @@ def rollback() -> None:
 @one_line_errors
 def ledger(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Show the ledger of promotions and rollbacks, after checking its chain and signatures."""
+    from campaign.daily.ledger import Ledger
     from campaign.signing import load_trusted
-    from campaign.window.ledger import Ledger
 
     entries = Ledger().verify(load_trusted())
     if as_json:
@@ -452,10 +451,10 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
     import shlex
 
     from campaign.contracts.load import load_contract
+    from campaign.daily.daily import describe_daily, find_daily_pidfile
+    from campaign.daily.ledger import Ledger
+    from campaign.promotion.promote import unfinished_promotion
     from campaign.signing import load_trusted
-    from campaign.window.daily import describe_daily, find_daily_pidfile
-    from campaign.window.ledger import Ledger
-    from campaign.window.promote import unfinished_promotion
 
     loaded = load_contract(contract) if contract is not None else None
     spec = loaded.contract.incumbent if loaded is not None else None
@@ -492,7 +491,7 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
 
 
 def _show_container_daily(spec: object) -> None:
-    from campaign.window.daily import describe_container_daily
+    from campaign.daily.daily import describe_container_daily
 
     now = describe_container_daily(spec)
     if not now["running"]:
@@ -509,7 +508,7 @@ def _show_container_daily(spec: object) -> None:
 def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"), help="The daily's log.")) -> None:
     """Start the contract's incumbent lane as the daily, detached, unless it already runs."""
     from campaign.contracts.load import load_contract
-    from campaign.window.daily import start_daily
+    from campaign.daily.daily import start_daily
 
     pid, started = start_daily(load_contract(contract), log)
     out.print(f"daily {'started' if started else 'already running'}: pid {pid}")
@@ -544,9 +543,8 @@ def verify(bundle: Path, trust: list[Path] = typer.Option([], help="Also trust t
            no_local_trust: bool = typer.Option(False, "--no-local-trust", help="Do not trust the local key by default.")) -> None:
     """Verify a receipt bundle: exact file set, every digest, signature by a trusted key."""
     from campaign.receipts.bundle import verify_bundle
-    from campaign.signing import load_trusted
-
     from campaign.receipts.publish import unpacked_archive
+    from campaign.signing import load_trusted
 
     trusted = load_trusted(trust, include_local=not no_local_trust)
     if bundle.is_file():
@@ -562,12 +560,11 @@ def verify(bundle: Path, trust: list[Path] = typer.Option([], help="Also trust t
 def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write the report."),
             trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
     """Render a verified bundle: report.html (static, no network), SUMMARY.md, and a .tar.gz of the bundle."""
+    from campaign.fsutil import load_json_strict
     from campaign.receipts.bundle import verify_bundle
+    from campaign.receipts.decision import decisions
     from campaign.receipts.publish import publish as do_publish
     from campaign.signing import load_trusted
-
-    from campaign.fsutil import load_json_strict
-    from campaign.receipts.decision import decisions
 
     verify_bundle(bundle, load_trusted(trust))
     written = do_publish(bundle, out_dir)
@@ -629,35 +626,18 @@ def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of 
             remove: bool = typer.Option(False, "--remove", help="Stop and remove them (default: only list).")) -> None:
     """List (or remove) containers left by windows: lanes and stale box watchdogs, found by their campaign.*
     labels. A watchdog whose window is still armed on this machine is never listed."""
-    from campaign.contracts.schema import DockerHost
-    from campaign.lanes.runtimes.docker import find_leftovers, remove_container
-    from campaign.lanes.runtimes.dockerhost import client_for, describe
-    from campaign.window.enginefailsafe import stale_watchdogs
+    from campaign.contracts.load import load_contract
+    from campaign.window.orphans import engines_to_sweep, leftover_containers, remove_leftover
 
-    hosts: dict[str, Any] = {}
-    if engines_of is not None:
-        from campaign.contracts.load import load_contract
-
-        loaded = load_contract(engines_of, check_files=False)
-        named = [lane.docker_host for lane in loaded.lanes.values() if lane.runtime == "docker"]
-        if loaded.contract.incumbent is not None and loaded.contract.incumbent.runtime == "docker":
-            named.append(loaded.contract.incumbent.docker_host)
-        hosts = {describe(h): h for h in named}
-    else:
-        host = DockerHost(url=docker_host) if docker_host else None
-        hosts = {describe(host): host}
+    loaded = load_contract(engines_of, check_files=False) if engines_of is not None else None
     table = Table("engine", "container", "lane", "window", "status")
     count = 0
-    for where, host in hosts.items():
-        client = client_for(host)
-        found = [*find_leftovers(client, window=window, contract=contract),
-                 *({**item, "lane": "(failsafe watchdog)"} for item in stale_watchdogs(client)
-                   if window is None or item["window"] == window)]
-        for item in found:
-            table.add_row(*_cells(where, item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-"))
-            if remove:
-                remove_container(client, item["id"])
-        count += len(found)
+    for where, client, item in leftover_containers(engines_to_sweep(loaded, docker_host), window=window,
+                                                   contract=contract):
+        table.add_row(*_cells(where, item["name"], item["lane"] or "-", item["window"] or "-", item["status"] or "-"))
+        if remove:
+            remove_leftover(client, item)
+        count += 1
     out.print(table if count else "no campaign containers")
     if remove and count:
         out.print(f"removed {count}")

@@ -95,7 +95,7 @@ def _overlay_value(value: Any, frozen: Any, where: Path, path: str) -> None:
     if isinstance(value, BaseModel) and isinstance(frozen, dict):
         _overlay(value, frozen, where, path)
     elif isinstance(value, list) and isinstance(frozen, list) and len(value) == len(frozen):
-        for index, (item, old) in enumerate(zip(value, frozen)):
+        for index, (item, old) in enumerate(zip(value, frozen, strict=True)):
             _overlay_value(item, old, where, f"{path}[{index}]")
     elif isinstance(value, dict) and isinstance(frozen, dict):
         for key, item in value.items():

@@ -23,8 +23,14 @@ from campaign.contracts.load import LoadedContract, file_problem
 from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES, without_gc
 from campaign.errors import FrozenChanged
-from campaign.fsutil import (UnreadableFile, atomic_write_bytes, atomic_write_json, hash_regular_file, load_json_strict,
-                             read_bounded)
+from campaign.fsutil import (
+    UnreadableFile,
+    atomic_write_bytes,
+    atomic_write_json,
+    hash_regular_file,
+    load_json_strict,
+    read_bounded,
+)
 from campaign.signing import SigningKey, TrustedKeys
 
 __all__ = ["FREEZE_SCHEMA", "ToolDefaultsChanged", "check_frozen", "default_record_path", "freeze", "freeze_record",
@@ -196,7 +202,7 @@ def _changed_values(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         out = []
-        for i, (a, b) in enumerate(zip(old, new)):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
             out += _changed_values(a, b, f"{prefix}[{_item_key(a, i)}]")
         return out
     if old is _ABSENT and new in (None, [], {}):

@@ -7,6 +7,7 @@ line in ``gates/registry.py`` (ARCHITECTURE.md has the checklist).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -15,11 +16,23 @@ from typing import Annotated, Any, Literal, Protocol, Union
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from campaign.contracts.engines import ENGINES, instrument_tolerance, lane_context
-from campaign.contracts.model import (FILE_REF, INPUT_FILE_BYTES, MAX_CONTEXT_TOKENS, MAX_COUNT, MAX_SEED, NAME_PATTERN,
-                                     SHA256_PATTERN,
-                                     CountRule, LaneFile, StrictModel, StrList, unique_file_names, valid_regexes)
-from campaign.fsutil import UnreadableFile, read_text_bounded
+from campaign.contracts.model import (
+    FILE_REF,
+    INPUT_FILE_BYTES,
+    MAX_CONTEXT_TOKENS,
+    MAX_COUNT,
+    MAX_SEED,
+    NAME_PATTERN,
+    SHA256_PATTERN,
+    CountRule,
+    LaneFile,
+    StrictModel,
+    StrList,
+    unique_file_names,
+    valid_regexes,
+)
 from campaign.contracts.units import Cpuset, Duration, Size
+from campaign.fsutil import UnreadableFile, read_text_bounded
 
 __all__ = ["BUNDLE_COPY", "GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
            "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "ScreenSpec", "SpeedRule",
@@ -180,7 +193,7 @@ class NeedleSpec(GateSpecBase):
     def _ascending(cls, rungs: list[int]) -> list[int]:
         if any(r < 128 for r in rungs):
             raise ValueError("rungs are prompt sizes in tokens, at least 128 (room for five keys and a question)")
-        if any(b <= a for a, b in zip(rungs, rungs[1:])):
+        if any(b <= a for a, b in itertools.pairwise(rungs)):
             raise ValueError("rungs must be strictly ascending")
         return rungs
 

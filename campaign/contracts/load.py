@@ -16,11 +16,18 @@ import yaml
 from pydantic import ValidationError
 
 from campaign.contracts.args import parse_args
-from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.gatespecs import BUNDLE_COPY
+from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.model import INPUT_FILE_BYTES
-from campaign.contracts.resolve import (FILE_REF, EffectiveLane, axis_difference, contract_docker_host,
-                                       effective_lane, flatten_serving, normalize_axis)
+from campaign.contracts.resolve import (
+    FILE_REF,
+    EffectiveLane,
+    axis_difference,
+    contract_docker_host,
+    effective_lane,
+    flatten_serving,
+    normalize_axis,
+)
 from campaign.contracts.schema import Contract, LaneFile
 from campaign.contracts.secretrefs import literal_secrets, refuse_secrets_in_text, secrets_anywhere
 from campaign.contracts.yamlsafe import LocatedDocument, dotted, load_located, shown_path, without_gc

@@ -15,8 +15,18 @@ from pydantic import Field, field_validator
 from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.model import FILE_REF, StrictModel, unique_file_names
-from campaign.contracts.schema import (FILES_MOUNT_ROOT, BootLogRules, Contract, DockerHost, Lane, LaneFile, ModelSpec,
-                                       Mount, ReadinessSpec, Role)
+from campaign.contracts.schema import (
+    FILES_MOUNT_ROOT,
+    BootLogRules,
+    Contract,
+    DockerHost,
+    Lane,
+    LaneFile,
+    ModelSpec,
+    Mount,
+    ReadinessSpec,
+    Role,
+)
 from campaign.contracts.units import format_cpuset, parse_cpuset
 
 __all__ = ["FILE_REF", "EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane", "flatten_serving",

@@ -15,10 +15,20 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_validator,
 
 from campaign.contracts.engines import EngineKind
 from campaign.contracts.gatespecs import GateSpec
-from campaign.contracts.model import (ENV_NAME_PATTERN, FILES_MOUNT_ROOT, MAX_CONTEXT_TOKENS, NAME_PATTERN,
-                                     SHA256_PATTERN, EnvName,
-                                     LaneFile, StrictModel, StrList, stringify_scalars, unique_file_names,
-                                     valid_regexes)
+from campaign.contracts.model import (
+    ENV_NAME_PATTERN,
+    FILES_MOUNT_ROOT,
+    MAX_CONTEXT_TOKENS,
+    NAME_PATTERN,
+    SHA256_PATTERN,
+    EnvName,
+    LaneFile,
+    StrictModel,
+    StrList,
+    stringify_scalars,
+    unique_file_names,
+    valid_regexes,
+)
 from campaign.contracts.units import Cpuset, Duration, Size, duration
 
 __all__ = [

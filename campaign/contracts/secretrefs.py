@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import itertools
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -94,7 +95,7 @@ def is_secret_name(name: str) -> bool:
         return False
     secret = [i for i, w in enumerate(words) if w in SECRET_WORDS
               and not (w == "token" and i > 0 and words[i - 1] in VOCABULARY_WORDS)]
-    return bool(secret) or any(a + b in SECRET_WORDS for a, b in zip(words, words[1:]))
+    return bool(secret) or any(a + b in SECRET_WORDS for a, b in itertools.pairwise(words))
 
 
 def credential_like(value: str) -> bool:
@@ -142,7 +143,7 @@ _TRIGGERS: tuple[tuple[str, ...], ...] = (("hf_",), ("sk-",), ("gh",), ("github_
                                           ("AKIA", "ASIA"), ("AIza",), ("eyJ",), ("bearer",))
 _BASIC = re.compile(r"(?i)(?<![A-Za-z0-9])basic[ \t]++([A-Za-z0-9+/=]++)")
 _TOKEN_CHECKS = tuple((pattern, triggers, bool(pattern.flags & re.IGNORECASE))
-                      for pattern, triggers in zip(TOKEN_PATTERNS, _TRIGGERS))
+                      for pattern, triggers in zip(TOKEN_PATTERNS, _TRIGGERS, strict=True))
 _ANY_TRIGGER = re.compile("|".join(re.escape(t) for triggers in _TRIGGERS[:-1] for t in triggers)
                           + r"|(?i:bearer|basic)|-----BEGIN |://")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]{0,48}+)-----")

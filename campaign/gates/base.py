@@ -1,5 +1,7 @@
-"""What a gate is: a live part that collects raw records from one lane, and an offline judge that
-reads only raw records and the frozen rule. A gate never starts or stops a lane."""
+"""What a gate is: something that gathers raw records, and an offline judge that reads only raw records
+and the frozen rule. Two shapes gather: a ``LiveGate`` collects from a running lane on each visit the
+window boots for it; a ``Screen`` runs once per candidate before any lane boots, on files alone. The
+window dispatches by which of the two a gate is. A gate never starts or stops a lane."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
 from campaign.gates.records import VisitKey, raw_path, read_records
 from campaign.gates.result import GateResult, Verdict
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
-__all__ = ["PAIRS_STOPPED", "Gate", "GateContext", "Visit"]
+__all__ = ["PAIRS_STOPPED", "Gate", "GateContext", "LiveGate", "Screen", "Visit", "live_gates", "screens"]
 
 
 # The journal step by which a window says it booted no more pairs before every pairing gate was done, and
@@ -63,32 +65,14 @@ class GateContext:
 
 
 class Gate(ABC):
-    # An offline gate (a screen) runs before any lane boots, once per candidate, and never on a lane.
-    offline: bool = False
-    # How many more boots of each control this gate needs after its candidates (0: none). The
-    # window boots the most any gate asks for; visit <lane>@rerunN runs the gates asking for N or more.
-    control_reruns: int = 0
+    """What every gate has: its frozen spec, the window's context, and an offline judge."""
 
     def __init__(self, spec: Any, ctx: GateContext) -> None:
         self.spec, self.ctx = spec, ctx
 
     @property
-    def max_boot_pairs(self) -> int:
-        """Most candidate boots this gate may ask for, each followed by a control boot (1: none beyond
-        the fixed visits). A gate that asks for more says after each pair whether it wants another."""
-        return 1
-
-    def wants_pair(self, candidate: EffectiveLane, control: EffectiveLane, pairs_done: int) -> bool:
-        return False
-
-    @property
     def gate_id(self) -> str:
         return self.spec.id or self.spec.kind
-
-    @abstractmethod
-    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
-        """Send this gate's requests to a running lane; every response goes to ``sink`` as it arrives.
-        Records of lanes visited earlier in the window are readable through ``self.ctx``."""
 
     @abstractmethod
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
@@ -106,3 +90,42 @@ class Gate(ABC):
         """Tables derived from raw records, written into the bundle as CSV: file name -> rows.
         Rows of gates that name the same file are concatenated."""
         return {}
+
+
+class LiveGate(Gate):
+    """A gate that collects from running lanes: every lane's first boot, and the visits it asks for."""
+
+    # How many more boots of each control this gate needs after its candidates (0: none). The
+    # window boots the most any gate asks for; visit <lane>@rerunN runs the gates asking for N or more.
+    control_reruns: int = 0
+
+    @property
+    def max_boot_pairs(self) -> int:
+        """Most candidate boots this gate may ask for, each followed by a control boot (1: none beyond
+        the fixed visits). A gate that asks for more says after each pair whether it wants another."""
+        return 1
+
+    def wants_pair(self, candidate: EffectiveLane, control: EffectiveLane, pairs_done: int) -> bool:
+        return False
+
+    @abstractmethod
+    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
+        """Send this gate's requests to a running lane; every response goes to ``sink`` as it arrives.
+        Records of lanes visited earlier in the window are readable through ``self.ctx``."""
+
+
+class Screen(Gate):
+    """A gate that runs once per candidate before anything is stopped or booted, and never on a lane: a
+    candidate it does not PASS is never booted."""
+
+    @abstractmethod
+    def screen(self, candidate: EffectiveLane, control: EffectiveLane, sink: JsonlAppender) -> dict[str, Any]:
+        """Screen one candidate; its record goes to ``sink`` (the raw file) and is returned."""
+
+
+def live_gates(gates: list[Gate]) -> list[LiveGate]:
+    return [gate for gate in gates if isinstance(gate, LiveGate)]
+
+
+def screens(gates: list[Gate]) -> list[Screen]:
+    return [gate for gate in gates if isinstance(gate, Screen)]

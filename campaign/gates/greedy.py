@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import hashlib
 
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import GreedySpec
 from campaign.contracts.model import parse_fraction
+from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
+from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.common.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict, worst
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["GreedyGate"]
 
 
-class GreedyGate(Gate):
+class GreedyGate(LiveGate):
     spec: GreedySpec
 
     def prompts(self):  # noqa: ANN201 - list[Prompt]
@@ -142,7 +142,7 @@ def _digest(text: str) -> str:
 def _first_difference(a: str, b: str) -> int | None:
     if a == b:
         return None
-    for index, (x, y) in enumerate(zip(a, b)):
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return index
     return min(len(a), len(b))

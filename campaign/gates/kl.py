@@ -13,18 +13,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import KlSpec
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.stats import percentile
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import select
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import Position
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["KlGate", "TAIL_TREATMENT", "kl_topk", "percentile"]
 
@@ -52,13 +52,13 @@ def kl_topk(oracle: Position, lane: Position) -> tuple[float, int]:
         q.append(math.exp(got))
     p_tail = max(0.0, 1.0 - sum(p))
     q_tail = max(_EPS, 1.0 - sum(q))
-    kl = sum(pi * (math.log(max(pi, _EPS)) - math.log(max(qi, _EPS))) for pi, qi in zip(p, q))
+    kl = sum(pi * (math.log(max(pi, _EPS)) - math.log(max(qi, _EPS))) for pi, qi in zip(p, q, strict=False))
     if p_tail > _EPS:
         kl += p_tail * (math.log(p_tail) - math.log(q_tail))
     return max(kl, 0.0), missing
 
 
-class KlGate(Gate):
+class KlGate(LiveGate):
     spec: KlSpec
 
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
@@ -159,7 +159,7 @@ def _divergences(refs: dict[str, Prepared], oracle: dict[str, list[Position]],
     values, rows, missing_total = [], [], 0
     for item in refs:
         kls = []
-        for po, pl in zip(oracle[item], lane[item]):
+        for po, pl in zip(oracle[item], lane[item], strict=False):
             kl, missing = kl_topk(po, pl)
             kls.append(kl)
             missing_total += missing

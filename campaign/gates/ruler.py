@@ -23,18 +23,18 @@ import re
 import statistics
 from typing import Any
 
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import RulerSpec
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
+from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.gate import SpeedGate
 from campaign.lanes.bootlog import read_log
 from campaign.lanes.engines import prometheus
 from campaign.lanes.engines.prometheus import Samples, metric_name, parse_prometheus
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["ACTING", "EXERCISES", "PARSED", "RulerGate", "counter_deltas", "moved_differently",
            "normalize_boot_log", "parse_prometheus"]
@@ -90,7 +90,7 @@ def normalize_boot_log(text: str) -> list[str]:
     return sorted(set(lines))
 
 
-class RulerGate(Gate):
+class RulerGate(LiveGate):
     spec: RulerSpec
 
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
@@ -354,7 +354,7 @@ class RulerGate(Gate):
         if observable == "logprobs":
             if not any(ctrl["logprobs"].values()) or not any(cand["logprobs"].values()):
                 return None
-            changed = sum(1 for k in ctrl["logprobs"] for a, b in zip(ctrl["logprobs"][k], cand["logprobs"].get(k, []))
+            changed = sum(1 for k in ctrl["logprobs"] for a, b in zip(ctrl["logprobs"][k], cand["logprobs"].get(k, []), strict=False)
                           if a != b)
             return f"{changed} token positions have different top-k logprobs" if changed else False
         if observable == "metrics":

@@ -15,15 +15,15 @@ from typing import Any
 
 import jsonschema
 
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import StructuredSpec
 from campaign.contracts.model import parse_fraction
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
+from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.inputs import load_rows
 from campaign.gates.result import GateResult, Metric, Verdict, worst
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["OUTCOMES", "StructuredGate", "classify"]
 
@@ -114,7 +114,7 @@ def _value_note(value: Any, schema: dict[str, Any], answer: Any) -> str:
     return "the embedded JSON is the right answer" if value == answer else "the embedded JSON is a wrong answer"
 
 
-class StructuredGate(Gate):
+class StructuredGate(LiveGate):
     spec: StructuredSpec
 
     def rows(self) -> list[dict[str, Any]]:

@@ -20,17 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from campaign.contracts.engines import instrument_tolerance
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import TeacherForcedSpec
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import VisitKey, select
+from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["TeacherForcedGate", "check_instrument", "first_divergence"]
 
@@ -39,7 +39,7 @@ _MAX_EVIDENCE = 20
 
 def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     """Index of the first differing token; len(shorter) when one is a strict prefix; None if equal."""
-    for index, (x, y) in enumerate(zip(a, b)):
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return index
     return None if len(a) == len(b) else min(len(a), len(b))
@@ -64,7 +64,7 @@ def check_instrument(gen: Generation, scored: list[Position], tolerance: float, 
     if len(scored) != len(gen.positions) + 1:
         check.failures.append(f"{label}: scored {len(scored) - 1} positions for {len(gen.positions)} tokens")
         return
-    for t, (made, forced) in enumerate(zip(gen.positions, scored)):
+    for t, (made, forced) in enumerate(zip(gen.positions, scored, strict=False)):
         check.tokens += 1
         if forced.token is not None and made.token is not None and forced.token != made.token:
             check.failures.append(f"{label} token {t}: scored token {forced.token} is not the generated "
@@ -86,7 +86,7 @@ def check_instrument(gen: Generation, scored: list[Position], tolerance: float, 
             check.within += 1
 
 
-class TeacherForcedGate(Gate):
+class TeacherForcedGate(LiveGate):
     spec: TeacherForcedSpec
     control_reruns = 1  # the control's second boot scores the candidates' sites and shows drift
 
@@ -448,7 +448,7 @@ class TeacherForcedGate(Gate):
             if len(scores) < 2:
                 continue
             text_deltas = []
-            for pc, pk in zip(scores[control.name][:-1], scores[candidate.name][:-1]):
+            for pc, pk in zip(scores[control.name][:-1], scores[candidate.name][:-1], strict=False):
                 if pc.logprob is None or pk.logprob is None:
                     censored += 1
                     continue

@@ -10,16 +10,16 @@ import json
 from collections import Counter
 from typing import Any
 
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import ToolsSpec
 from campaign.contracts.model import parse_fraction
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
+from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.inputs import load_rows
-from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.records import select
-from campaign.lanes.session import LaneRun
+from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["OUTCOMES", "ToolsGate", "check_call", "judge_episode"]
 
@@ -79,7 +79,7 @@ def judge_episode(row: dict[str, Any], records: list[dict[str, Any]]) -> dict[st
     return {"outcome": "passed", "detail": None}
 
 
-class ToolsGate(Gate):
+class ToolsGate(LiveGate):
     spec: ToolsSpec
 
     def episodes(self) -> list[dict[str, Any]]:

@@ -29,9 +29,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.secretrefs import (
+    REF,
+    credential_like,
+    credential_spans,
+    is_secret_name,
+    open_pem_label,
+    referenced_names,
+)
 from campaign.fsutil import UnreadableFile, read_bounded
-from campaign.contracts.secretrefs import (REF, credential_like, credential_spans, is_secret_name, open_pem_label,
-                                           referenced_names)
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.runtimes.base import scratch_path
 

@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,37 +19,19 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import substitute
 from campaign.errors import LaunchError, PreflightError, RunError
 from campaign.fsutil import JsonlAppender, UnreadableFile, open_regular
-from campaign.lanes.engines.base import EngineAdapter
-from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describe_exit, log_tail, read_log
+from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.client import LaneClient
-from campaign.lanes.runtimes.hostcpu import check_cpus_here
-from campaign.lanes.runtimes.process import ProcessRuntime
+from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.lanerun import LaneRun
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime, scratch_path
+from campaign.lanes.runtimes.hostcpu import check_cpus_here
+from campaign.lanes.runtimes.process import ProcessRuntime
 
 __all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "local_model",
            "model_sha256", "port_is_free", "files_unchanged", "read_back_files", "resolve_executable", "resolve_refs",
            "runtime_for"]
-
-
-@dataclass
-class LaneRun:
-    lane: EffectiveLane
-    adapter: EngineAdapter
-    running: RunningLane
-    client: LaneClient
-    boot_seconds: float
-    inspect: dict[str, Any] = field(default_factory=dict)
-    engine_version: dict[str, Any] = field(default_factory=dict)
-    scratch: Path | None = None
-
-    async def stop(self, timeout: float = 20.0) -> int | None:
-        await self.client.aclose()
-        code = await asyncio.to_thread(self.running.stop, timeout)
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-        return code
 
 
 def lane_scratch(lane: EffectiveLane) -> Path:

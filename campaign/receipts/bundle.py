@@ -24,8 +24,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from campaign.contracts.hashing import canonical_json, sha256_file
 from campaign.contracts.secretrefs import looks_like_token
 from campaign.errors import CampaignError, InputError, RunError, VerifyError
-from campaign.fsutil import (MAX_JSON_BYTES, UnreadableFile, atomic_write_json, describe_mode, hash_regular_file,
-                             loads_strict, open_regular, read_bounded)
+from campaign.fsutil import (
+    MAX_JSON_BYTES,
+    UnreadableFile,
+    atomic_write_json,
+    describe_mode,
+    hash_regular_file,
+    loads_strict,
+    open_regular,
+    read_bounded,
+)
 from campaign.signing import SigningKey, TrustedKeys
 
 __all__ = ["ENVELOPE", "MAX_BUNDLE_BYTES", "MAX_BUNDLE_FILES", "MAX_FOLDER_BYTES", "MAX_ENVELOPE_BYTES", "MAX_FOLDER_DEPTH",

@@ -81,7 +81,7 @@ def _speed_change(gate: dict[str, Any]) -> list[Plot]:
         return []
     fig = _figure(2.8)
     ax = fig.subplots()
-    for x, (level, est) in enumerate(shown):
+    for x, (_level, est) in enumerate(shown):
         change, low, high = 100 * est["change"], 100 * est["low"], 100 * est["high"]
         ax.errorbar([x], [change], yerr=[[change - low], [high - change]], fmt="o", color=CANDIDATE, capsize=6)
         ax.annotate(f"{change:+.1f}% [{low:+.1f}, {high:+.1f}]", (x, change), textcoords="offset points",
@@ -176,7 +176,7 @@ def _speed_rows(gate: dict[str, Any]) -> list[Plot]:
     fig = _figure(3.0)
     ax = fig.subplots()
     levels = sorted({row["level"] for row in rows})
-    markers = dict(zip(levels, "os^Dv<>"))
+    markers = dict(zip(levels, "os^Dv<>", strict=False))  # more levels than markers: unmarked
     for level, (role, colour), valid in itertools.product(levels, (("control", CONTROL), ("candidate", CANDIDATE)),
                                                           (True, False)):
         chosen = [row for row in rows if row["level"] == level and row["role"].startswith(role)
@@ -255,8 +255,8 @@ def _needle_ladder(gate: dict[str, Any]) -> list[Plot]:
     fig = _figure(3.0)
     ax = fig.subplots()
     drew = False
-    for (lane, ladder), colour in zip(ladders.items(), (CONTROL, CANDIDATE, "#777")):
-        for variant, marker in zip(gate["details"].get("variants") or [], "osD^v"):
+    for (lane, ladder), colour in zip(ladders.items(), (CONTROL, CANDIDATE, "#777"), strict=False):
+        for variant, marker in zip(gate["details"].get("variants") or [], "osD^v", strict=False):
             xs, ys, found = [], [], []
             for rung in ladder["rungs"]:
                 attempts = (rung.get("attempts") or {}).get(variant) or []
@@ -287,7 +287,7 @@ def _task_outcomes(gate: dict[str, Any]) -> list[Plot]:
     for outcome, colour in (("win", "#2a7"), ("tie", "#bbb"), ("loss", "#c44")):
         values = [float(kinds[name][outcome]) for name in names]
         ax.barh(names, values, left=left, color=colour, label=outcome)
-        left = [a + b for a, b in zip(left, values)]
+        left = [a + b for a, b in zip(left, values, strict=True)]
     ax.legend(loc="best", fontsize=7)
     if isinstance(bound, (int, float)) and margin is not None:
         confidence = float(rule.get("confidence", 0.95))

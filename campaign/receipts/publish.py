@@ -25,8 +25,14 @@ from jinja2 import Environment, PackageLoader
 
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import atomic_write_bytes, fsync_dir, load_json_strict, open_regular
-from campaign.receipts.bundle import (MAX_BUNDLE_BYTES, MAX_BUNDLE_FILES, MAX_FOLDER_DEPTH, bundle_entries,
-                                      errors_named_as, require_bundle_folder)
+from campaign.receipts.bundle import (
+    MAX_BUNDLE_BYTES,
+    MAX_BUNDLE_FILES,
+    MAX_FOLDER_DEPTH,
+    bundle_entries,
+    errors_named_as,
+    require_bundle_folder,
+)
 from campaign.receipts.decision import decisions
 from campaign.receipts.plots import plots_for
 from campaign.receipts.shapes import checked_gate, checked_summary

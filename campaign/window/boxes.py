@@ -19,8 +19,8 @@ from typing import IO, Any
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.schema import DockerHost
+from campaign.daily.state import state_root
 from campaign.errors import PreflightError
-from campaign.window.state import state_root
 
 __all__ = ["Box", "BoxClaim", "boxes_of", "claim", "overlapping"]
 

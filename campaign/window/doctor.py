@@ -67,8 +67,8 @@ def _signing_key() -> Check:
 
 
 def _failsafe(loaded: LoadedContract | None) -> Check:
-    from campaign.window.failsafe import choose_backend, dry_run
-    from campaign.window.state import state_root
+    from campaign.daily.state import state_root
+    from campaign.failsafe.failsafe import choose_backend, dry_run
 
     requested = loaded.contract.failsafe.backend if loaded is not None and loaded.contract.failsafe else "auto"
     backend = choose_backend(requested)

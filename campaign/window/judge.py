@@ -22,7 +22,7 @@ from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.fsutil import atomic_write_bytes, atomic_write_json
-from campaign.gates.base import Gate, GateContext
+from campaign.gates.base import Gate, GateContext, Screen
 from campaign.gates.registry import gate_for
 from campaign.gates.result import GateResult, Verdict, worst
 from campaign.window.inspectdiff import runtime_axis_difference
@@ -63,7 +63,7 @@ def judge_bundle(loaded: LoadedContract, gates: list[Gate], lanes: dict[str, Lan
         control = loaded.lanes[candidate.control or ""]
         blocked, error = _blocked(bundle, control, candidate, lanes)
         for gate in gates:
-            if blocked and not gate.offline:  # a screen ran before any lane: what happened to lanes is not its
+            if blocked and not isinstance(gate, Screen):  # a screen ran before any lane: what happened to lanes is not its
                 result = _result(gate, candidate, control, blocked)
                 if error:
                     _write_error(bundle, gate.gate_id, candidate.name, error)

@@ -1,4 +1,5 @@
-"""A window nobody is left to finish: every `campaign` command restores it first.
+"""What windows leave behind: a window nobody is left to finish, which every `campaign` command restores
+first, and containers (lanes, stale box watchdogs) that `campaign cleanup` lists and removes.
 
 The failsafe is a pair of watchdogs (or a systemd timer); if the runner and every watchdog were killed
 together, or the deadline passed while nothing ran, the next `campaign` command of any kind (status
@@ -7,11 +8,18 @@ included) brings the daily back at once.
 
 from __future__ import annotations
 
-from campaign.errors import RunError
-from campaign.window.state import WindowState, boot_id, boottime, process_start_time, windows_dir
-from campaign.window.watchdog import alive, pidfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["restore_orphaned_windows"]
+from campaign.daily.state import WindowState, boot_id, boottime, process_start_time, windows_dir
+from campaign.errors import RunError
+from campaign.failsafe.watchdog import alive, pidfile
+
+if TYPE_CHECKING:
+    from campaign.contracts.load import LoadedContract
+    from campaign.contracts.schema import DockerHost
+
+__all__ = ["engines_to_sweep", "leftover_containers", "remove_leftover", "restore_orphaned_windows"]
 
 
 def _orphaned(state: WindowState) -> str | None:
@@ -35,7 +43,7 @@ def _orphaned(state: WindowState) -> str | None:
 def restore_orphaned_windows() -> list[str]:
     """Run by every `campaign` command before its own work: an expired or orphaned window is restored at
     once. Returns one line per window restored."""
-    from campaign.window.restore import restore
+    from campaign.daily.restore import restore
 
     done = []
     root = windows_dir()
@@ -60,3 +68,44 @@ def restore_orphaned_windows() -> list[str]:
         except (RunError, OSError) as exc:
             done.append(f"window {state.window}: {reason}; restoring the daily FAILED: {exc}")
     return done
+
+
+def engines_to_sweep(loaded: LoadedContract | None, docker_host: str | None) -> dict[str, DockerHost | None]:
+    """The Docker engines to look on, by the name they are shown under: every engine ``loaded`` names (its
+    lanes' and its daily's, with their TLS and ssh settings), else the one at ``docker_host`` (DOCKER_HOST
+    when None)."""
+    # imported here: every command imports this module for restore_orphaned_windows, few need docker
+    from campaign.contracts.schema import DockerHost
+    from campaign.lanes.runtimes.dockerhost import describe
+
+    if loaded is None:
+        host = DockerHost(url=docker_host) if docker_host else None
+        return {describe(host): host}
+    named = [lane.docker_host for lane in loaded.lanes.values() if lane.runtime == "docker"]
+    if loaded.contract.incumbent is not None and loaded.contract.incumbent.runtime == "docker":
+        named.append(loaded.contract.incumbent.docker_host)
+    return {describe(h): h for h in named}
+
+
+def leftover_containers(hosts: dict[str, DockerHost | None], *, window: str | None = None,
+                        contract: str | None = None) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+    """(engine shown, its client, the container) for each container windows left on ``hosts``: lanes found by
+    their campaign.* labels, and box watchdogs that guard nothing any more (one whose window is still armed
+    on this machine is never listed)."""
+    from campaign.failsafe.enginefailsafe import stale_watchdogs
+    from campaign.lanes.runtimes.docker import find_leftovers
+    from campaign.lanes.runtimes.dockerhost import client_for
+
+    for where, host in hosts.items():
+        client = client_for(host)
+        for item in find_leftovers(client, window=window, contract=contract):
+            yield where, client, item
+        for item in stale_watchdogs(client):
+            if window is None or item["window"] == window:
+                yield where, client, {**item, "lane": "(failsafe watchdog)"}
+
+
+def remove_leftover(client: Any, item: dict[str, Any]) -> None:
+    from campaign.lanes.runtimes.docker import remove_container
+
+    remove_container(client, item["id"])

@@ -25,8 +25,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from campaign import __version__
-from campaign.contracts.effective import (EFFECTIVE_FILE, LANE_TOOL_DEFAULTS, contract_rules, effective_contract,
-                                          effective_document, read_document, recorded_rules, with_rules)
+from campaign.contracts.effective import (
+    EFFECTIVE_FILE,
+    LANE_TOOL_DEFAULTS,
+    contract_rules,
+    effective_contract,
+    effective_document,
+    read_document,
+    recorded_rules,
+    with_rules,
+)
 from campaign.contracts.freeze import tool_default_changes
 from campaign.contracts.hashing import canonical_sha256, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract

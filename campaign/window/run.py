@@ -25,28 +25,54 @@ from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES
+from campaign.daily import incumbent
+from campaign.daily.restore import restore, stop_window_lanes
+from campaign.daily.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 from campaign.errors import FrozenChanged, InputError, LaunchError, PreflightError, RunError
-from campaign.fsutil import (MAX_JSON_BYTES, JsonlAppender, UnreadableFile, atomic_write_bytes, atomic_write_json,
-                             load_json_strict, open_regular, read_bounded, read_jsonl, read_text_bounded)
-from campaign.gates.base import Gate, Visit
+from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run
+from campaign.fsutil import (
+    MAX_JSON_BYTES,
+    JsonlAppender,
+    UnreadableFile,
+    atomic_write_bytes,
+    atomic_write_json,
+    load_json_strict,
+    open_regular,
+    read_bounded,
+    read_jsonl,
+    read_text_bounded,
+)
+from campaign.gates.base import Gate, LiveGate, Screen, Visit, live_gates, screens
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.hostcpu import check_cpus_here
-from campaign.lanes.session import (boot_lane, check_lane, is_local, launch_command, local_model, model_sha256,
-                                    port_is_free, resolve_executable, resolve_refs)
+from campaign.lanes.session import (
+    boot_lane,
+    check_lane,
+    is_local,
+    launch_command,
+    local_model,
+    model_sha256,
+    port_is_free,
+    resolve_executable,
+    resolve_refs,
+)
 from campaign.receipts.bundle import ENVELOPE, sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
-from campaign.window import incumbent
 from campaign.window.boxes import boxes_of, claim
-from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
-from campaign.window.judge import (SCREENED_OUT, LaneOutcome, build_gates, input_copies, judge_bundle, judge_one,
-                                   predicate, summarize)
-from campaign.window.restore import restore, stop_window_lanes
-from campaign.window.schedule import (PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget,
-                                      step_seconds)
+from campaign.window.judge import (
+    SCREENED_OUT,
+    LaneOutcome,
+    build_gates,
+    input_copies,
+    judge_bundle,
+    judge_one,
+    predicate,
+    summarize,
+)
+from campaign.window.schedule import PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget, step_seconds
 from campaign.window.source import source_changes, source_snapshot
-from campaign.window.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
 
 __all__ = ["WindowOutcome", "daily_port_of", "preflight", "resume_window", "run_window"]
 
@@ -256,7 +282,7 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
     incumbent_port = daily_port_of(loaded)
     spec = loaded.contract.incumbent
     if spec is not None and spec.runtime == "docker":
-        from campaign.window import dailycontainer
+        from campaign.daily import dailycontainer
 
         # the daily container exists on the named engine, runs, and its image is there: else nothing starts
         dailycontainer.snapshot(spec.container or "", spec.docker_host.model_dump(mode="json")
@@ -305,7 +331,7 @@ def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path
     lines = _manifest_lines(manifest)
     files = [str(model_dir / name.strip().lstrip("*")) for _digest, name in lines]
     digests = hash_there(files) if hash_there else [model_sha256(lane, Path(f)) for f in files]
-    bad = [Path(f).relative_to(model_dir) for f, (digest, _), seen in zip(files, lines, digests) if seen != digest]
+    bad = [Path(f).relative_to(model_dir) for f, (digest, _), seen in zip(files, lines, digests, strict=True) if seen != digest]
     if bad:
         raise PreflightError(f"lane {lane.name}: {len(bad)}/{len(lines)} model files differ from "
                              f"{manifest.name}, e.g. {bad[0]}")
@@ -380,15 +406,15 @@ async def _execute(w: _Window) -> WindowOutcome:
     heartbeat = asyncio.create_task(_heartbeat(w.state))
     try:
         gates = _open(w, journal)
-        screened_out = await _run_screens(w, [g for g in gates if g.offline], journal, progress.lanes)
+        screened_out = await _run_screens(w, screens(gates), journal, progress.lanes)
         live = _live_part(w.loaded, screened_out)
         if live is None:
             journal.done("screened", out=sorted(screened_out),
                          reason="no candidate is worth a live window: the daily was not stopped")
             progress.restore_record = {"event": "done", "action": NEVER_STOPPED}
         else:
-            screens_run = sum(1 for g in gates if g.offline) * len(w.loaded.candidates())
-            await _visit_lanes(w, live, [g for g in gates if not g.offline], journal, progress.lanes, screens_run)
+            screens_run = len(screens(gates)) * len(w.loaded.candidates())
+            await _visit_lanes(w, live, live_gates(gates), journal, progress.lanes, screens_run)
             if w.loaded.contract.incumbent is not None:
                 progress.restore_record = await asyncio.to_thread(_bring_back_incumbent, w, journal,
                                                                   "window finished")
@@ -435,21 +461,21 @@ def _open(w: _Window, journal: Any) -> list[Gate]:
 NEVER_STOPPED = "never stopped"
 
 
-async def _run_screens(w: _Window, screens: list[Gate], journal: Any,
+async def _run_screens(w: _Window, screen_gates: list[Screen], journal: Any,
                        lanes: dict[str, LaneOutcome]) -> set[str]:
     """Every screen once per candidate, before anything is stopped or booted. A candidate whose screens do
     not all PASS stays out of the live window; returns those candidates."""
     out: set[str] = set()
     for candidate in w.loaded.candidates():
         control = w.loaded.lanes[candidate.control or ""]
-        for gate in screens:
+        for gate in screen_gates:
             if (gate.gate_id, candidate.name) not in w.finished_gates:
                 raw = gate.ctx.raw_path(gate.gate_id, candidate.name)
                 if raw.exists():
                     _set_aside(raw)  # a screen cut short: redone whole
                 journal.intent("gate", gate=gate.gate_id, lane=candidate.name)
                 with JsonlAppender(raw) as sink:
-                    await asyncio.to_thread(gate.screen, candidate, control, sink)  # type: ignore[attr-defined]
+                    await asyncio.to_thread(gate.screen, candidate, control, sink)
                 journal.done("gate", gate=gate.gate_id, lane=candidate.name)
             result = judge_one(w.bundle, gate, candidate, control)  # a judge's bug: INCONCLUSIVE, not a crash
             if result.verdict is not Verdict.PASS and candidate.name not in out:
@@ -474,7 +500,7 @@ def _live_part(loaded: LoadedContract, screened_out: set[str]) -> LoadedContract
     return dataclasses.replace(loaded, lanes=lanes)
 
 
-async def _visit_lanes(w: _Window, loaded: LoadedContract, gates: list[Gate], journal: Any,
+async def _visit_lanes(w: _Window, loaded: LoadedContract, gates: list[LiveGate], journal: Any,
                        lanes: dict[str, LaneOutcome], screens_run: int = 0) -> None:
     """The daily down behind the failsafe, then every visit in the plan: boot, gates, stop."""
     if loaded.contract.incumbent is not None:
@@ -496,7 +522,7 @@ async def _visit_lanes(w: _Window, loaded: LoadedContract, gates: list[Gate], jo
         pairs_done += 1
 
 
-def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[Gate]]]) -> str | None:
+def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[LiveGate]]]) -> str | None:
     """With a daily behind the failsafe, the window's time budget is its deadline: no pair that would end
     after the point where the daily must be restored. A pair is estimated from the journal (so a resumed
     window estimates as the first run would): each visit's boot and its gates, as that lane's latest
@@ -512,7 +538,7 @@ def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[Gate]]]) -> st
                             restore_s=spec.readiness.budget)
 
 
-async def _visit(w: _Window, visit: Visit, gates: list[Gate], journal: Any, lanes: dict[str, LaneOutcome],
+async def _visit(w: _Window, visit: Visit, gates: list[LiveGate], journal: Any, lanes: dict[str, LaneOutcome],
                  labels: dict[str, str]) -> None:
     visit_gates = [g for g in gates if (g.gate_id, str(visit.key)) not in w.finished_gates]
     outcome = lanes.setdefault(str(visit.key), LaneOutcome())
@@ -551,7 +577,7 @@ async def _heartbeat(state: WindowState) -> None:
         beats += 1
         fresh = await asyncio.to_thread(state.reload)
         if fresh.failsafe_backend == "engine" and fresh.armed:
-            from campaign.window import enginefailsafe
+            from campaign.failsafe import enginefailsafe
 
             try:  # a box that does not hear us for the grace restores its daily: the failsafe doing its job
                 await asyncio.to_thread(enginefailsafe.beat, fresh, beats)
@@ -561,7 +587,7 @@ async def _heartbeat(state: WindowState) -> None:
 
 
 def _note_beat_failure(state: WindowState, exc: BaseException) -> None:
-    from campaign.window.watchdog import describe
+    from campaign.failsafe.watchdog import describe
 
     with open(state.directory / "heartbeat.err", "a", encoding="utf-8") as handle:
         handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} heartbeat to the box failed: {describe(exc)}\n")
@@ -588,7 +614,7 @@ def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
     backend = choose_backend(failsafe_spec.backend, spec)
     journal.intent("failsafe.dry_run", backend=backend)
     if backend == "engine":
-        from campaign.window import enginefailsafe
+        from campaign.failsafe import enginefailsafe
 
         journal.done("failsafe.dry_run", result=enginefailsafe.dry_run(state, failsafe_spec, spec.endpoint))
         journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
@@ -618,8 +644,8 @@ def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, An
     except RunError as exc:
         state = w.state.reload()
         if state.failsafe_backend == "engine" and state.armed:
-            from campaign.lanes.runtimes.dockerhost import describe
             from campaign.contracts.schema import DockerHost
+            from campaign.lanes.runtimes.dockerhost import describe
 
             box = describe(DockerHost.model_validate((state.incumbent or {}).get("docker_host")))
             deadline = time.strftime("%H:%M:%S", time.localtime(state.deadline_wall or 0))
@@ -682,7 +708,7 @@ def _redacted_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
     secrets = launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
     redacted = Redactor(secrets).snapshot(snap)
     if snap.get("runtime") == "docker":  # the engine's own Env list: the same digests as the env above
-        from campaign.window.dailycontainer import BUNDLE_HOST_CONFIG
+        from campaign.daily.dailycontainer import BUNDLE_HOST_CONFIG
 
         redacted["config"] = {**redacted["config"], "Env": [f"{k}={v}" for k, v in redacted["env"].items()]}
         redacted["host_config"] = {k: v for k, v in redacted["host_config"].items() if k in BUNDLE_HOST_CONFIG}
@@ -743,7 +769,7 @@ def _read_if_small(path: Path, limit: int, what: str) -> tuple[int, bytes | None
     return (total, None) if total > limit else (total, b"".join(chunks))
 
 
-async def _run_lane(w: _Window, visit: Visit, gates: list[Gate], journal: Any, outcome: LaneOutcome,
+async def _run_lane(w: _Window, visit: Visit, gates: list[LiveGate], journal: Any, outcome: LaneOutcome,
                     labels: dict[str, str]) -> None:
     lane, bundle = visit.lane, w.bundle
     lane_dir = bundle / "lanes" / str(visit.key)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from campaign.contracts.load import LoadedContract
-from campaign.gates.base import PAIRS_STOPPED, Gate, Visit
+from campaign.gates.base import PAIRS_STOPPED, Gate, LiveGate, Visit, live_gates, screens
 
 __all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair", "pair_past_budget", "step_seconds",
            "PAIRS_STOPPED"]
@@ -23,28 +23,28 @@ __all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair", "pair_p
 # lanes' stop, the restore's proof, the judge does not count (it runs after the restore).
 RESTORE_MARGIN_S = 30.0
 
-Planned = list[tuple[Visit, list[Gate]]]
+Planned = list[tuple[Visit, list[LiveGate]]]
 
 
-def gates_for_visit(gates: list[Gate], visit: Visit) -> list[Gate]:
+def gates_for_visit(gates: list[LiveGate], visit: Visit) -> list[LiveGate]:
     """The gates a visit of the fixed part runs: every gate on a lane's first boot, on a re-boot of the
     control only those that asked for it."""
     return [g for g in gates if g.control_reruns >= visit.index]
 
 
-def first_visits(loaded: LoadedContract, gates: list[Gate]) -> Planned:
+def first_visits(loaded: LoadedContract, gates: list[LiveGate]) -> Planned:
     visits = [Visit(lane) for lane in loaded.lanes.values()]
     for index in range(1, _fixed_reruns(gates) + 1):
         visits += [Visit(lane, index) for lane in _compared(loaded)]
     return [(visit, gates_for_visit(gates, visit)) for visit in visits]
 
 
-def next_pair(loaded: LoadedContract, gates: list[Gate], pairs_done: int) -> Planned:
+def next_pair(loaded: LoadedContract, gates: list[LiveGate], pairs_done: int) -> Planned:
     """After ``pairs_done`` pairs: each candidate some pairing gate still needs, then its control once."""
     if pairs_done < _fixed_reruns(gates):
         return []  # the fixed part's control re-boots are not yet behind us (a gate asked for more than 1)
     planned: Planned = []
-    controls: dict[str, list[Gate]] = {}
+    controls: dict[str, list[LiveGate]] = {}
     for candidate in loaded.candidates():
         control = loaded.lanes[candidate.control or ""]
         wanting = [g for g in gates if g.wants_pair(candidate, control, pairs_done)]
@@ -59,18 +59,17 @@ def next_pair(loaded: LoadedContract, gates: list[Gate], pairs_done: int) -> Pla
 def most_steps(loaded: LoadedContract, gates: list[Gate], *, boots: bool = True) -> int:
     """Gate runs (and boots) if every pairing gate goes to its last pair: the progress line's total. A
     screen runs once per candidate, before any boot."""
-    screens = sum(1 for gate in gates if gate.offline) * len(loaded.candidates())
-    gates = [gate for gate in gates if not gate.offline]
-    per_visit = 1 if boots else 0
-    steps = screens + sum(per_visit + len(g) for _, g in first_visits(loaded, gates))
-    pairing = [g for g in gates if g.max_boot_pairs > 1]
-    extra = max((g.max_boot_pairs for g in pairing), default=1) - _fixed_reruns(gates)
+    live, per_visit = live_gates(gates), 1 if boots else 0
+    steps = len(screens(gates)) * len(loaded.candidates())
+    steps += sum(per_visit + len(g) for _, g in first_visits(loaded, live))
+    pairing = [g for g in live if g.max_boot_pairs > 1]
+    extra = max((g.max_boot_pairs for g in pairing), default=1) - _fixed_reruns(live)
     if pairing and extra > 0:
         steps += extra * (len(loaded.candidates()) + len(_compared(loaded))) * (per_visit + len(pairing))
     return steps
 
 
-def _fixed_reruns(gates: list[Gate]) -> int:
+def _fixed_reruns(gates: list[LiveGate]) -> int:
     return max((gate.control_reruns for gate in gates), default=0)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.load import load_contract
+from campaign.daily.state import WindowState, process_start_time
 from campaign.errors import CampaignError, InputError, PreflightError
 from campaign.fsutil import UnreadableFile, load_json_strict
 from campaign.lanes.bootlog import log_tail
@@ -23,7 +24,6 @@ from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim, overlapping
 from campaign.window.detach import detach_window
 from campaign.window.run import preflight
-from campaign.window.state import WindowState, process_start_time
 
 __all__ = ["run_several"]
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.load import load_contract
+from campaign.daily import incumbent
+from campaign.daily.restore import restore
+from campaign.daily.state import WindowState, process_start_time, windows_dir
 from campaign.errors import InputError
 from campaign.fsutil import read_jsonl
 from campaign.gates.base import GateContext
 from campaign.gates.registry import gate_for
-from campaign.window import incumbent
-from campaign.window.restore import restore
-from campaign.window.state import WindowState, process_start_time, windows_dir
 
 __all__ = ["abort_window", "window_status"]
 
@@ -101,7 +101,7 @@ def _box_failsafe(state: WindowState) -> str | None:
     """What the watchdog on the daily's box last said, when the deadline is kept there (the runner may be gone)."""
     if state.failsafe_backend != "engine" or not state.failsafe_container or not state.incumbent:
         return None
-    from campaign.window.enginefailsafe import box_report
+    from campaign.failsafe.enginefailsafe import box_report
 
     return box_report(state)
 
@@ -117,7 +117,7 @@ def abort_window(window: str, *, wait: float = 120.0) -> str:
     if state.incumbent is not None and not state.restored:
         restore(state.window, reason="abort", by="campaign abort")
         if state.failsafe_backend == "engine" and state.armed:  # proven back: the box's watchdog goes
-            from campaign.window.failsafe import disarm
+            from campaign.failsafe.failsafe import disarm
 
             disarm(state)
         return f"window {state.window}: runner gone; daily restored and proved"

@@ -8,15 +8,14 @@ tokenize responses, so judging (and a later re-judge) reads exactly what was sen
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from pathlib import Path
-
 from campaign.gates.common.inputs import Source, load_sources
 from campaign.lanes.engines.scoring import TokenSeq
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["Prepared", "prepare_sources", "prepared_on_control", "read_prepared", "score_texts"]
 

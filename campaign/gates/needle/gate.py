@@ -18,16 +18,16 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import NeedleSpec
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
+from campaign.gates.base import LiveGate, Visit
+from campaign.gates.common.streams import streamed_text
 from campaign.gates.needle.prompts import VARIANTS, NeedleCase, build_case, case_seed, check_reply
 from campaign.gates.result import GateResult, Metric, Verdict, worst
-from campaign.gates.common.streams import streamed_text
 from campaign.lanes.engines.registry import adapter_for
-from campaign.lanes.session import LaneRun
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["NeedleGate"]
 
@@ -35,7 +35,7 @@ MAX_SIZING_ROUNDS = 12
 ATTEMPTS = 2  # the first try and one retry with a fresh seed
 
 
-class NeedleGate(Gate):
+class NeedleGate(LiveGate):
     spec: NeedleSpec
 
     async def sized_case(self, run: LaneRun, variant: str, seed: int, target: int) -> tuple[NeedleCase, int, int]:

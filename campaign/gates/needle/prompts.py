@@ -121,8 +121,8 @@ def build_case(variant: str, seed: int, filler_words: int) -> NeedleCase:
         chosen = [chosen[i] for i in order]
         depths, asked = list(DEPTHS), order.index(0)
     words = _filler(random.Random(seed ^ 0x5EED), filler_words)
-    inserts = sorted(zip((round(d * filler_words) for d in depths), (_needle(l, k) for l, k in zip(chosen, keys))),
-                     key=lambda pair: pair[0])
+    needles = (_needle(label, key) for label, key in zip(chosen, keys, strict=False))
+    inserts = sorted(zip((round(d * filler_words) for d in depths), needles, strict=False), key=lambda pair: pair[0])
     pieces: list[str] = []
     cursor = 0
     for position, sentence in inserts:

@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.gatespecs import ScreenSpec, parse_clause
-from campaign.contracts.resolve import FILE_REF, EffectiveLane
 from campaign.contracts.hashing import sha256_file
+from campaign.contracts.resolve import FILE_REF, EffectiveLane
 from campaign.errors import CampaignError, InputError
 from campaign.fsutil import JsonlAppender, read_bounded
-from campaign.gates.base import Gate, Visit
+from campaign.gates.base import Screen
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.task.sandbox import SandboxLimits, run_python
-from campaign.lanes.session import LaneRun
 
 __all__ = ["ScreenGate", "evaluate"]
 
@@ -37,12 +36,8 @@ _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt
 SCRIPT_BYTES = 4 << 20
 
 
-class ScreenGate(Gate):
-    offline = True
+class ScreenGate(Screen):
     spec: ScreenSpec
-
-    async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
-        raise RuntimeError("a screen runs before any lane boots, never on a lane")
 
     def screen(self, candidate: EffectiveLane, control: EffectiveLane, sink: JsonlAppender) -> dict[str, Any]:
         """Run the screen for one candidate; its one record goes to ``sink`` (the raw file) and is returned."""

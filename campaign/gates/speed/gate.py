@@ -18,27 +18,37 @@ next means the environment moved.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import SpeedSpec
 from campaign.contracts.model import parse_fraction
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, Visit
-from campaign.gates.records import VisitKey
+from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.inputs import Prompt, load_prompts
+from campaign.gates.common.streams import StreamStats
+from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.rows import RowResult, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
-from campaign.gates.speed.sequential import (POWER, BootValues, Estimate, Look, estimate, look, look_confidence,
-                                             looks_allowed, pairs_needed, reachable)
-from campaign.gates.common.streams import StreamStats
+from campaign.gates.speed.sequential import (
+    POWER,
+    BootValues,
+    Estimate,
+    Look,
+    estimate,
+    look,
+    look_confidence,
+    looks_allowed,
+    pairs_needed,
+    reachable,
+)
+from campaign.lanes.lanerun import LaneRun
 from campaign.lanes.runtimes.hostcpu import pinned_threads
-from campaign.lanes.session import LaneRun
 
 __all__ = ["SpeedGate"]
 
@@ -80,7 +90,7 @@ class _Sequence:
     levels: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # level -> its looks
 
 
-class SpeedGate(Gate):
+class SpeedGate(LiveGate):
     spec: SpeedSpec
 
     # the control's second boot closes the first pair; later pairs are booted while wants_pair says so
@@ -532,7 +542,7 @@ def _control_drift(boots: list[BootValues], *, higher: bool) -> dict[str, Any] |
     both measured. A steady drift is in the fit; a jump this large means the environment moved."""
     controls = sorted((b for b in boots if not b.candidate), key=lambda b: b.position)
     steps = {}
-    for before, after in zip(controls, controls[1:]):
+    for before, after in itertools.pairwise(controls):
         common = [p for p in before.values if p in after.values and before.values[p] > 0 and after.values[p] > 0]
         if len(common) >= 2:
             ratios = [(after.values[p] / before.values[p]) if higher else (before.values[p] / after.values[p])

@@ -25,12 +25,12 @@ from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender, jsonl_line
 from campaign.gates.common.inputs import Prompt
 from campaign.gates.common.stats import percentile
-from campaign.gates.speed.rows import RowAttempt, RowResult, evaluate_row
 from campaign.gates.common.streams import StreamFacts, streamed_text
+from campaign.gates.speed.rows import RowAttempt, RowResult, evaluate_row
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.client import LaneClient
-from campaign.lanes.runtimes.hostcpu import host_busy_seconds
 from campaign.lanes.engines.prometheus import parse_prometheus
+from campaign.lanes.runtimes.hostcpu import host_busy_seconds
 
 __all__ = ["RecordWriter", "SpeedMeasurement", "by_class", "rep_order"]
 

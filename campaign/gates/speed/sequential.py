@@ -116,7 +116,7 @@ def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence:
     return Estimate(change=math.expm1(d), low=math.expm1(d - half), high=math.expm1(d + half), log_change=d,
                     se=se, se_boot=se_boot, se_prompt=se_prompt, df=df, confidence=confidence, boots=len(boots),
                     candidate_boots=len(candidates), prompts=len(prompts),
-                    per_prompt={p: math.expm1(float(v)) for p, v in zip(prompts, per_prompt)})
+                    per_prompt={p: math.expm1(float(v)) for p, v in zip(prompts, per_prompt, strict=True)})
 
 
 def _satterthwaite(*terms: tuple[float, int]) -> float:

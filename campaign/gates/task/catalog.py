@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from campaign.contracts.hashing import sha256_bytes
 from campaign.contracts.gatespecs import ArithmeticTasks, HumanEvalTasks
+from campaign.contracts.hashing import sha256_bytes
 from campaign.errors import ContractError, PreflightError
 from campaign.fsutil import UnreadableFile, read_bounded
 from campaign.gates.common.inputs import read_jsonl_rows
@@ -194,7 +194,7 @@ def user_tasks(path: Path) -> list[Task]:
     """Rows ``{"id", "prompt" | "messages", "answer", "match"?: exact|numeric|regex, "tolerance"?}``."""
     tasks = []
     for number, row in read_jsonl_rows(path):
-        def bad(message: str, name: str) -> ContractError:
+        def bad(message: str, name: str, number: int = number) -> ContractError:
             return ContractError(message, file=str(path), line=number, field=name)
 
         tid = row.get("id")

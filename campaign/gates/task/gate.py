@@ -19,22 +19,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.gatespecs import TaskSpec
+from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import Gate, GateContext, Visit
+from campaign.gates.base import GateContext, LiveGate, Visit
 from campaign.gates.common.replies import chat_reply
-from campaign.gates.result import GateResult, Metric, Verdict
-from campaign.gates.task.sandbox import SandboxLimits
 from campaign.gates.common.stats import clopper_pearson_upper
+from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.task.catalog import Score, Task, arithmetic_tasks, humaneval_tasks, score_reply, user_tasks
-from campaign.lanes.session import LaneRun
+from campaign.gates.task.sandbox import SandboxLimits
+from campaign.lanes.lanerun import LaneRun
 
 __all__ = ["TaskGate"]
 
 
-class TaskGate(Gate):
+class TaskGate(LiveGate):
     spec: TaskSpec
 
     def __init__(self, spec: TaskSpec, ctx: GateContext) -> None:

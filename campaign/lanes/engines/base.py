@@ -15,8 +15,8 @@ import httpx
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import CapabilityError, EngineError
 from campaign.lanes.engines.client import LaneClient
-from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 from campaign.lanes.engines.prometheus import Samples
+from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 
 __all__ = ["EngineAdapter", "Readiness"]
 

@@ -29,8 +29,8 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness
 from campaign.lanes.engines.client import LaneClient
-from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
 from campaign.lanes.engines.prometheus import Samples
+from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
 
 __all__ = ["LlamaCppAdapter"]
 

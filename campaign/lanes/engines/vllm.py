@@ -319,7 +319,7 @@ def _completion_positions(choice: dict[str, Any], top_k: int) -> list[Position]:
     if not len(tokens) == len(values) == len(tops):
         raise ScoreError(f"logprobs for {len(tokens)} tokens, {len(values)} values, {len(tops)} top-k lists")
     positions = []
-    for name, value, top in zip(tokens, values, tops):
+    for name, value, top in zip(tokens, values, tops, strict=True):
         alts = sorted((Alt(token=_token_id(k), text="", logprob=float(v)) for k, v in (top or {}).items()),
                       key=lambda alt: -alt.logprob)[:top_k]
         positions.append(Position(token=_token_id(name), text="", logprob=None if value is None else float(value),

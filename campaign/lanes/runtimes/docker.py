@@ -20,10 +20,16 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import LaunchError, PreflightError, RunError
-from campaign.lanes.runtimes.dockerhost import (EngineUnreachable, client_for, describe, engine_failures, is_local,
-                                                why_unreachable)
 from campaign.lanes.redact import RedactingLog, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
+from campaign.lanes.runtimes.dockerhost import (
+    EngineUnreachable,
+    client_for,
+    describe,
+    engine_failures,
+    is_local,
+    why_unreachable,
+)
 
 __all__ = ["LABEL_CONTRACT", "LABEL_LANE", "LABEL_PREFIX", "LABEL_WINDOW", "DockerLane", "DockerRuntime", "EngineUnreachable",
            "check_lane", "container_path", "create_kwargs", "device_requests", "find_leftovers", "hash_on_engine",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import read_jsonl
-from campaign.window.state import WindowState
+from campaign.daily.state import WindowState
 from tests.support.cli import campaign
 from tests.support.contracts import demo_like, free_port, write_contract
 from tests.support.daily import first_record_of_each_kind, runner_past_the_daily_stop, serves, kill_runner_and_watchdogs
@@ -287,7 +287,7 @@ def test_promote_a_candidate_container_to_daily_then_roll_back_to_the_same_conta
 def test_a_daily_still_serving_with_its_policy_held_at_no_gets_its_policy_back(container_daily: dict) -> None:
     # a runner killed after it held the restart policy at `no` and before the stop: the daily still
     # serves, restore finds it serving, and must still give it its own policy back
-    from campaign.window import dailycontainer
+    from campaign.daily import dailycontainer
 
     snap = dailycontainer.snapshot(container_daily["name"], None, {"stop_timeout": 5})
     assert docker("update", "--restart", "no", container_daily["name"]).returncode == 0

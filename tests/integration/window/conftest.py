@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign.window.state import process_start_time
+from campaign.daily.state import process_start_time
 from tests.support.cli import campaign
 from tests.support.contracts import demo_like, free_port, write_contract
 from tests.support.daily import serves
@@ -40,7 +40,7 @@ def daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str):
     assert serves(port)
     yield {"root": tmp_path, "contract": contract, "port": port}
     # disarm first: a failsafe still armed from a failed test would start the daily again after we stop it
-    from campaign.window.state import WindowState
+    from campaign.daily.state import WindowState
 
     for state_file in (tmp_path / "state").glob("campaign/windows/*/state.json"):
         state = WindowState.load(state_file.parent.name)

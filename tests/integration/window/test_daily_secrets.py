@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from campaign.fsutil import read_jsonl
-from campaign.window.state import WindowState
+from campaign.daily.state import WindowState
 from tests.support.contracts import MODEL, demo_like, free_port, write_contract
 from tests.support.cli import campaign
 from tests.support.daily import kill_runner_and_watchdogs, runner_past_the_daily_stop
@@ -145,7 +145,7 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
         kill_runner_and_watchdogs(runner, WindowState.load(window))
         assert answers(daily_port, DAILY_KEY) == 0  # down, and nobody left to bring it back
         bare = {k: v for k, v in os.environ.items() if k not in ("DAILY_KEY", "LANE_KEY", "HF_TOKEN")}
-        timer = subprocess.run([sys.executable, "-m", "campaign.window.restore_now", window], env=bare,
+        timer = subprocess.run([sys.executable, "-m", "campaign.failsafe.restore_now", window], env=bare,
                                capture_output=True, text=True, timeout=300)
         assert timer.returncode == 0, timer.stdout + timer.stderr
         assert answers(daily_port, DAILY_KEY) == 200

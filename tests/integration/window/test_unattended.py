@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import read_jsonl
-from campaign.window.state import WindowState, process_start_time
+from campaign.daily.state import WindowState, process_start_time
 from tests.support.cli import campaign
 from tests.support.daily import (daily_pid, first_record_of_each_kind, runner_past_the_daily_stop, serves,
                                  kill_runner_and_watchdogs, watchdog_pids)
@@ -195,7 +195,7 @@ def test_detached_window_finishes_and_status_follows_it(daily: dict) -> None:
 
 
 def test_restore_twice_is_a_no_op_and_fenced(daily: dict) -> None:
-    from campaign.window.restore import restore
+    from campaign.daily.restore import restore
 
     ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"))
     assert ran.returncode == 0

@@ -227,7 +227,7 @@ def test_an_unreachable_engine_is_said_in_words_a_person_can_act_on() -> None:
 
 
 def test_the_box_clock_is_read_from_the_engine() -> None:
-    from campaign.window.enginefailsafe import _box_clock
+    from campaign.failsafe.enginefailsafe import _box_clock
 
     class Client:
         def info(self) -> dict:

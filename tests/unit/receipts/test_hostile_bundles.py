@@ -382,7 +382,7 @@ def test_publish_streams_the_archive_and_it_verifies(bundle: Path, tmp_path: Pat
 # ------------------------------------------------------------------------------------------- promote, rejudge
 
 def test_promote_of_an_archive_says_it_is_an_archive(bundle: Path, tmp_path: Path) -> None:
-    from campaign.window.promote import promote
+    from campaign.promotion.promote import promote
 
     archive = publish(bundle, tmp_path / "out")["archive"]
     with pytest.raises(InputError, match=f"{archive}: an archive, not a bundle folder"):
@@ -391,7 +391,7 @@ def test_promote_of_an_archive_says_it_is_an_archive(bundle: Path, tmp_path: Pat
 
 @pytest.mark.parametrize("fault", ["unsigned", "chain", "fifo"])
 def test_promote_refusals_name_the_user_s_folder_never_the_private_copy(small: Path, fault: str) -> None:
-    from campaign.window.promote import promote
+    from campaign.promotion.promote import promote
 
     if fault == "unsigned":
         (small / ENVELOPE).unlink()
@@ -411,7 +411,7 @@ def test_promote_refusals_name_the_user_s_folder_never_the_private_copy(small: P
 
 
 def test_an_error_after_verifying_names_the_user_s_folder(small: Path) -> None:
-    from campaign.window.promote import promote
+    from campaign.promotion.promote import promote
 
     (small / "SUMMARY.json").write_text(json.dumps({"status": "complete", "candidates": {"spec": {}}}))
     (small / "contract").mkdir()

@@ -2,7 +2,7 @@
 pidfile, so a demo or a fresh box has a daily for windows to stop and restore.
 
 The daily's output never reaches its ``--log`` raw: it goes through a pipe into a small detached process
-(``python -m campaign.window.daily --pump LOG FD``) that writes it through the same redaction as every
+(``python -m campaign.daily.daily --pump LOG FD``) that writes it through the same redaction as every
 lane's boot log (``campaign.lanes.redact.RedactingLog``: the resolved ``${env:...}`` values, the values of
 credential options and variables, every credential shape), into a file created 0600. The pump ends when
 the daily closes its output (it exited).
@@ -22,14 +22,14 @@ import httpx
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.units import parse_cpuset
-from campaign.lanes.runtimes.gpus import visible_devices
+from campaign.daily.incumbent import _cmdline, _read_pid
 from campaign.errors import InputError, RunError
 from campaign.fsutil import atomic_write_bytes
-from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.bootlog import HINTS, classify_failure, describe_exit
+from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.runtimes.gpus import visible_devices
 from campaign.lanes.runtimes.process import BASE_ENV_KEYS
 from campaign.lanes.session import resolve_executable, resolve_refs
-from campaign.window.incumbent import _cmdline, _read_pid
 
 __all__ = ["daily_command", "describe_container_daily", "describe_daily", "find_daily_pidfile", "start_daily"]
 
@@ -103,7 +103,7 @@ def _launch_logged(argv: list[str], env: dict[str, str], log_path: Path,
     secrets reach the pump on its stdin, never on a command line (/proc/PID/cmdline is world-readable)."""
     read_end, write_end = os.pipe()
     try:
-        pump = subprocess.Popen([sys.executable, "-m", "campaign.window.daily", "--pump", str(log_path.resolve()),
+        pump = subprocess.Popen([sys.executable, "-m", "campaign.daily.daily", "--pump", str(log_path.resolve()),
                                  str(read_end)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, pass_fds=(read_end,), start_new_session=True)
         assert pump.stdin is not None
@@ -155,8 +155,8 @@ def find_daily_pidfile(loaded: LoadedContract | None) -> Path | None:
     the newest window's snapshot (a window restores the daily under the same pidfile)."""
     if loaded is not None and loaded.contract.incumbent is not None and loaded.contract.incumbent.pidfile:
         return loaded.resolve(loaded.contract.incumbent.pidfile)
-    from campaign.window.ledger import Ledger
-    from campaign.window.state import WindowState, windows_dir
+    from campaign.daily.ledger import Ledger
+    from campaign.daily.state import WindowState, windows_dir
 
     with_pidfile = [entry for entry in Ledger().entries() if entry.get("pidfile")]
     if with_pidfile:
@@ -213,9 +213,9 @@ def _pumped_log(pipe: str) -> str | None:
 def describe_container_daily(spec: Any) -> dict[str, object]:
     """A container daily as its engine sees it now: whether it runs, its image and command, and a `docker
     run` line that starts it by hand (environment values left out: only their names are shown)."""
+    from campaign.daily import dailycontainer
     from campaign.errors import PreflightError
     from campaign.lanes.redact import Redactor, launch_secrets
-    from campaign.window import dailycontainer
 
     host = spec.docker_host.model_dump(mode="json") if spec.docker_host else None
     try:

@@ -1,7 +1,7 @@
 """The failsafe's own parts, no engine: backend choice, the dry run, what arming writes, the deadline on
 the boot clock, disarming, and refusing when the watchdog pair does not report active.
 
-The processes started here are the project's own watchdogs (``python -m campaign.window.watchdog``),
+The processes started here are the project's own watchdogs (``python -m campaign.failsafe.watchdog``),
 really spawned; the window they guard has no daily and its runner is this test process, alive, so
 nothing fires unless a test makes it.
 """
@@ -17,10 +17,10 @@ from typing import Iterator
 import pytest
 
 from campaign.errors import PreflightError
-from campaign.window import failsafe
-from campaign.window.failsafe import arm, choose_backend, disarm, dry_run
-from campaign.window.state import FailsafeFailure, WindowState, boot_id, boottime, process_start_time
-from campaign.window.watchdogfiles import ack_path, alive, pidfile
+from campaign.failsafe import failsafe
+from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run
+from campaign.daily.state import FailsafeFailure, WindowState, boot_id, boottime, process_start_time
+from campaign.failsafe.watchdogfiles import ack_path, alive, pidfile
 
 WINDOW = "t-failsafe-20990101-000000"
 

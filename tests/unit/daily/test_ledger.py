@@ -15,7 +15,7 @@ import pytest
 from campaign.contracts.hashing import canonical_json
 from campaign.errors import InputError, VerifyError
 from campaign.signing import SigningKey, TrustedKeys, init_keys, load_signing_key, load_trusted
-from campaign.window.ledger import Ledger, shown_argv
+from campaign.daily.ledger import Ledger, shown_argv
 
 DIGEST = re.compile(r"^<redacted hmac:[0-9a-f]{16}>$")
 SECRET = "sk-live-0123456789abcdefXYZ"
@@ -268,7 +268,7 @@ def test_shown_argv_does_not_change_its_input() -> None:
 
 
 def test_an_interrupted_promotion_is_found_until_its_entry_a_failure_or_a_rollback_ends_it() -> None:
-    from campaign.window.promote import unfinished_promotion
+    from campaign.promotion.promote import unfinished_promotion
 
     begun = {"seq": 1, "kind": "promote-begun", "at": "t", "candidate": "spec"}
     assert unfinished_promotion([begun]) == begun  # killed mid-swap: nothing else was written

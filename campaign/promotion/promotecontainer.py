@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
+from campaign.daily import dailycontainer
 from campaign.errors import RunError
-from campaign.window.faults import crash_point
+from campaign.faults import crash_point
 from campaign.fsutil import load_json_strict
 from campaign.lanes.session import files_unchanged, resolve_refs
-from campaign.window import dailycontainer
 
 __all__ = ["candidate_container", "put_back", "swap_back", "swap_in"]
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.hashing import canonical_json, sha256_bytes
+from campaign.daily.state import state_root
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import JsonlAppender, atomic_write_bytes, loads_strict, read_bounded, read_jsonl
 from campaign.signing import SigningKey, TrustedKeys
-from campaign.window.state import state_root
 
 __all__ = ["LEDGER_BYTES", "ROLLBACK_BYTES", "Ledger", "shown_argv"]
 
@@ -73,7 +73,7 @@ class Ledger:
 
     def append(self, key: SigningKey, kind: str, fields: dict[str, Any],
                rollback_launch: dict[str, Any] | None = None) -> dict[str, Any]:
-        lines = [l for l in self._read().splitlines() if l.strip()]
+        lines = [line for line in self._read().splitlines() if line.strip()]
         entry: dict[str, Any] = {"seq": len(lines) + 1, "kind": kind, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                        time.gmtime()),
                                  "who": f"{getpass.getuser()}@{socket.gethostname()}",

@@ -16,7 +16,7 @@ import pytest
 from campaign.contracts.load import load_contract
 from campaign.errors import RunError
 from campaign.lanes.redact import MARK
-from campaign.window import daily
+from campaign.daily import daily
 from tests.support.contracts import free_port
 
 ECHO = """#!/bin/sh
@@ -109,7 +109,7 @@ def test_the_pump_module_runs_as_a_program(tmp_path: Path) -> None:
     read_end, write_end = os.pipe()
     os.write(write_end, b"hello\nDB_PASSWORD=hunter22\n")
     os.close(write_end)
-    done = subprocess.run([sys.executable, "-m", "campaign.window.daily", "--pump", str(tmp_path / "p.log"),
+    done = subprocess.run([sys.executable, "-m", "campaign.daily.daily", "--pump", str(tmp_path / "p.log"),
                            str(read_end)], input=b'["hunter22"]', pass_fds=(read_end,), timeout=60)
     os.close(read_end)
     assert done.returncode == 0

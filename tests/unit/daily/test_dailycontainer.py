@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from campaign.window.dailycontainer import _differences, _mounts, describe, env_digest
+from campaign.daily.dailycontainer import _differences, _mounts, describe, env_digest
 
 GPU_DAILY = {"container": "glm-daily", "config": {"Cmd": ["serve", "--port", "30006"]},
              "env": {"HF_TOKEN": "hf_secret_value_123"}, "image_id": "sha256:ab", "restart_policy": {"Name": "always"},

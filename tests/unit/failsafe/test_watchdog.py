@@ -24,9 +24,9 @@ import pytest
 
 from campaign.errors import RunError
 from campaign.fsutil import read_jsonl
-from campaign.window import watchdog
-from campaign.window.state import WindowState, boot_id, boottime, process_start_time
-from campaign.window.watchdog import Report, fire_reason, restore_until_served
+from campaign.failsafe import watchdog
+from campaign.daily.state import WindowState, boot_id, boottime, process_start_time
+from campaign.failsafe.watchdog import Report, fire_reason, restore_until_served
 from tests.support.cli import campaign
 from tests.support.contracts import REPO, demo_like, write_contract
 
@@ -259,7 +259,7 @@ def test_the_real_watchdog_reports_an_unreadable_state_in_its_log(state: WindowS
     """The entry point a window spawns, started on a state it cannot read: it says so and keeps trying."""
     (state.directory / "state.json").write_text("not json at all")
     with open(state.directory / "watchdog.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "campaign.window.watchdog", WINDOW, "1", "--role", "a"],
+        proc = subprocess.Popen([sys.executable, "-m", "campaign.failsafe.watchdog", WINDOW, "1", "--role", "a"],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     try:
         deadline = time.monotonic() + 20
@@ -301,16 +301,16 @@ def _imported_modules(path: Path) -> set[str]:
 
 def test_failsafe_and_watchdog_do_not_import_each_other() -> None:
     window = REPO / "campaign" / "window"
-    assert "campaign.window.watchdog" not in _imported_modules(window / "failsafe.py")
-    assert "campaign.window.failsafe" not in _imported_modules(window / "watchdog.py")
+    assert "campaign.failsafe.watchdog" not in _imported_modules(window / "failsafe.py")
+    assert "campaign.failsafe.failsafe" not in _imported_modules(window / "watchdog.py")
     shared = _imported_modules(window / "watchdogfiles.py")
-    assert not shared & {"campaign.window.watchdog", "campaign.window.failsafe"}
+    assert not shared & {"campaign.failsafe.watchdog", "campaign.failsafe.failsafe"}
 
 
 
 def test_the_systemd_timer_restores_the_same_way(state: WindowState, monkeypatch: pytest.MonkeyPatch) -> None:
     """restore_now (what the systemd timer runs), with the injected fault: retried, then served."""
-    from campaign.window import restore_now
+    from campaign.failsafe import restore_now
 
     calls = _failing_restore(monkeypatch, failures=1)
     monkeypatch.setattr(watchdog, "RETRY_FIRST", 0.01)
@@ -323,7 +323,7 @@ def test_the_systemd_timer_restores_the_same_way(state: WindowState, monkeypatch
 
 
 def test_the_systemd_timer_reports_an_unreadable_state(state: WindowState) -> None:
-    from campaign.window import restore_now
+    from campaign.failsafe import restore_now
 
     (state.directory / "state.json").write_text("[")
     assert restore_now.main([WINDOW, "1"]) == watchdog.EXIT_STATE_UNREADABLE

@@ -1,4 +1,4 @@
-"""The detached watchdog failsafe: ``python -m campaign.window.watchdog WINDOW GENERATION --role a|b``.
+"""The detached watchdog failsafe: ``python -m campaign.failsafe.watchdog WINDOW GENERATION --role a|b``.
 
 Two watchdogs run as a pair, each in its own session and process group, so the runner's death (kill -9,
 a lost SSH session) does not take them along; each watches its partner and starts it again when it is
@@ -27,10 +27,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from campaign.daily.state import FailsafeFailure, WindowState, boot_id, boottime, process_start_time, windows_dir
 from campaign.errors import CampaignError
+from campaign.failsafe.watchdogfiles import LOG_NAME, ack_path, alive, pidfile, record_pid, spawn_watchdog
 from campaign.fsutil import JsonlAppender
-from campaign.window.state import FailsafeFailure, WindowState, boot_id, boottime, process_start_time, windows_dir
-from campaign.window.watchdogfiles import LOG_NAME, ack_path, alive, pidfile, record_pid, spawn_watchdog
 
 __all__ = ["Report", "ack_path", "alive", "describe", "fire_reason", "main", "pidfile", "record_pid",
            "restore_until_served", "watch"]
@@ -101,7 +101,7 @@ class Report:
 
 def _restore(window: str, **kwargs: Any) -> dict[str, Any]:
     # imported at the first use: a watchdog must ack quickly, and restore pulls in every runtime
-    from campaign.window.restore import restore
+    from campaign.daily.restore import restore
 
     return restore(window, **kwargs)
 

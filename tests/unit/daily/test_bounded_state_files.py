@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from campaign.errors import InputError, PreflightError
-from campaign.window import incumbent
-from campaign.window.ledger import Ledger
-from campaign.window.state import WindowState
-from campaign.window.watchdogfiles import alive
+from campaign.daily import incumbent
+from campaign.daily.ledger import Ledger
+from campaign.daily.state import WindowState
+from campaign.failsafe.watchdogfiles import alive
 
 
 def _fifo(path: Path) -> Path:

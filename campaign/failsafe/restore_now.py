@@ -1,4 +1,4 @@
-"""``python -m campaign.window.restore_now WINDOW [GENERATION]``: what the systemd timer runs at the deadline.
+"""``python -m campaign.failsafe.restore_now WINDOW [GENERATION]``: what the systemd timer runs at the deadline.
 
 It restores as a watchdog does (``watchdog.restore_until_served``): retried with backoff, every error in the
 window's failsafe log and journal, a final failure recorded for `campaign status`, and a non-zero exit
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from campaign.window.state import WindowState
-from campaign.window.watchdog import EXIT_STATE_UNREADABLE, Report, describe, restore_until_served
+from campaign.daily.state import WindowState
+from campaign.failsafe.watchdog import EXIT_STATE_UNREADABLE, Report, describe, restore_until_served
 
 
 def main(argv: list[str]) -> int:

@@ -7,13 +7,13 @@ restored incumbent's log. The failsafe reads only this directory, so it works af
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import fcntl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from campaign.errors import InputError

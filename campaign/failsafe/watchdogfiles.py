@@ -2,7 +2,7 @@
 ack files of a watchdog pair, and starting a watchdog as a detached process.
 
 Kept apart so that neither of those two modules imports the other: the watchdog is started by module
-name (``python -m campaign.window.watchdog``), never by importing it.
+name (``python -m campaign.failsafe.watchdog``), never by importing it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from campaign.daily.state import PIDFILE_BYTES, WindowState, process_start_time
 from campaign.fsutil import UnreadableFile, atomic_write_bytes, read_text_bounded
-from campaign.window.state import PIDFILE_BYTES, WindowState, process_start_time
 
 __all__ = ["LOG_NAME", "ack_path", "alive", "pidfile", "record_pid", "spawn_detached", "spawn_watchdog"]
 
@@ -41,11 +41,11 @@ def record_pid(path: Path, pid: int) -> None:
 
 
 def spawn_detached(args: list[str], log: Path) -> int:
-    """``python -m campaign.window.watchdog ARGS`` in its own session, so the spawner's death (kill -9, a
+    """``python -m campaign.failsafe.watchdog ARGS`` in its own session, so the spawner's death (kill -9, a
     lost SSH session) does not take it along; its output goes to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as handle:
-        popen = subprocess.Popen([sys.executable, "-m", "campaign.window.watchdog", *args],
+        popen = subprocess.Popen([sys.executable, "-m", "campaign.failsafe.watchdog", *args],
                                  stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                  start_new_session=True, close_fds=True)
     return popen.pid

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from campaign.errors import RunError
-from campaign.window import incumbent, promote
-from campaign.window.ledger import Ledger
+from campaign.daily import incumbent
+from campaign.promotion import promote
+from campaign.daily.ledger import Ledger
 
 
 def test_a_candidate_that_fails_to_start_puts_the_previous_daily_back(monkeypatch: pytest.MonkeyPatch,

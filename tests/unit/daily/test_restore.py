@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from campaign.window.restore import stop_window_lanes
-from campaign.window.state import LaneProcess, WindowState, process_start_time
+from campaign.daily.restore import stop_window_lanes
+from campaign.daily.state import LaneProcess, WindowState, process_start_time
 
 # binds a port, says so, ignores SIGTERM (a lane that will not stop politely) and holds the port
 _HOLDER = """
@@ -80,3 +80,12 @@ def test_an_untracked_lane_of_this_window_is_gone_before_it_returns_and_others_a
     finally:
         theirs.kill()
         theirs.wait()
+
+
+def test_a_lane_container_whose_engine_cannot_be_asked_is_not_taken_for_gone() -> None:
+    """An unreachable engine (nothing listens on its port) is not "the container is gone": the record says
+    the lane could not be stopped, and the restore goes on to the daily (which may be on another engine)."""
+    port = _free_port()  # closed: connection refused, as from an engine that is down or a box out of reach
+    lane = LaneProcess(visit="spec", container="0" * 64, docker_host={"url": f"tcp://127.0.0.1:{port}"})
+    (said,) = stop_window_lanes(_state("w-unreachable", [lane]))
+    assert said.startswith("spec: NOT stopped, its engine could not be asked"), said

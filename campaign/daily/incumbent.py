@@ -23,10 +23,10 @@ import httpx
 
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.units import format_cpuset, parse_cpuset
+from campaign.daily.state import EXIT_WAIT_S, PIDFILE_BYTES, process_start_time, wait_gone
 from campaign.errors import PreflightError, RunError
 from campaign.fsutil import UnreadableFile, atomic_write_bytes, read_text_bounded
 from campaign.lanes.runtimes.base import PROC_ARGS_BYTES, read_proc
-from campaign.window.state import EXIT_WAIT_S, PIDFILE_BYTES, process_start_time, wait_gone
 
 __all__ = ["SETTINGS", "is_serving", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
 
@@ -62,7 +62,7 @@ def snapshot(spec: Any, base_dir: Path) -> dict[str, Any]:
     settings = {"endpoint": spec.endpoint, "api_key_env": spec.api_key_env, "served_model": spec.served_model,
                 "stop_timeout": spec.stop_timeout, "ready_budget": spec.readiness.budget}
     if spec.runtime == "docker":
-        from campaign.window import dailycontainer
+        from campaign.daily import dailycontainer
 
         host = spec.docker_host.model_dump(mode="json") if spec.docker_host else None
         return dailycontainer.snapshot(spec.container, host, settings)
@@ -104,7 +104,7 @@ def _pinned_to(pid: int) -> str | None:
 def is_serving(snap: dict[str, Any]) -> bool:
     """The daily runs as its snapshot says (it may still be loading)."""
     if snap.get("runtime") == "docker":
-        from campaign.window import dailycontainer
+        from campaign.daily import dailycontainer
 
         return dailycontainer.is_running(snap)
     return running_pid(snap) is not None
@@ -121,7 +121,7 @@ def running_pid(snap: dict[str, Any]) -> int | None:
 def stop(snap: dict[str, Any], *, escalate_after: float | None = None) -> int | str | None:
     """Stop the daily (a container is stopped, never removed); what was stopped, or None if nothing ran."""
     if snap.get("runtime") == "docker":
-        from campaign.window import dailycontainer
+        from campaign.daily import dailycontainer
 
         return dailycontainer.stop(snap)
     pid = running_pid(snap)
@@ -143,7 +143,7 @@ def start(snap: dict[str, Any], log_path: Path) -> int | dict[str, Any]:
     """Relaunch the snapshot verbatim, detached from whoever restores it (runner or failsafe): a process
     daily's new pid, or what was done to a container daily."""
     if snap.get("runtime") == "docker":
-        from campaign.window import dailycontainer
+        from campaign.daily import dailycontainer
 
         return dailycontainer.start(snap)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +168,7 @@ def prove(snap: dict[str, Any], *, budget: float | None = None, api_key: str | N
     budget = snap["ready_budget"] if budget is None else budget
     completion = functools.partial(_completion, api_key=api_key)
     if snap.get("runtime") == "docker":
-        from campaign.window import dailycontainer
+        from campaign.daily import dailycontainer
 
         return dailycontainer.prove(snap, budget=budget, completion=completion)
     deadline = time.monotonic() + budget

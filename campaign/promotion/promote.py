@@ -23,14 +23,16 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from campaign.contracts.effective import recorded_rules, with_rules
 from campaign.contracts.freeze import FREEZE_SCHEMA
 from campaign.contracts.hashing import canonical_json, sha256_file
-from campaign.contracts.effective import recorded_rules, with_rules
 from campaign.contracts.load import load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import REF
+from campaign.daily import incumbent
+from campaign.daily.ledger import Ledger, shown_argv
 from campaign.errors import InputError, PreflightError, RunError, VerifyError
-from campaign.window.faults import crash_point
+from campaign.faults import crash_point
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.records import greedy_replays
 from campaign.lanes.engines.registry import adapter_for
@@ -39,8 +41,6 @@ from campaign.lanes.session import files_unchanged, resolve_refs
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
 from campaign.receipts.shapes import checked_gate, checked_summary
 from campaign.signing import SigningKey, TrustedKeys
-from campaign.window import incumbent
-from campaign.window.ledger import Ledger, shown_argv
 
 __all__ = ["Decision", "decide", "promote", "rollback"]
 
@@ -179,7 +179,7 @@ def _unredacted_argv(launched: list[str], lane: EffectiveLane, candidate: str) -
         raise RunError(f"lane {candidate}: its measured command line does not line up with its spec; "
                        "refusing to promote a command that cannot be rebuilt exactly")
     argv = []
-    for measured, written in zip(launched, template):
+    for measured, written in zip(launched, template, strict=True):
         if "<redacted" in measured:
             if not REF.search(written):
                 raise RunError(f"lane {candidate}: a credential in its command line was written literally and "
@@ -291,7 +291,7 @@ def unfinished_promotion(entries: list[dict[str, Any]]) -> dict[str, Any] | None
 def _daily_snapshot(settings: dict[str, Any]) -> dict[str, Any]:
     wanted = {k: settings.get(k) for k in incumbent.SETTINGS}
     if settings.get("runtime") == "docker":
-        from campaign.window import dailycontainer
+        from campaign.daily import dailycontainer
 
         return dailycontainer.snapshot(settings["container"], settings.get("docker_host"), wanted)
     return incumbent.snapshot_pidfile(Path(settings["pidfile"]), wanted)
@@ -324,7 +324,7 @@ def _swap_process(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledge
 
 def _swap_container(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledger,
                     window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    from campaign.window import promotecontainer
+    from campaign.promotion import promotecontainer
 
     create = promotecontainer.candidate_container(copy, cand, previous, window)
     launch, kept_as = promotecontainer.swap_in(previous, create)
@@ -379,7 +379,8 @@ def _roll_back_process(target: dict[str, Any], previous: dict[str, Any], ledger:
 
 
 def _roll_back_container(target: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
-    from campaign.window import dailycontainer, promotecontainer
+    from campaign.daily import dailycontainer
+    from campaign.promotion import promotecontainer
 
     name = target["container"]
     under_name = dailycontainer.container_id(previous.get("docker_host"), name)

@@ -14,37 +14,44 @@ import time
 from pathlib import Path
 from typing import Any
 
+from campaign.daily import incumbent
+from campaign.daily.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
 from campaign.errors import RunError
 from campaign.fsutil import JsonlAppender
-from campaign.window import incumbent
-from campaign.window.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
 
 __all__ = ["restore", "stop_window_lanes"]
 
 
-def _remove_container(state: WindowState, lane: Any) -> bool:
-    """Only a container that still carries this window's label is removed (fenced by label, not name)."""
+def _remove_container(state: WindowState, lane: Any) -> str | None:
+    """Only a container that still carries this window's label is removed (fenced by label, not name).
+    Returns what became of it for the record: None when there was nothing of ours to stop (gone, or not
+    ours), else a line. An engine that cannot be asked is never taken for "gone": the line says the lane
+    could not be stopped, and the restore carries on (the daily may be on another engine)."""
+    import docker.errors
+
     from campaign.contracts.schema import DockerHost
     from campaign.lanes.runtimes.docker import LABEL_WINDOW, remove_container
     from campaign.lanes.runtimes.dockerhost import client_for
 
-    client = client_for(DockerHost.model_validate(lane.docker_host) if lane.docker_host else None)
     try:
+        client = client_for(DockerHost.model_validate(lane.docker_host) if lane.docker_host else None)
         labels = client.api.inspect_container(lane.container)["Config"].get("Labels") or {}
-    except Exception:  # gone already: nothing of ours to stop
-        return False
+    except docker.errors.NotFound:
+        return None  # gone already: nothing of ours to stop
+    except Exception as exc:  # unreachable, TLS, refused: the lane may still run there
+        return f"{lane.visit}: NOT stopped, its engine could not be asked ({type(exc).__name__}: {str(exc)[:200]})"
     if labels.get(LABEL_WINDOW) != state.window:
-        return False
+        return None
     remove_container(client, lane.container)
-    return True
+    return lane.visit
 
 
 def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
     stopped = []
     for lane in state.lanes:
         if lane.container is not None:
-            if _remove_container(state, lane):
-                stopped.append(lane.visit)
+            if (said := _remove_container(state, lane)) is not None:
+                stopped.append(said)
             continue
         if lane.pid is None or lane.start_time is None or process_start_time(lane.pid) != lane.start_time:
             continue  # gone, or the pid now belongs to someone else
@@ -82,7 +89,7 @@ def _start_if_down(state: WindowState, snap: dict[str, Any], record: dict[str, A
     else:
         record["action"] = "already serving"
         if snap.get("runtime") == "docker":
-            from campaign.window.dailycontainer import ensure_restart_policy
+            from campaign.daily.dailycontainer import ensure_restart_policy
 
             ensure_restart_policy(snap)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from campaign.errors import RunError
-from campaign.window.promotecontainer import candidate_container
+from campaign.promotion.promotecontainer import candidate_container
 
 DAILY = {"container": "glm-daily", "config": {"Labels": {"team": "serving", "campaign.window": "w-old"},
                                               "ExposedPorts": {"30006/tcp": {}}},

@@ -1,7 +1,7 @@
 """Failsafe backends: whatever happens to the runner, the daily serves again by the deadline.
 
 ``auto`` picks a systemd transient timer in system scope where systemd runs (``/run/systemd/system``),
-otherwise the detached watchdog (``campaign.window.watchdog``). Both are checked before the incumbent
+otherwise the detached watchdog (``campaign.failsafe.watchdog``). Both are checked before the incumbent
 is touched: a dry run fires a harmless action on the backend's own timer, and after arming the backend
 must report itself active. Either failing leaves the incumbent untouched.
 """
@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from campaign.daily.state import WindowState, mark_disarmed, record_arming
 from campaign.errors import PreflightError
-from campaign.window.state import WindowState, mark_disarmed, record_arming
-from campaign.window.watchdogfiles import LOG_NAME, ack_path, pidfile, record_pid, spawn_detached, spawn_watchdog
+from campaign.failsafe.watchdogfiles import LOG_NAME, ack_path, pidfile, record_pid, spawn_detached, spawn_watchdog
 
 __all__ = ["arm", "choose_backend", "disarm", "dry_run", "spawn_watchdog"]
 
@@ -94,7 +94,7 @@ def arm(state: WindowState, backend: str, deadline_s: float) -> WindowState:
     elif backend == "systemd":
         unit = f"campaign-failsafe-{state.window}-{generation}"[:200]
         _systemd(["systemd-run", f"--unit={unit}", f"--on-active={int(deadline_s)}",
-                  "--timer-property=AccuracySec=1s", sys.executable, "-m", "campaign.window.restore_now",
+                  "--timer-property=AccuracySec=1s", sys.executable, "-m", "campaign.failsafe.restore_now",
                   state.window, str(generation)])
         active = subprocess.run(["systemctl", "is-active", f"{unit}.timer"], capture_output=True, text=True)
         if active.stdout.strip() != "active":
@@ -111,7 +111,7 @@ def disarm(state: WindowState) -> None:
     """The watchdog sees ``armed: false`` and exits; a systemd timer is stopped; the box's watchdog container
     is removed."""
     if state.reload().failsafe_backend == "engine":
-        from campaign.window import enginefailsafe
+        from campaign.failsafe import enginefailsafe
 
         enginefailsafe.disarm(state)
         return

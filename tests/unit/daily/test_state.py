@@ -16,8 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from campaign.errors import InputError
-from campaign.window import state as state_module
-from campaign.window.state import (LaneProcess, WindowState, boot_id, boottime, process_start_time, state_root,
+from campaign.daily import state as state_module
+from campaign.daily.state import (LaneProcess, WindowState, boot_id, boottime, process_start_time, state_root,
                                    windows_dir)
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.schema import DockerHost, FailsafeSpec
+from campaign.daily.state import WindowState, mark_disarmed, record_arming, windows_dir
 from campaign.errors import CampaignError, PreflightError, RunError
-from campaign.window.state import WindowState, mark_disarmed, record_arming, windows_dir
 
 __all__ = ["LABEL_FAILSAFE", "arm", "beat", "box_report", "disarm", "dry_run", "remove_stale", "stale_watchdogs"]
 

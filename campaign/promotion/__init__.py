@@ -1,0 +1,9 @@
+"""Promotion: a candidate made the daily, or rolled back, from verified receipts only.
+
+Owns ``campaign promote`` and ``rollback`` (``promote``: the bundle verified, its required gates PASS, the
+daily's argv rebuilt from the bundle, ``promote-begun`` in the ledger before anything is touched, a smoke
+after) and the container daily's swap (``promotecontainer``).
+
+Imports errors, fsutil, signing, contracts, lanes, receipts, gates (the replays a smoke reads), the daily
+(incumbent, ledger) and faults; never the failsafe or the window.
+"""
