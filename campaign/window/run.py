@@ -792,7 +792,7 @@ async def _run_lane(w: _Window, visit: Visit, gates: list[LiveGate], journal: An
     outcome.boot_seconds, outcome.engine_version = run.boot_seconds, run.engine_version
     journal.done("boot", lane=str(visit.key), boot_seconds=run.boot_seconds)
     try:
-        _record_inspect(w, visit, lane_dir, _redacted(run.inspect, lane))
+        _record_inspect(w, visit, lane_dir, run.inspect)  # redacted once, by boot_lane
         for gate in gates:
             raw = gate.ctx.raw_path(gate.gate_id, str(visit.key))
             if raw.exists():
@@ -846,5 +846,5 @@ def _track_lane(w: _Window, visit: Visit, running: Any) -> None:
 
 def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
     """No secret reaches the bundle: undeclared env values and credential arguments become keyed digests,
-    token-shaped strings are cut (rules in campaign.lanes.redact; idempotent, boot_lane applies it too)."""
+    token-shaped strings are cut (rules in campaign.lanes.redact; what boot_lane applies to each snapshot)."""
     return redactor_for(lane).snapshot(snapshot)
