@@ -39,7 +39,7 @@ from campaign.contracts.secretrefs import (
 )
 from campaign.fsutil import UnreadableFile, read_bounded
 from campaign.lanes.engines.registry import adapter_for
-from campaign.lanes.runtimes.base import scratch_path
+from campaign.lanes.scratch import scratch_path
 
 __all__ = ["ENV_ALLOW", "MARK", "RedactingLog", "Redactor", "cut_credentials", "launch_secrets", "lane_secrets",
            "redactor_for"]

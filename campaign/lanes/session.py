@@ -23,11 +23,12 @@ from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describ
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.hostcpu import check_cpus_here
 from campaign.lanes.lanerun import LaneRun
 from campaign.lanes.redact import redactor_for
-from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime, scratch_path
-from campaign.lanes.runtimes.hostcpu import check_cpus_here
+from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime
 from campaign.lanes.runtimes.process import ProcessRuntime
+from campaign.lanes.scratch import scratch_path
 
 __all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "launch_command", "local_model",
            "model_sha256", "port_is_free", "files_unchanged", "read_back_files", "resolve_executable", "resolve_refs",

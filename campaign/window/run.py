@@ -45,8 +45,8 @@ from campaign.fsutil import (
 from campaign.gates.base import Gate, LiveGate, Screen, Visit, live_gates, screens
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Verdict
+from campaign.lanes.hostcpu import check_cpus_here
 from campaign.lanes.redact import redactor_for
-from campaign.lanes.runtimes.hostcpu import check_cpus_here
 from campaign.lanes.session import (
     boot_lane,
     check_lane,

@@ -72,6 +72,22 @@ def test_each_part_imports_only_the_layers_below_it() -> None:
     assert wrong == []
 
 
+def test_gates_read_lanes_but_never_run_them() -> None:
+    """A gate talks to a booted lane through its adapter and LaneRun; how lanes are launched (runtimes, the
+    boot in lanes/session.py) is the window's business."""
+    modules = _modules()
+    wrong = sorted(f"{name} imports {target}" for name, path in modules.items() if _part(name) == "gates"
+                   for target in _imports(path, modules)
+                   if target.startswith(("campaign.lanes.runtimes", "campaign.lanes.session")))
+    assert wrong == []
+
+
+def test_redaction_sits_below_the_runtimes() -> None:
+    """Runtimes redact what they log and record; the redactor never reaches back into them."""
+    modules = _modules()
+    assert not [t for t in _imports(modules["campaign.lanes.redact"], modules) if t.startswith("campaign.lanes.runtimes")]
+
+
 def test_no_import_circle() -> None:
     modules = _modules()
     graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}

@@ -47,8 +47,8 @@ from campaign.gates.speed.sequential import (
     pairs_needed,
     reachable,
 )
+from campaign.lanes.hostcpu import pinned_threads
 from campaign.lanes.lanerun import LaneRun
-from campaign.lanes.runtimes.hostcpu import pinned_threads
 
 __all__ = ["SpeedGate"]
 

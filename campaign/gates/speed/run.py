@@ -30,7 +30,7 @@ from campaign.gates.speed.rows import RowAttempt, RowResult, evaluate_row
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import parse_prometheus
-from campaign.lanes.runtimes.hostcpu import host_busy_seconds
+from campaign.lanes.hostcpu import host_busy_seconds
 
 __all__ = ["RecordWriter", "SpeedMeasurement", "by_class", "rep_order"]
 

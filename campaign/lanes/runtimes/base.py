@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import errno
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from campaign.contracts.resolve import EffectiveLane
-
-__all__ = ["PROC_ARGS_BYTES", "PROC_SMALL_BYTES", "LaunchSpec", "Runtime", "RunningLane", "read_proc", "scratch_path"]
+__all__ = ["PROC_ARGS_BYTES", "PROC_SMALL_BYTES", "LaunchSpec", "Runtime", "RunningLane", "read_proc"]
 
 # What the tool reads from /proc itself (not inputs, but bounded all the same). A process's cmdline and
 # environ are held to a quarter of its stack limit by the kernel (2 MiB at the usual 8 MiB): 8 MiB covers a
@@ -67,7 +63,3 @@ class RunningLane(Protocol):
 class Runtime(Protocol):
     def start(self, spec: LaunchSpec) -> RunningLane: ...
 
-
-def scratch_path(lane: EffectiveLane) -> Path:
-    """Where a lane's scratch folder is, without touching it (the redactor needs the name, not the folder)."""
-    return Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}" / f"lane-{lane.host}-{lane.port}"

@@ -108,7 +108,7 @@ class ProcessLane:
 
     def cpu_seconds(self) -> float | None:
         """CPU time used so far by the lane's processes (its session), for host-load checks."""
-        from campaign.lanes.runtimes.hostcpu import session_cpu_seconds
+        from campaign.lanes.hostcpu import session_cpu_seconds
 
         return session_cpu_seconds(self.pid)
 

@@ -19,7 +19,7 @@ import pytest
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
-from campaign.lanes.runtimes.base import scratch_path
+from campaign.lanes.scratch import scratch_path
 from campaign.lanes.session import boot_lane
 from tests.support.contracts import free_port
 from tests.support.docker import leftovers, need_docker

@@ -14,7 +14,7 @@ import pytest
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.units import format_cpuset
 from campaign.fsutil import JsonlAppender, atomic_write_json
-from campaign.lanes.runtimes.hostcpu import pinned_threads
+from campaign.lanes.hostcpu import pinned_threads
 from campaign.lanes.session import boot_lane
 from campaign.window.inspectdiff import runtime_axis_difference
 from tests.support.contracts import MODEL, free_port, llama_server_lane

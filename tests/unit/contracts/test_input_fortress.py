@@ -161,7 +161,7 @@ def test_a_huge_cpu_range_is_refused_before_it_is_expanded(tmp_path: Path) -> No
 
 def test_a_cpu_past_this_machine_is_left_to_preflight(tmp_path: Path) -> None:
     """A contract is often validated on one machine and run on another: CPUs that exist on the runner are
-    checked by preflight (lanes.runtimes.hostcpu), before anything starts; validation bounds them only."""
+    checked by preflight (lanes.hostcpu), before anything starts; validation bounds them only."""
     path = write(tmp_path, "", BASE.replace("port: 18999", 'port: 18999, cpus: "0-8191"'))
     assert load_contract(path).lanes["base"].cpus == "0-8191"
 

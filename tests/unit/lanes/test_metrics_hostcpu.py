@@ -68,7 +68,7 @@ def test_host_and_session_cpu_seconds_grow_with_work() -> None:
     import sys
     import time
 
-    from campaign.lanes.runtimes.hostcpu import host_busy_seconds, session_cpu_seconds
+    from campaign.lanes.hostcpu import host_busy_seconds, session_cpu_seconds
 
     host = host_busy_seconds()
     burner = subprocess.Popen(
