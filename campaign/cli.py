@@ -301,7 +301,7 @@ def resume(window: str,
     """Continue a crashed or killed window from its journal (finished gates are not re-run)."""
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.progress import WindowProgress
-    from campaign.window.run import resume_window
+    from campaign.window.resume import resume_window
 
     outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=WindowProgress(out),
                             accept_tool_defaults=accept_tool_defaults)

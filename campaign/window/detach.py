@@ -14,7 +14,8 @@ from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.load import load_contract
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim
-from campaign.window.run import _window_id, preflight
+from campaign.window.preflight import preflight
+from campaign.window.run import _window_id
 
 __all__ = ["detach_window"]
 

@@ -133,7 +133,7 @@ def model_check(lane, path: Path) -> Check:  # noqa: ANN001 (EffectiveLane: impo
 
 def _ports(loaded: LoadedContract) -> list[Check]:
     from campaign.lanes.session import is_local, port_is_free
-    from campaign.window.run import daily_port_of
+    from campaign.window.preflight import daily_port_of
 
     daily_port = daily_port_of(loaded)
     checks, seen = [], set()

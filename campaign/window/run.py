@@ -15,66 +15,47 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
-from campaign import __version__
-from campaign.contracts.effective import EFFECTIVE_FILE, effective_document, read_document
 from campaign.contracts.freeze import check_frozen, default_record_path
-from campaign.contracts.hashing import sha256_bytes, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
-from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES
 from campaign.daily import incumbent
 from campaign.daily.restore import restore, stop_window_lanes
-from campaign.daily.state import LaneProcess, WindowState, boot_id, process_start_time, windows_dir
-from campaign.errors import FrozenChanged, InputError, LaunchError, PreflightError, RunError
+from campaign.daily.state import LaneProcess, WindowState, boot_id, process_start_time
+from campaign.errors import InputError, LaunchError, PreflightError, RunError
 from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.fsutil import (
-    MAX_JSON_BYTES,
     JsonlAppender,
-    UnreadableFile,
     atomic_write_bytes,
     atomic_write_json,
     load_json_strict,
-    open_regular,
-    read_bounded,
     read_jsonl,
-    read_text_bounded,
 )
 from campaign.gates.base import Gate, LiveGate, Screen, Visit, live_gates, screens
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Verdict
-from campaign.lanes.hostcpu import check_cpus_here
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.session import (
     boot_lane,
-    check_lane,
-    is_local,
-    launch_command,
-    local_model,
-    model_sha256,
-    port_is_free,
-    resolve_executable,
-    resolve_refs,
 )
-from campaign.receipts.bundle import ENVELOPE, sign_bundle
+from campaign.receipts.bundle import sign_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.boxes import boxes_of, claim
+from campaign.window.bundlecopy import copy_contract
 from campaign.window.judge import (
     SCREENED_OUT,
     LaneOutcome,
     build_gates,
-    input_copies,
     judge_bundle,
     judge_one,
     predicate,
     summarize,
 )
+from campaign.window.preflight import preflight
 from campaign.window.schedule import PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget, step_seconds
-from campaign.window.source import source_changes, source_snapshot
+from campaign.window.source import source_snapshot
 
-__all__ = ["WindowOutcome", "daily_port_of", "preflight", "resume_window", "run_window"]
+__all__ = ["Window", "WindowOutcome", "first_inspect", "lane_redacted", "refuse_another_launch", "run_async", "run_window"]
 
 
 @dataclass
@@ -112,125 +93,16 @@ def run_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, ou
                         runner_start_time=process_start_time(os.getpid()), boot_id=boot_id(),
                         allowed_paths=[str(p) for p in loaded.allowed_roots], boxes=[b.name for b in boxes])
     state.save()
-    window = _Window(loaded=loaded, record_path=record_path, freeze_record=freeze_record, bundle=bundle,
+    window = Window(loaded=loaded, record_path=record_path, freeze_record=freeze_record, bundle=bundle,
                      window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo)
     try:
-        return _run_async(window)
+        return run_async(window)
     finally:
         held.release()
-
-
-def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
-                  echo: Callable[[str], None] | None = None, accept_tool_defaults: bool = False) -> WindowOutcome:
-    """Continue a crashed or killed window from its journal; finished gate work is not redone."""
-    window_id = Path(target).name
-    try:
-        state = WindowState.load(window_id)
-    except UnreadableFile as exc:
-        if not exc.reason.startswith("no such"):
-            raise  # a folder, a FIFO, too large: its own words name the file and what is wrong with it
-        raise InputError(f"no window state for {window_id!r} under {windows_dir()}") from exc
-    bundle = Path(state.bundle)
-    try:
-        records = read_jsonl(bundle / "journal.jsonl")
-    except (InputError, OSError) as exc:
-        restore(window_id, reason="journal unreadable at resume", by="campaign resume")
-        raise RunError(f"{bundle / 'journal.jsonl'} is unreadable ({exc}); the incumbent was restored, "
-                       "the window stops here") from exc
-    if (bundle / ENVELOPE).exists():
-        raise InputError(f"window {window_id} already finished and was signed; nothing to resume")
-    loaded = load_contract(state.contract, allow_paths=[Path(p) for p in state.allowed_paths])
-    _refuse_another_source(bundle)  # before the rules: another tool's defaults are not the question then
-    accepted = _accepted_at_start(bundle)
-    freeze_record = check_frozen(loaded, Path(state.record), trusted,
-                                 accept_tool_defaults=accept_tool_defaults or bool(accepted))
-    if accepted and freeze_record.get("accepted_tool_defaults") != accepted:
-        raise FrozenChanged(f"{bundle / 'contract' / EFFECTIVE_FILE}: refusing to resume window {bundle.name}: this "
-                            "tool's defaults differ from the ones the window accepted at its start; start a new window")
-    held = claim(window_id, boxes_of(loaded))
-    model_paths = preflight(loaded, ports=False)
-    _refuse_a_mixed_resume(bundle, loaded, model_paths)
-    done = {(r.get("gate"), r.get("lane")) for r in records if r.get("event") == "done" and r.get("step") == "gate"}
-    with state.locked():
-        state = state.reload()
-        state.runner_pid, state.runner_start_time = os.getpid(), process_start_time(os.getpid())
-        state.save()
-    window = _Window(loaded=loaded, record_path=Path(state.record), freeze_record=freeze_record, bundle=bundle,
-                     window_id=window_id, key=key, state=state, model_paths=model_paths, echo=echo,
-                     finished_gates=done, resumed=True)
-    try:
-        return _run_async(window)
-    finally:
-        held.release()
-
-
-def _refuse_another_source(bundle: Path) -> None:
-    recorded = bundle / "source.json"
-    if recorded.exists():
-        changes = source_changes(load_json_strict(recorded))
-        if changes:
-            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
-            raise InputError(f"{recorded}: refusing to resume window {bundle.name}: the tool's source changed "
-                             f"since it started: {changes[0]}{more}; start a new window")
-
-
-def _accepted_at_start(bundle: Path) -> list[str]:
-    """The tool defaults the window's first start accepted (--accept-tool-defaults): its resume accepts the same."""
-    document = read_document(bundle / "contract") or {}
-    accepted = document.get("accepted_tool_defaults")
-    return [str(line) for line in accepted] if isinstance(accepted, list) else []
-
-
-def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: dict[str, str]) -> None:
-    """A resumed window adds records to its first start's: refused when a lane's executable or image is no
-    longer what made them (the tool's source is checked first, by the caller), or one signed bundle would hold
-    two experiments as one. Checked before anything is touched, so the daily stays as the interruption left it."""
-    for lane in loaded.lanes.values():
-        first = _first_inspect(bundle, lane.name)
-        if first is not None:
-            _refuse_another_launch(bundle, lane, first, _launch_identity(lane, model_paths[lane.name]))
-
-
-# What a lane's boot records about the bits it ran; a resume must find the same.
-_IDENTITY = {"executable_sha256": "executable sha256", "image_id": "image id"}
-
-
-def _first_inspect(bundle: Path, lane: str) -> tuple[Path, dict[str, Any]] | None:
-    """The snapshot of the lane's earliest recorded boot (its first visit, else its earliest re-run)."""
-    found = sorted(bundle.glob(f"lanes/{lane}@rerun*/inspect.json"), key=lambda p: VisitKey.parse(p.parent.name))
-    for path in [bundle / "lanes" / lane / "inspect.json", *found]:
-        if path.exists():
-            return path, load_json_strict(path)
-    return None
-
-
-def _launch_identity(lane: EffectiveLane, model_path: str) -> dict[str, Any]:
-    """What boot_lane will record as the lane's executable sha256 and image id, found without starting it."""
-    from campaign.lanes.engines.registry import adapter_for
-
-    _argv, executable = launch_command(resolve_refs(lane), adapter_for(lane.engine), model_path)
-    identity: dict[str, Any] = {"executable_sha256": sha256_file(executable) if executable is not None else None}
-    if lane.runtime == "docker":
-        from campaign.lanes.runtimes.docker import resolve_image
-        from campaign.lanes.runtimes.dockerhost import client_for
-
-        identity["image_id"] = resolve_image(client_for(lane.docker_host), lane.image or "",
-                                             where=f"lane {lane.name}: ")["Id"]
-    return _redacted(identity, lane)  # recorded snapshots went through the redactor: compare like with like
-
-
-def _refuse_another_launch(bundle: Path, lane: EffectiveLane, first: tuple[Path, dict[str, Any]],
-                           now: dict[str, Any]) -> None:
-    path, recorded = first
-    for key, what in _IDENTITY.items():
-        if recorded.get(key) is not None and now.get(key) != recorded[key]:
-            raise InputError(f"{path}: refusing to resume window {bundle.name}: lane {lane.name}'s {what} is now "
-                             f"{str(now.get(key))[:23]}, the window started with {str(recorded[key])[:23]}; "
-                             "start a new window")
 
 
 @dataclass
-class _Window:
+class Window:
     loaded: LoadedContract
     record_path: Path
     freeze_record: dict[str, Any]
@@ -245,7 +117,7 @@ class _Window:
     escalated: bool = False
 
 
-def _run_async(window: _Window) -> WindowOutcome:
+def run_async(window: Window) -> WindowOutcome:
     async def main() -> WindowOutcome:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -269,123 +141,9 @@ def _run_async(window: _Window) -> WindowOutcome:
     return asyncio.run(main())
 
 
-def _say(window: _Window, line: str) -> None:
+def _say(window: Window, line: str) -> None:
     if window.echo:
         window.echo(line)
-
-
-def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
-    """Everything checkable before a lane starts: engines, executables, model identity, ports.
-    A port held by the incumbent is fine: it is stopped before the first lane boots."""
-    from campaign.lanes.engines.registry import adapter_for
-
-    incumbent_port = daily_port_of(loaded)
-    spec = loaded.contract.incumbent
-    if spec is not None and spec.runtime == "docker":
-        from campaign.daily import dailycontainer
-
-        # the daily container exists on the named engine, runs, and its image is there: else nothing starts
-        dailycontainer.snapshot(spec.container or "", spec.docker_host.model_dump(mode="json")
-                                if spec.docker_host else None, {})
-
-    model_paths: dict[str, str] = {}
-    hashed: dict[Any, str] = {}
-    for lane in loaded.lanes.values():
-        adapter_for(lane.engine)
-        if lane.runtime == "process":
-            resolve_executable(lane)
-        if is_local(lane):  # a FIFO, a device or a loop is named as such: never hashed forever, never a traceback
-            model_paths[lane.name], _kind = local_model(lane, loaded.resolve(lane.model.path))
-            check_lane(lane, model_paths[lane.name])
-        else:
-            model_paths[lane.name] = _remote_model_path(lane)
-            checked = check_lane(lane, model_paths[lane.name])
-        if lane.model.sha256:
-            digest = (_hash_here(lane, Path(model_paths[lane.name]), hashed) if is_local(lane)
-                      else _hash_there(lane, checked["image_id"], [model_paths[lane.name]], hashed)[0])
-            if digest != lane.model.sha256:
-                raise PreflightError(f"lane {lane.name}: model {model_paths[lane.name]} has sha256 {digest}"
-                                     f"{'' if is_local(lane) else ' on ' + describe_engine(lane)}, "
-                                     f"not the pinned {lane.model.sha256}")
-        if lane.model.sha256_manifest:
-            _check_manifest(loaded, lane, Path(model_paths[lane.name]),
-                            None if is_local(lane) else (lambda paths, lane=lane, image=checked["image_id"]:
-                                                         _hash_there(lane, image, paths, hashed)))
-        if ports and is_local(lane) and lane.port != incumbent_port and not port_is_free(lane.host, lane.port):
-            raise PreflightError(f"lane {lane.name}: port {lane.host}:{lane.port} is already in use; "
-                                 "another server there would be measured instead")
-    for index, gate in enumerate(loaded.contract.gates):
-        if getattr(gate, "client_cpus", None):
-            check_cpus_here(gate.client_cpus, f"gates[{index}] ({gate.id or gate.kind}) client_cpus")
-    return model_paths
-
-
-def daily_port_of(loaded: LoadedContract) -> int | None:
-    incumbent = loaded.contract.incumbent
-    return urlsplit(incumbent.endpoint).port if incumbent else None
-
-
-def _check_manifest(loaded: LoadedContract, lane: EffectiveLane, model_dir: Path,
-                    hash_there: Callable[[list[str]], list[str]] | None = None) -> None:
-    manifest = loaded.resolve(lane.model.sha256_manifest or "")
-    lines = _manifest_lines(manifest)
-    files = [str(model_dir / name.strip().lstrip("*")) for _digest, name in lines]
-    digests = hash_there(files) if hash_there else [model_sha256(lane, Path(f)) for f in files]
-    bad = [Path(f).relative_to(model_dir) for f, (digest, _), seen in zip(files, lines, digests, strict=True) if seen != digest]
-    if bad:
-        raise PreflightError(f"lane {lane.name}: {len(bad)}/{len(lines)} model files differ from "
-                             f"{manifest.name}, e.g. {bad[0]}")
-
-
-# A sha256sum listing of a model's files: about 100 bytes a file, so 4 MiB is some 40,000 files.
-MANIFEST_BYTES = 4 << 20
-
-
-def _manifest_lines(manifest: Path) -> list[tuple[str, str]]:
-    """(digest, name) per line of a ``sha256sum`` manifest, read bounded; a line of another shape is an
-    InputError naming the manifest's line."""
-    lines = []
-    text = read_text_bounded(manifest, MANIFEST_BYTES, what="model manifest")
-    for number, line in enumerate(text.splitlines(), start=1):
-        parts = line.split(None, 1)
-        if not parts:
-            continue
-        if len(parts) != 2 or not parts[1].strip().lstrip("*"):
-            raise InputError(f"{manifest}:{number}: not a `sha256sum` line (<sha256>  <file>)")
-        lines.append((parts[0], parts[1]))
-    return lines
-
-
-def _remote_model_path(lane: EffectiveLane) -> str:
-    """A lane on another box loads the model from that box's disk: its path is that box's, absolute."""
-    if not lane.model.path.startswith("/"):
-        raise PreflightError(f"lane {lane.name}: model path {lane.model.path!r} must be absolute: the lane runs on "
-                             f"{describe_engine(lane)}, and a path relative to the contract means nothing there")
-    return os.path.normpath(lane.model.path)
-
-
-def describe_engine(lane: EffectiveLane) -> str:
-    from campaign.lanes.runtimes.dockerhost import describe
-
-    return describe(lane.docker_host)
-
-
-def _hash_here(lane: EffectiveLane, path: Path, hashed: dict[Any, str]) -> str:
-    if path not in hashed:
-        hashed[path] = model_sha256(lane, path)
-    return hashed[path]
-
-
-def _hash_there(lane: EffectiveLane, image_id: str, paths: list[str], hashed: dict[Any, str]) -> list[str]:
-    """Each path hashed once per engine, on that box (lanes sharing a model share the work)."""
-    from campaign.lanes.runtimes.docker import hash_on_engine
-
-    engine = describe_engine(lane)
-    todo = [p for p in paths if (engine, p) not in hashed]
-    if todo:
-        for path, digest in hash_on_engine(lane, image_id, todo, labels={"campaign.lane": lane.name}).items():
-            hashed[(engine, path)] = digest
-    return [hashed[(engine, p)] for p in paths]
 
 
 @dataclass
@@ -398,7 +156,7 @@ class _Progress:
     restore_record: dict[str, Any] | None = None
 
 
-async def _execute(w: _Window) -> WindowOutcome:
+async def _execute(w: Window) -> WindowOutcome:
     from campaign.window.journal import Journal
 
     journal = Journal(w.bundle / "journal.jsonl", echo=w.echo)
@@ -437,7 +195,7 @@ async def _execute(w: _Window) -> WindowOutcome:
                          signed=progress.status == "complete", summary=summary)
 
 
-def _open(w: _Window, journal: Any) -> list[Gate]:
+def _open(w: Window, journal: Any) -> list[Gate]:
     """The start (or resume) record; the frozen contract and the tool's source copied in once; the gates."""
     loaded = w.loaded
     if w.resumed:
@@ -450,7 +208,7 @@ def _open(w: _Window, journal: Any) -> list[Gate]:
                      canonical_sha256=loaded.canonical_sha256)
     if not w.resumed or not (w.bundle / "source.json").exists():
         # a first start killed before source.json was written measured nothing: what runs now is the first
-        _copy_contract(loaded, w.record_path, w.bundle, accepted=w.freeze_record.get("accepted_tool_defaults") or [])
+        copy_contract(loaded, w.record_path, w.bundle, accepted=w.freeze_record.get("accepted_tool_defaults") or [])
         for lane in loaded.lanes.values():  # every lane as meant, booted or not (a rejudge reads them all)
             atomic_write_json(w.bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
         atomic_write_json(w.bundle / "source.json", source_snapshot())
@@ -461,7 +219,7 @@ def _open(w: _Window, journal: Any) -> list[Gate]:
 NEVER_STOPPED = "never stopped"
 
 
-async def _run_screens(w: _Window, screen_gates: list[Screen], journal: Any,
+async def _run_screens(w: Window, screen_gates: list[Screen], journal: Any,
                        lanes: dict[str, LaneOutcome]) -> set[str]:
     """Every screen once per candidate, before anything is stopped or booted. A candidate whose screens do
     not all PASS stays out of the live window; returns those candidates."""
@@ -500,7 +258,7 @@ def _live_part(loaded: LoadedContract, screened_out: set[str]) -> LoadedContract
     return dataclasses.replace(loaded, lanes=lanes)
 
 
-async def _visit_lanes(w: _Window, loaded: LoadedContract, gates: list[LiveGate], journal: Any,
+async def _visit_lanes(w: Window, loaded: LoadedContract, gates: list[LiveGate], journal: Any,
                        lanes: dict[str, LaneOutcome], screens_run: int = 0) -> None:
     """The daily down behind the failsafe, then every visit in the plan: boot, gates, stop."""
     if loaded.contract.incumbent is not None:
@@ -522,7 +280,7 @@ async def _visit_lanes(w: _Window, loaded: LoadedContract, gates: list[LiveGate]
         pairs_done += 1
 
 
-def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[LiveGate]]]) -> str | None:
+def _pair_past_budget(w: Window, planned: list[tuple[Visit, list[LiveGate]]]) -> str | None:
     """With a daily behind the failsafe, the window's time budget is its deadline: no pair that would end
     after the point where the daily must be restored. A pair is estimated from the journal (so a resumed
     window estimates as the first run would): each visit's boot and its gates, as that lane's latest
@@ -538,7 +296,7 @@ def _pair_past_budget(w: _Window, planned: list[tuple[Visit, list[LiveGate]]]) -
                             restore_s=spec.readiness.budget)
 
 
-async def _visit(w: _Window, visit: Visit, gates: list[LiveGate], journal: Any, lanes: dict[str, LaneOutcome],
+async def _visit(w: Window, visit: Visit, gates: list[LiveGate], journal: Any, lanes: dict[str, LaneOutcome],
                  labels: dict[str, str]) -> None:
     visit_gates = [g for g in gates if (g.gate_id, str(visit.key)) not in w.finished_gates]
     outcome = lanes.setdefault(str(visit.key), LaneOutcome())
@@ -548,7 +306,7 @@ async def _visit(w: _Window, visit: Visit, gates: list[LiveGate], journal: Any, 
     await _run_lane(w, visit, visit_gates, journal, outcome, labels)
 
 
-async def _close(w: _Window, journal: Any, progress: _Progress) -> dict[str, Any]:
+async def _close(w: Window, journal: Any, progress: _Progress) -> dict[str, Any]:
     """Whatever happened: the daily back if nothing brought it back yet, SUMMARY.json, the end record."""
     loaded = w.loaded
     if loaded.contract.incumbent is not None and progress.restore_record is None:
@@ -593,7 +351,7 @@ def _note_beat_failure(state: WindowState, exc: BaseException) -> None:
         handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} heartbeat to the box failed: {describe(exc)}\n")
 
 
-def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
+def _take_down_incumbent(w: Window, journal: Any) -> WindowState:
     """Snapshot, failsafe dry run, arm, stop: in that order, each journaled; any failure before the
     stop leaves the daily untouched."""
     spec, failsafe_spec = w.loaded.contract.incumbent, w.loaded.contract.failsafe
@@ -636,7 +394,7 @@ def _take_down_incumbent(w: _Window, journal: Any) -> WindowState:
     return state
 
 
-def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, Any]:
+def _bring_back_incumbent(w: Window, journal: Any, reason: str) -> dict[str, Any]:
     """Restore with proof, then disarm: the failsafe stays armed until the daily is proven."""
     journal.close()  # restore appends its own intent/result records to the same journal
     try:
@@ -663,7 +421,7 @@ def _bring_back_incumbent(w: _Window, journal: Any, reason: str) -> dict[str, An
     return record
 
 
-def _forget_api_key(w: _Window) -> None:
+def _forget_api_key(w: Window) -> None:
     """The daily's key was kept for a failsafe restoring in a bare environment; once the window is over, with
     the daily proven back and the bundle scanned for it, nothing needs it."""
     state = w.state.reload()
@@ -685,7 +443,7 @@ def _restore_summary(loaded: LoadedContract, record: dict[str, Any] | None) -> d
             "action": (record or {}).get("action"), "error": (record or {}).get("error")}
 
 
-def _known_secrets(w: _Window) -> list[str]:
+def _known_secrets(w: Window) -> list[str]:
     """Every credential value this runner knows: what the lanes reference, and the daily's own."""
     from campaign.lanes.redact import lane_secrets, launch_secrets
 
@@ -716,60 +474,7 @@ def _redacted_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
     return redacted
 
 
-def _copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path, *, accepted: list[str]) -> None:
-    """The frozen contract, its record and its input files go into the bundle; gates read these copies. Beside
-    them the effective contract this window is judged by: what judges it again later reads its rules there."""
-    target = bundle / "contract"
-    target.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(target / EFFECTIVE_FILE, effective_document(loaded, __version__, accepted))
-    # read bounded, never shutil.copyfile: a path swapped for /dev/zero since the freeze check would fill the disk
-    atomic_write_bytes(target / loaded.path.name, read_bounded(loaded.path, MAX_CONTRACT_BYTES, what="contract"))
-    atomic_write_bytes(target / "freeze.json", read_bounded(record_path, MAX_JSON_BYTES, what="freeze record"))
-    for name, destination in input_copies(loaded, bundle).items():
-        destination.parent.mkdir(exist_ok=True)
-        atomic_write_bytes(destination, read_bounded(loaded.resolve(loaded.contract.inputs[name].file),
-                                                     INPUT_FILE_BYTES, what=f"input {name}"))
-    _copy_lane_files(loaded, target)
-
-
-def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
-    """Each lane file and screen input into contract/files/<sha256> (once per content), or only its digest
-    when it is larger than the contract's file_copy_limit; contract/files.json says which lane (or screen)
-    read which, and where."""
-    pinned = [(lane.name, file, Path(file.path), lane.file_seen_at(file))
-              for lane in loaded.lanes.values() for file in lane.files]
-    pinned += [(f"screen {loaded.contract.gates[where[1]].gate_id}", file, loaded.resolve(file.path), None)
-               for where, file in loaded.written_files() if where[0] == "gates"]
-    listed: dict[str, dict[str, Any]] = {}
-    for owner, file, path, seen_at in pinned:
-        size, data = _read_if_small(path, loaded.contract.file_copy_limit, f"file {file.name}")
-        copied = data is not None
-        if data is not None and not (target / "files" / file.sha256).exists():
-            if sha256_bytes(data) != file.sha256:  # changed since the freeze check a moment ago
-                raise FrozenChanged(f"{owner}: file {file.name} ({path}) changed since freezing")
-            (target / "files").mkdir(exist_ok=True)
-            atomic_write_bytes(target / "files" / file.sha256, data)
-        listed.setdefault(owner, {})[file.name] = {"sha256": file.sha256, "bytes": size, "copied": copied,
-                                                   "source": path.name, **({"seen_at": seen_at} if seen_at else {})}
-    if listed:
-        atomic_write_json(target / "files.json", listed)
-
-
-def _read_if_small(path: Path, limit: int, what: str) -> tuple[int, bytes | None]:
-    """A lane file's size, and its bytes when it holds at most ``limit``: opened once, proven a regular file
-    (UnreadableFile names a FIFO, a device or a loop), never read past the limit however it grows."""
-    with open_regular(path, what=what) as fd:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            return size, None
-        chunks, total = [], 0
-        while total <= limit and (block := os.read(fd, min(1 << 20, limit + 1 - total))):
-            chunks.append(block)
-            total += len(block)
-    return (total, None) if total > limit else (total, b"".join(chunks))
-
-
-async def _run_lane(w: _Window, visit: Visit, gates: list[LiveGate], journal: Any, outcome: LaneOutcome,
+async def _run_lane(w: Window, visit: Visit, gates: list[LiveGate], journal: Any, outcome: LaneOutcome,
                     labels: dict[str, str]) -> None:
     lane, bundle = visit.lane, w.bundle
     lane_dir = bundle / "lanes" / str(visit.key)
@@ -808,15 +513,15 @@ async def _run_lane(w: _Window, visit: Visit, gates: list[LiveGate], journal: An
         journal.done("stop", lane=str(visit.key), exit_code=code)
 
 
-def _record_inspect(w: _Window, visit: Visit, lane_dir: Path, snapshot: dict[str, Any]) -> None:
+def _record_inspect(w: Window, visit: Visit, lane_dir: Path, snapshot: dict[str, Any]) -> None:
     """The first boot's snapshot is the one the window measured with (the one-axis check and promotion read
     it) and is never replaced; a resumed boot's goes beside it as inspect.resume<N>.json, once proven to
     run the same executable and image."""
     target = lane_dir / "inspect.json"
     if w.resumed:
-        first = _first_inspect(w.bundle, visit.lane.name)
+        first = first_inspect(w.bundle, visit.lane.name)
         if first is not None:
-            _refuse_another_launch(w.bundle, visit.lane, first, snapshot)
+            refuse_another_launch(w.bundle, visit.lane, first, snapshot)
         n = 1
         while target.exists():
             target, n = lane_dir / f"inspect.resume{n}.json", n + 1
@@ -831,7 +536,7 @@ def _set_aside(path: Path) -> None:
     path.rename(target)
 
 
-def _track_lane(w: _Window, visit: Visit, running: Any) -> None:
+def _track_lane(w: Window, visit: Visit, running: Any) -> None:
     """Recorded the moment the lane starts, so the failsafe can stop it if the runner dies mid-boot."""
     pid = getattr(running, "pid", None)
     container = getattr(getattr(running, "container", None), "id", None)
@@ -844,7 +549,30 @@ def _track_lane(w: _Window, visit: Visit, running: Any) -> None:
         w.state = state
 
 
-def _redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
+def lane_redacted(snapshot: dict[str, Any], lane: EffectiveLane) -> dict[str, Any]:
     """No secret reaches the bundle: undeclared env values and credential arguments become keyed digests,
     token-shaped strings are cut (rules in campaign.lanes.redact; what boot_lane applies to each snapshot)."""
     return redactor_for(lane).snapshot(snapshot)
+
+
+# What a lane's boot records about the bits it ran; a resume must find the same.
+_IDENTITY = {"executable_sha256": "executable sha256", "image_id": "image id"}
+
+
+def first_inspect(bundle: Path, lane: str) -> tuple[Path, dict[str, Any]] | None:
+    """The snapshot of the lane's earliest recorded boot (its first visit, else its earliest re-run)."""
+    found = sorted(bundle.glob(f"lanes/{lane}@rerun*/inspect.json"), key=lambda p: VisitKey.parse(p.parent.name))
+    for path in [bundle / "lanes" / lane / "inspect.json", *found]:
+        if path.exists():
+            return path, load_json_strict(path)
+    return None
+
+
+def refuse_another_launch(bundle: Path, lane: EffectiveLane, first: tuple[Path, dict[str, Any]],
+                           now: dict[str, Any]) -> None:
+    path, recorded = first
+    for key, what in _IDENTITY.items():
+        if recorded.get(key) is not None and now.get(key) != recorded[key]:
+            raise InputError(f"{path}: refusing to resume window {bundle.name}: lane {lane.name}'s {what} is now "
+                             f"{str(now.get(key))[:23]}, the window started with {str(recorded[key])[:23]}; "
+                             "start a new window")

@@ -23,7 +23,7 @@ from campaign.lanes.bootlog import log_tail
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim, overlapping
 from campaign.window.detach import detach_window
-from campaign.window.run import preflight
+from campaign.window.preflight import preflight
 
 __all__ = ["run_several"]
 

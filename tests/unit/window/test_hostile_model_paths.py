@@ -13,7 +13,7 @@ import pytest
 from campaign.contracts.load import load_contract
 from campaign.errors import PreflightError
 from campaign.window.doctor import _models, model_check
-from campaign.window.run import preflight
+from campaign.window.preflight import preflight
 from tests.support.contracts import free_port, write_contract
 
 PIN = "0" * 64

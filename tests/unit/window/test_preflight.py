@@ -9,7 +9,7 @@ import pytest
 
 from campaign.contracts.load import load_contract
 from campaign.errors import PreflightError
-from campaign.window.run import preflight
+from campaign.window.preflight import preflight
 from tests.support.contracts import free_port, write_contract
 
 CONTRACT = """\
