@@ -3,7 +3,7 @@
 Process incumbents are found through their pidfile and read back from ``/proc`` (argv, environment,
 working directory, executable digest); a restore relaunches that snapshot verbatim in its own session
 and rewrites the pidfile. Container incumbents are read back from their Docker engine
-(``window.dailycontainer``); a restore starts that same container, or recreates it from the snapshot.
+(``daily.dailycontainer``); a restore starts that same container, or recreates it from the snapshot.
 The proof is the running daily matching the snapshot and a real completion succeeding with the daily's
 own credentials.
 """

@@ -22,11 +22,10 @@ from campaign.fsutil import JsonlAppender
 __all__ = ["restore", "stop_window_lanes"]
 
 
-def _remove_container(state: WindowState, lane: Any) -> str | None:
-    """Only a container that still carries this window's label is removed (fenced by label, not name).
-    Returns what became of it for the record: None when there was nothing of ours to stop (gone, or not
-    ours), else a line. An engine that cannot be asked is never taken for "gone": the line says the lane
-    could not be stopped, and the restore carries on (the daily may be on another engine)."""
+def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> bool:
+    """Only a container that still carries this window's label is removed (fenced by label, not name):
+    True when it was. An engine that cannot be asked is never taken for "gone": the lane is named in
+    ``not_stopped`` with why, and the restore carries on (the daily may be on another engine)."""
     import docker.errors
 
     from campaign.contracts.schema import DockerHost
@@ -37,21 +36,26 @@ def _remove_container(state: WindowState, lane: Any) -> str | None:
         client = client_for(DockerHost.model_validate(lane.docker_host) if lane.docker_host else None)
         labels = client.api.inspect_container(lane.container)["Config"].get("Labels") or {}
     except docker.errors.NotFound:
-        return None  # gone already: nothing of ours to stop
+        return False  # gone already: nothing of ours to stop
     except Exception as exc:  # unreachable, TLS, refused: the lane may still run there
-        return f"{lane.visit}: NOT stopped, its engine could not be asked ({type(exc).__name__}: {str(exc)[:200]})"
+        not_stopped.append(f"{lane.visit}: its engine could not be asked ({type(exc).__name__}: {str(exc)[:200]}); "
+                           "`campaign cleanup --remove` finds it once the engine answers")
+        return False
     if labels.get(LABEL_WINDOW) != state.window:
-        return None
+        return False
     remove_container(client, lane.container)
-    return lane.visit
+    return True
 
 
-def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
-    stopped = []
+def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> tuple[list[str], list[str]]:
+    """This window's lanes stopped (fenced: pid and start time, or the container's window label): the visits
+    stopped, and each lane that could not be (its engine did not answer) with why."""
+    stopped: list[str] = []
+    not_stopped: list[str] = []
     for lane in state.lanes:
         if lane.container is not None:
-            if (said := _remove_container(state, lane)) is not None:
-                stopped.append(said)
+            if _remove_container(state, lane, not_stopped):
+                stopped.append(lane.visit)
             continue
         if lane.pid is None or lane.start_time is None or process_start_time(lane.pid) != lane.start_time:
             continue  # gone, or the pid now belongs to someone else
@@ -76,7 +80,7 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> list[str]:
             continue
         wait_gone(pid, EXIT_WAIT_S)
         stopped.append(f"untracked pid {pid}")
-    return stopped
+    return stopped, not_stopped
 
 
 def _start_if_down(state: WindowState, snap: dict[str, Any], record: dict[str, Any]) -> None:
@@ -112,7 +116,9 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
         try:
             if journal:
                 journal.append({**record, "event": "intent"})
-            record["stopped_lanes"] = stop_window_lanes(state, grace=grace)
+            record["stopped_lanes"], not_stopped = stop_window_lanes(state, grace=grace)
+            if not_stopped:
+                record["lanes_not_stopped"] = not_stopped
             snap = state.incumbent
             if snap is None:
                 record["incumbent"] = "none declared"
@@ -128,7 +134,7 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
                         # The daily died at once: a lane the dead runner had forked but not yet exec'd (so not
                         # yet marked) can take the daily's port in that instant. Marked by now: stop it, again.
                         time.sleep(0.5)
-                        record["stopped_lanes"] += stop_window_lanes(state, grace=grace)
+                        record["stopped_lanes"] += stop_window_lanes(state, grace=grace)[0]
                         record["retried"] = True
             state.restored, state.incumbent_stopped = True, False
             state.save()

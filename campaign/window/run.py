@@ -201,8 +201,9 @@ def _open(w: Window, journal: Any) -> list[Gate]:
     if w.resumed:
         # the killed runner's lanes outlive it where no failsafe restored a daily: they hold the ports the
         # resumed visits boot on (pid and start time checked, so a reused pid is never signalled)
-        journal.done("resume", window=w.window_id, finished_gates=len(w.finished_gates),
-                     stopped_lanes=stop_window_lanes(w.state))
+        stopped, not_stopped = stop_window_lanes(w.state)
+        journal.done("resume", window=w.window_id, finished_gates=len(w.finished_gates), stopped_lanes=stopped,
+                     **({"lanes_not_stopped": not_stopped} if not_stopped else {}))
     else:
         journal.done("start", window=w.window_id, contract=loaded.contract.contract,
                      canonical_sha256=loaded.canonical_sha256)
@@ -439,8 +440,10 @@ def _restore_summary(loaded: LoadedContract, record: dict[str, Any] | None) -> d
         return {"incumbent": loaded.contract.incumbent.endpoint, "proved": None, "action": NEVER_STOPPED,
                 "error": None}
     ok = bool(record and record.get("event") == "done" and record.get("proof"))
+    left = (record or {}).get("lanes_not_stopped")  # a lane whose engine did not answer may still hold its GPUs
     return {"incumbent": loaded.contract.incumbent.endpoint, "proved": ok,
-            "action": (record or {}).get("action"), "error": (record or {}).get("error")}
+            "action": (record or {}).get("action"), "error": (record or {}).get("error"),
+            **({"lanes_not_stopped": left} if left else {})}
 
 
 def _known_secrets(w: Window) -> list[str]:

@@ -64,7 +64,7 @@ def test_a_tracked_lane_that_ignores_sigterm_is_killed_and_gone_before_it_return
     state = _state("w-tracked", [LaneProcess(visit="spec@1", pid=lane.pid,
                                              start_time=process_start_time(lane.pid))])
     started = time.monotonic()
-    assert stop_window_lanes(state, grace=0.5) == ["spec@1"]
+    assert stop_window_lanes(state, grace=0.5) == (["spec@1"], [])
     assert time.monotonic() - started >= 0.5  # it was given its grace first
     assert process_start_time(lane.pid) is None and _port_free(port)
 
@@ -74,7 +74,7 @@ def test_an_untracked_lane_of_this_window_is_gone_before_it_returns_and_others_a
     ours = _holder(ours_port, "w-ours")  # started in the instant before the runner could record it
     theirs = _holder(theirs_port, "w-theirs")
     try:
-        assert stop_window_lanes(_state("w-ours", []), grace=0.5) == [f"untracked pid {ours.pid}"]
+        assert stop_window_lanes(_state("w-ours", []), grace=0.5) == ([f"untracked pid {ours.pid}"], [])
         assert process_start_time(ours.pid) is None and _port_free(ours_port)
         assert process_start_time(theirs.pid) is not None and not _port_free(theirs_port)
     finally:
@@ -87,5 +87,5 @@ def test_a_lane_container_whose_engine_cannot_be_asked_is_not_taken_for_gone() -
     the lane could not be stopped, and the restore goes on to the daily (which may be on another engine)."""
     port = _free_port()  # closed: connection refused, as from an engine that is down or a box out of reach
     lane = LaneProcess(visit="spec", container="0" * 64, docker_host={"url": f"tcp://127.0.0.1:{port}"})
-    (said,) = stop_window_lanes(_state("w-unreachable", [lane]))
-    assert said.startswith("spec: NOT stopped, its engine could not be asked"), said
+    stopped, (said,) = stop_window_lanes(_state("w-unreachable", [lane]))
+    assert stopped == [] and said.startswith("spec: its engine could not be asked"), said
