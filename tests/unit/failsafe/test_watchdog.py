@@ -300,7 +300,7 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_failsafe_and_watchdog_do_not_import_each_other() -> None:
-    window = REPO / "campaign" / "window"
+    window = REPO / "campaign" / "failsafe"
     assert "campaign.failsafe.watchdog" not in _imported_modules(window / "failsafe.py")
     assert "campaign.failsafe.failsafe" not in _imported_modules(window / "watchdog.py")
     shared = _imported_modules(window / "watchdogfiles.py")
