@@ -563,8 +563,8 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
     from campaign.fsutil import load_json_strict
     from campaign.receipts.bundle import verify_bundle
     from campaign.receipts.decision import decisions
-    from campaign.receipts.publish import publish as do_publish
     from campaign.signing import load_trusted
+    from campaign.window.report import publish as do_publish
 
     verify_bundle(bundle, load_trusted(trust))
     written = do_publish(bundle, out_dir)

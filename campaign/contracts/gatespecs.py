@@ -35,7 +35,7 @@ from campaign.contracts.units import Cpuset, Duration, Size
 from campaign.fsutil import UnreadableFile, read_text_bounded
 
 __all__ = ["BUNDLE_COPY", "GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpecBase", "GreedyRule", "GreedySpec", "HumanEvalTasks",
-           "KlRule", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "ScreenSpec", "SpeedRule",
+           "KlRule", "LengthRule", "LengthSpec", "KlSpec", "NeedleRule", "NeedleSpec", "RulerRule", "RulerSpec", "SandboxSpec", "ScreenSpec", "SpeedRule",
            "SpeedSpec", "StructuredRule", "StructuredSpec", "TaskRule", "TaskSpec", "TeacherForcedRule",
            "TeacherForcedSpec", "ThinkingSwitch", "ToolsRule", "ToolsSpec"]
 
@@ -478,6 +478,44 @@ class SpeedSpec(GateSpecBase):
         return self
 
 
+class LengthRule(StrictModel):
+    """The candidate's mean reply length (tokens, as the engine counts them) against the control's, over the
+    items both answered: PASS when the whole CI of the relative change lies within +-max_mean_change, FAIL
+    when it lies wholly beyond it, INCONCLUSIVE when it straddles a bound."""
+
+    max_mean_change: float = Field(gt=0, le=10, description="Largest relative change of the mean reply length "
+                                                            "(0.2: the candidate's replies are within 20% as "
+                                                            "long as the control's).")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence of the paired bootstrap CI "
+                                                              "(over items, seeded: a rejudge gives the same).")
+    max_cut: float = Field(0.2, ge=0, lt=1, description="Largest share of items with a reply cut at max_tokens "
+                                                        "on either lane: a cut reply's length is censored (it "
+                                                        "says only 'at least'). More: INCONCLUSIVE.")
+    min_pairs: int = Field(5, ge=2, le=MAX_COUNT, description="Fewest items measured on both lanes (cut ones "
+                                                              "left out) for a verdict.")
+
+
+class LengthSpec(GateSpecBase):
+    """Reads the replies another gate gathered (its raw records, each lane's first boot) and sends nothing."""
+
+    kind: Literal["length"]
+    input: None = Field(None, description="None: the items are the source gate's.")
+    source: str = Field(pattern=NAME_PATTERN, description="Id of the gate whose replies are measured: a greedy "
+                                                          "or task gate of this contract.")
+    rule: LengthRule
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        gates = {gate.gate_id: gate for gate in loaded.contract.gates}
+        source = gates.get(self.source)
+        if source is None:
+            raise loaded.error(("gates", index, "source"),
+                               f"{self.source!r} names no gate of this contract (gates: {', '.join(sorted(gates))})")
+        if not isinstance(source, (GreedySpec, TaskSpec)):
+            raise loaded.error(("gates", index, "source"),
+                               f"gate {self.source!r} is a {source.kind} gate: replies are read from a greedy or "
+                               "task gate")
+
+
 # The schema's gate union is built from this tuple: a kind is accepted exactly when its spec is here.
 # run on stripped text; the number's digits are split only at a '.', so the pattern is linear on any text
 _CLAUSE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\-]*+)\s*+(>=|<=|>|<)\s*+([-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+)$")
@@ -567,5 +605,5 @@ class ScreenSpec(GateSpecBase):
 
 
 GATE_SPECS: tuple[type[GateSpecBase], ...] = (GreedySpec, TaskSpec, NeedleSpec, TeacherForcedSpec, KlSpec,
-                                              StructuredSpec, ToolsSpec, RulerSpec, SpeedSpec, ScreenSpec)
+                                              StructuredSpec, ToolsSpec, RulerSpec, SpeedSpec, ScreenSpec, LengthSpec)
 GateSpec = Annotated[Union[GATE_SPECS], Field(discriminator="kind")]  # type: ignore[valid-type]

@@ -1,14 +1,21 @@
 """What a gate is: something that gathers raw records, and an offline judge that reads only raw records
 and the frozen rule. Two shapes gather: a ``LiveGate`` collects from a running lane on each visit the
 window boots for it; a ``Screen`` runs once per candidate before any lane boots, on files alone. The
-window dispatches by which of the two a gate is. A gate never starts or stops a lane."""
+window dispatches by which of the two a gate is; a gate that is neither gathers nothing and judges what
+other gates gathered. A gate never starts or stops a lane.
+
+A gate also owns what a reader sees of it: its headline figures and the data of its plots
+(``campaign.presentation``), built from its own judging, carried by its result, drawn by the report
+without knowing its kind."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, get_type_hints
+
+from pydantic import BaseModel
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane
@@ -16,8 +23,10 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.records import VisitKey, raw_path, read_records
 from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Headline, Plot, Presentation
 
-__all__ = ["PAIRS_STOPPED", "Gate", "GateContext", "LiveGate", "Screen", "Visit", "live_gates", "screens"]
+__all__ = ["PAIRS_STOPPED", "Gate", "GateContext", "LiveGate", "Screen", "Visit", "each_plot", "live_gates",
+           "metric_headlines", "screens"]
 
 
 # The journal step by which a window says it booted no more pairs before every pairing gate was done, and
@@ -86,6 +95,31 @@ class Gate(ABC):
         return GateResult(gate=self.gate_id, kind=self.spec.kind, candidate=candidate.name, control=control.name,
                           verdict=Verdict.INCONCLUSIVE, rule=self.rule_dump())
 
+    def presentation(self, result: GateResult) -> Presentation:
+        """What the report shows of ``result``: built from this gate's own judging, with its typed rule."""
+        return self.present(self.spec.rule, result.dump())
+
+    @classmethod
+    def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
+        """Headlines and plots from a result as its file holds it and the rule it was judged by (its typed
+        model, or None when a stored rule no longer reads as one: then no bound is drawn). A kind that
+        shows more overrides it; by default a gate shows nothing beside its verdict."""
+        return Presentation()
+
+    @classmethod
+    def stored_presentation(cls, result: dict[str, Any]) -> Presentation:
+        """The presentation of a result file written before results carried one (an older bundle): the
+        same builder, with the stored rule read back into this kind's rule model."""
+        return cls.present(cls._stored_rule(result.get("rule")), result)
+
+    @classmethod
+    def _stored_rule(cls, raw: Any) -> BaseModel | None:
+        try:
+            rule_type = get_type_hints(cls)["spec"].model_fields["rule"].annotation
+            return rule_type.model_validate(raw if isinstance(raw, dict) else {})  # type: ignore[no-any-return]
+        except Exception:  # a rule of an older shape: the plots are drawn without its bounds
+            return None
+
     def bundle_tables(self) -> dict[str, list[dict[str, Any]]]:
         """Tables derived from raw records, written into the bundle as CSV: file name -> rows.
         Rows of gates that name the same file are concatenated."""
@@ -121,6 +155,31 @@ class Screen(Gate):
     @abstractmethod
     def screen(self, candidate: EffectiveLane, control: EffectiveLane, sink: JsonlAppender) -> dict[str, Any]:
         """Screen one candidate; its record goes to ``sink`` (the raw file) and is returned."""
+
+
+def metric_headlines(result: dict[str, Any], names: tuple[str, ...]) -> list[Headline]:
+    """Headlines of the metrics a rule weighs, as the result holds them (those it holds)."""
+    metrics = result.get("metrics") or {}
+    return [Headline(label=name, value=metrics[name].get("value"), unit=str(metrics[name].get("unit") or ""),
+                     denominator=metrics[name].get("denominator"))
+            for name in names if isinstance(metrics.get(name), dict)]
+
+
+# What a result of an older shape may lack: its plot is left out, never the report.
+_MISSING = (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError, IndexError)
+
+
+def each_plot(builders: list[Callable[[Any, dict[str, Any]], list[Plot]]], rule: Any,
+              result: dict[str, Any]) -> list[Plot]:
+    """Every builder's plots; a builder whose evidence the result does not hold (an older bundle, a gate
+    that measured nothing) gives none."""
+    plots: list[Plot] = []
+    for build in builders:
+        try:
+            plots += build(rule, result)
+        except _MISSING:
+            continue
+    return plots
 
 
 def live_gates(gates: list[Gate]) -> list[LiveGate]:

@@ -9,22 +9,28 @@ answers nothing (or the same thing to everything) can never pass.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from campaign.contracts.gatespecs import GreedySpec
 from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, metric_headlines
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.common.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Presentation
 
 __all__ = ["GreedyGate"]
 
 
 class GreedyGate(LiveGate):
     spec: GreedySpec
+
+    @classmethod
+    def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("self_identical",)))
 
     def prompts(self):  # noqa: ANN201 - list[Prompt]
         return load_prompts(self.ctx.input_paths[self.spec.input])

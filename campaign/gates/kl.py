@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from campaign.contracts.gatespecs import KlSpec
+from campaign.contracts.gatespecs import KlRule, KlSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
 from campaign.gates.common.stats import percentile
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import select
@@ -25,6 +25,7 @@ from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import Position
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Bound, Plot, Points, PointSeries, Presentation
 
 __all__ = ["KlGate", "TAIL_TREATMENT", "kl_topk", "percentile"]
 
@@ -60,6 +61,11 @@ def kl_topk(oracle: Position, lane: Position) -> tuple[float, int]:
 
 class KlGate(LiveGate):
     spec: KlSpec
+
+    @classmethod
+    def present(cls, rule: KlRule | None, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("kl_mean",)),
+                            plots=each_plot([_position_plot], rule, result))
 
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         lane = run.lane
@@ -168,3 +174,17 @@ def _divergences(refs: dict[str, Prepared], oracle: dict[str, list[Position]],
                      "p99": percentile(kls, 99) if kls else None, "max": max(kls, default=None),
                      "per_position": [round(kl, 9) for kl in kls]})
     return values, rows, missing_total
+
+
+def _position_plot(rule: KlRule | None, result: dict[str, Any]) -> list[Plot]:
+    texts = [text for text in result["details"].get("texts") or [] if text.get("per_position")]
+    if not texts:
+        return []
+    bounds = [Bound(value=value, label=name) for name, value in
+              (("max_mean", rule.max_mean), ("max_p99", rule.max_p99), ("max_max", rule.max_max))
+              if rule is not None and value is not None]
+    series = [PointSeries(name=str(text["reference"]), x=list(range(len(text["per_position"]))),
+                          y=text["per_position"], line=True) for text in texts]
+    return [Plot(title=f"KL({result.get('control')} || {result.get('candidate')}) per token position",
+                 panels=[Points(series=series, bounds=bounds, xlabel="token position in the reference",
+                                ylabel="KL (nats)")], height=2.8)]

@@ -9,6 +9,7 @@ from campaign.contracts.gatespecs import GateSpecBase
 from campaign.gates.base import Gate, GateContext
 from campaign.gates.greedy import GreedyGate
 from campaign.gates.kl import KlGate
+from campaign.gates.length import LengthGate
 from campaign.gates.needle.gate import NeedleGate
 from campaign.gates.ruler import RulerGate
 from campaign.gates.screen.gate import ScreenGate
@@ -31,6 +32,7 @@ GATES: dict[str, type[Gate]] = {
     "ruler": RulerGate,
     "speed": SpeedGate,
     "screen": ScreenGate,
+    "length": LengthGate,
 }
 
 

@@ -7,7 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["GateResult", "Metric", "Verdict", "worst"]
+from campaign.presentation import Presentation
+
+__all__ = ["GateResult", "Metric", "Presentation", "Verdict", "worst"]
 
 
 class Verdict(str, Enum):
@@ -51,6 +53,9 @@ class GateResult(BaseModel):
     caveats: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list,
                                 description="Loud findings every reader must see, e.g. an axis that may be inert.")
+    presentation: Presentation | None = Field(
+        None, description="Headlines and plot data the gate built from its judging (None: a result written "
+                          "before results carried them; the report derives them from the rest).")
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

@@ -23,11 +23,11 @@ import re
 import statistics
 from typing import Any
 
-from campaign.contracts.gatespecs import RulerSpec
+from campaign.contracts.gatespecs import RulerSpec, SpeedSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, metric_headlines
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.gate import SpeedGate
@@ -35,6 +35,7 @@ from campaign.lanes.bootlog import read_log
 from campaign.lanes.engines import prometheus
 from campaign.lanes.engines.prometheus import Samples, metric_name, parse_prometheus
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Presentation
 
 __all__ = ["ACTING", "EXERCISES", "PARSED", "RulerGate", "counter_deltas", "moved_differently",
            "normalize_boot_log", "parse_prometheus"]
@@ -92,6 +93,10 @@ def normalize_boot_log(text: str) -> list[str]:
 
 class RulerGate(LiveGate):
     spec: RulerSpec
+
+    @classmethod
+    def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("observables_differing",)))
 
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         await self._metrics(run, sink, "before")
@@ -336,7 +341,7 @@ class RulerGate(LiveGate):
         confidence, over interleaved boots) shows the axis acting on speed: a dead flag does that at most
         at the nominal error rate, where a few short probes on a shared host differ by 2-3x from noise."""
         for spec in self.ctx.contract.contract.gates:
-            if spec.kind != "speed":
+            if not isinstance(spec, SpeedSpec):
                 continue
             gate = SpeedGate(spec, self.ctx)
             for level, looks in sorted(gate.sequence(candidate, control).levels.items()):

@@ -20,10 +20,11 @@ from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, metric_headlines
 from campaign.gates.common.inputs import load_rows
 from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Presentation
 
 __all__ = ["OUTCOMES", "StructuredGate", "classify"]
 
@@ -116,6 +117,10 @@ def _value_note(value: Any, schema: dict[str, Any], answer: Any) -> str:
 
 class StructuredGate(LiveGate):
     spec: StructuredSpec
+
+    @classmethod
+    def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("correct",)))
 
     def rows(self) -> list[dict[str, Any]]:
         rows = []

@@ -20,17 +20,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from campaign.contracts.engines import instrument_tolerance
-from campaign.contracts.gatespecs import TeacherForcedSpec
+from campaign.contracts.gatespecs import TeacherForcedRule, TeacherForcedSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import VisitKey, select
 from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Bars, BarSeries, Bound, Plot, Presentation
 
 __all__ = ["TeacherForcedGate", "check_instrument", "first_divergence"]
 
@@ -88,6 +89,11 @@ def check_instrument(gen: Generation, scored: list[Position], tolerance: float, 
 
 class TeacherForcedGate(LiveGate):
     spec: TeacherForcedSpec
+
+    @classmethod
+    def present(cls, rule: TeacherForcedRule | None, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("sites", "noninferiority_max")),
+                            plots=each_plot([_site_plot, _reference_plot], rule, result))
     control_reruns = 1  # the control's second boot scores the candidates' sites and shows drift
 
     # ---- live
@@ -555,3 +561,32 @@ def _generation_mismatches(site: _Site, row: dict[str, Any], allowed: dict[str, 
     return problems
 
 _EMPTY = TokenSeq((), "", ())
+
+
+def _site_plot(rule: TeacherForcedRule | None, result: dict[str, Any]) -> list[Plot]:
+    sites = [site for site in result["details"].get("sites") or [] if site.get("scored")]
+    if not sites:
+        return []
+    bound = rule.max_site_delta if rule else None
+    bars = Bars(categories=[f"{site['prompt']}@{site['site']}" for site in sites],
+                series=[BarSeries(name="on the control's server", role="control",
+                                  values=[abs(site["delta_control_server"]) for site in sites]),
+                        BarSeries(name="on the candidate's server", role="candidate",
+                                  values=[abs(site["delta_candidate_server"]) for site in sites])],
+                bounds=[] if bound is None else [Bound(value=bound, label="max_site_delta")],
+                xlabel="prompt@token where greedy paths part", ylabel="nats")
+    return [Plot(title="Divergence sites: |logprob(control's token) - logprob(candidate's token)|", panels=[bars])]
+
+
+def _reference_plot(rule: TeacherForcedRule | None, result: dict[str, Any]) -> list[Plot]:
+    refs = result["details"].get("references") or []
+    if not refs:
+        return []
+    bound = rule.noninferiority_max if rule else None
+    bars = Bars(categories=[str(ref["reference"]) for ref in refs], horizontal=True, layout="overlaid",
+                series=[BarSeries(name="max |Δ|", role="candidate", values=[float(r["max_abs_delta"]) for r in refs]),
+                        BarSeries(name="mean |Δ|", role="control", values=[float(r["mean_abs_delta"]) for r in refs])],
+                bounds=[] if bound is None else [Bound(value=bound, label="noninferiority_max")],
+                xlabel="|Δ logprob| (nats)", ylabel="reference")
+    return [Plot(title="Reference texts: per-token logprob change, candidate vs control", panels=[bars],
+                 height=0.8 + 0.3 * len(refs))]

@@ -15,11 +15,12 @@ from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, metric_headlines
 from campaign.gates.common.inputs import load_rows
 from campaign.gates.records import select
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Presentation
 
 __all__ = ["OUTCOMES", "ToolsGate", "check_call", "judge_episode"]
 
@@ -81,6 +82,10 @@ def judge_episode(row: dict[str, Any], records: list[dict[str, Any]]) -> dict[st
 
 class ToolsGate(LiveGate):
     spec: ToolsSpec
+
+    @classmethod
+    def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("passed",)))
 
     def episodes(self) -> list[dict[str, Any]]:
         out = []

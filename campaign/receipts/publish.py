@@ -35,7 +35,7 @@ from campaign.receipts.bundle import (
 )
 from campaign.receipts.decision import decisions
 from campaign.receipts.plots import plots_for
-from campaign.receipts.shapes import checked_gate, checked_summary
+from campaign.receipts.shapes import Fill, checked_gate, checked_presentation, checked_summary
 
 __all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "unpacked_archive"]
 
@@ -43,15 +43,17 @@ __all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "rend
 SHOWN_FAILURE_CHARS = 4000  # of a lane's launch_failure.txt: its head says why; the rest is in the bundle
 
 
-def load_report_data(bundle: Path) -> dict[str, Any]:
+def load_report_data(bundle: Path, fill: Fill | None = None) -> dict[str, Any]:
     """What the report shows, read through the bounded reader and checked for shape (``shapes.py``):
-    an unexpected shape is one line naming the file and the field."""
+    an unexpected shape is one line naming the file and the field. A gate result carries its headlines
+    and plot data; ``fill`` derives them for a result written before results carried them."""
     require_bundle_folder(bundle)
     summary_path = bundle / "SUMMARY.json"
     summary = checked_summary(load_json_strict(summary_path, what="SUMMARY.json"), summary_path)
     gates: list[dict[str, Any]] = []
     for path in sorted((bundle / "gates").glob("*/*.json")):
-        gates.append(checked_gate(load_json_strict(path, what="gate result"), path))
+        gate = checked_gate(load_json_strict(path, what="gate result"), path)
+        gates.append({**gate, "presentation": checked_presentation(gate, path, fill)})
     lanes = {}
     for lane_dir in sorted((bundle / "lanes").iterdir()) if (bundle / "lanes").is_dir() else []:
         failure = lane_dir / "launch_failure.txt"
@@ -130,29 +132,13 @@ def render_markdown(data: dict[str, Any]) -> str:
 
 
 def _headlines(gates: list[dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """Per candidate, the figures a decision rests on, with their CIs and denominators: the speed change per
-    level, and every gate's first metric."""
+    """Per candidate, the figures a decision rests on, with their CIs and denominators: each gate's
+    headlines, as its result carries them."""
     out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for gate in gates:
         rows = out.setdefault(str(gate.get("candidate")), [])
-        if gate.get("kind") == "speed":
-            for level, entry in ((gate.get("details") or {}).get("levels") or {}).items():
-                est = entry.get("estimate")
-                if est:
-                    rows.append((f"{gate['gate']} C{level}", {
-                        "value": f"{est['change']:+.1%} [{est['confidence']:.1%} CI {est['low']:+.1%}, {est['high']:+.1%}]",
-                        "unit": f"{gate['rule'].get('metric', '')}, {est['boots']} boots, {est['prompts']} prompts"}))
-            continue
-        metrics = gate.get("metrics") or {}
-        rows += [(f"{gate['gate']} {name}", metrics[name]) for name in _HEADLINE.get(str(gate.get("kind")), ())
-                 if name in metrics]
+        rows += [(f"{gate['gate']} {h['label']}", h) for h in (gate.get("presentation") or {}).get("headlines") or []]
     return out
-
-
-# the metric(s) each kind's rule weighs: what a reader of the summary wants beside the verdict
-_HEADLINE = {"greedy": ("self_identical",), "teacher_forced": ("sites", "noninferiority_max"), "kl": ("kl_mean",),
-             "task": ("losses", "loss_upper_bound"), "needle": ("highest_rung_passed",), "structured": ("correct",),
-             "tools": ("passed",), "ruler": ("observables_differing",)}
 
 
 def archive_bundle(bundle: Path, target: Path) -> Path:
@@ -182,10 +168,10 @@ def archive_bundle(bundle: Path, target: Path) -> Path:
     return target
 
 
-def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
+def publish(bundle: Path, out_dir: Path | None = None, fill: Fill | None = None) -> dict[str, Path]:
     """report.html, SUMMARY.md and <bundle>.tar.gz, written beside (not inside) the signed bundle."""
     out_dir = out_dir or bundle.parent / f"{bundle.name}.published"
-    data = load_report_data(bundle)
+    data = load_report_data(bundle, fill)
     html = out_dir / "report.html"
     markdown = out_dir / "SUMMARY.md"
     atomic_write_bytes(html, render_html(data).encode(), mode=SHARED)

@@ -10,13 +10,19 @@ is the checked model dumped back, with each missing container filled in empty.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from campaign.errors import InputError
+from campaign.presentation import Presentation
 
-__all__ = ["checked_gate", "checked_summary"]
+__all__ = ["Fill", "checked_gate", "checked_presentation", "checked_summary"]
+
+# What derives a presentation for a result written before results carried one (the gates' own builders,
+# passed down by the layer that knows them); it raises pydantic's ValidationError on evidence of a shape
+# it cannot read.
+Fill = Callable[[dict[str, Any]], Presentation | None]
 
 
 class _Open(BaseModel):
@@ -60,22 +66,6 @@ class _Summary(_Open):
     warnings: list[Any] = []
 
 
-class _Estimate(_Open):  # a speed level's estimate: the summary formats these as percentages
-    change: float
-    confidence: float
-    low: float
-    high: float
-
-
-class _Level(_Open):
-    estimate: _Estimate | None = None
-    prompts: list[dict[str, Any]] | None = None
-
-
-class _SpeedDetails(_Open):
-    levels: dict[str, _Level] = {}
-
-
 class _GateResult(_Open):
     gate: str
     kind: Any = None
@@ -87,6 +77,7 @@ class _GateResult(_Open):
     rule: dict[str, Any] = {}
     metrics: dict[str, _Metric] = {}
     details: dict[str, Any] = {}
+    presentation: dict[str, Any] | None = None
 
 
 def checked_summary(raw: Any, path: Path) -> dict[str, Any]:
@@ -94,22 +85,37 @@ def checked_summary(raw: Any, path: Path) -> dict[str, Any]:
 
 
 def checked_gate(raw: Any, path: Path) -> dict[str, Any]:
-    gate = _checked(_GateResult, raw, path)
-    if gate.get("kind") == "speed":
-        _checked(_SpeedDetails, gate["details"], path, under="details")
-    return gate
+    return _checked(_GateResult, raw, path)
 
 
-def _checked(model: type[_Open], raw: Any, path: Path, *, under: str = "") -> dict[str, Any]:
+def checked_presentation(gate: dict[str, Any], path: Path, fill: Fill | None = None) -> dict[str, Any]:
+    """The headlines and plot data the result carries, checked; for a result written before results carried
+    them, what ``fill`` derives from the rest of it (nothing without one)."""
+    raw = gate.get("presentation")
+    if raw is None and fill is not None:
+        try:
+            derived = fill(gate)
+        except ValidationError as exc:
+            raise _one_line(exc, path, "") from None
+        raw = derived.model_dump(mode="json") if derived is not None else None
+    return _checked(Presentation, raw or {}, path, under="presentation")
+
+
+def _checked(model: type[BaseModel], raw: Any, path: Path, *, under: str = "") -> dict[str, Any]:
     try:
         return model.model_validate(raw).model_dump()
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(p) for p in (under, *error["loc"]) if p != "") or "(top)"
-        words = _WORDS.get(error["type"], error["msg"])
-        raise InputError(f"{path}: {where}: {words}; not a shape this version renders") from None
+        raise _one_line(exc, path, under) from None
+
+
+def _one_line(exc: ValidationError, path: Path, under: str) -> InputError:
+    error = exc.errors()[0]
+    where = ".".join(str(p) for p in (under, *error["loc"]) if p != "") or "(top)"
+    words = _WORDS.get(error["type"], error["msg"])
+    return InputError(f"{path}: {where}: {words}; not a shape this version renders")
 
 
 _WORDS = {"model_type": "should be a JSON object", "dict_type": "should be a JSON object",
           "list_type": "should be a JSON list", "string_type": "should be a string",
-          "float_type": "should be a number", "missing": "missing"}
+          "float_type": "should be a number", "missing": "missing", "extra_forbidden": "not a field of it",
+          "literal_error": "not one of the values it may take", "int_type": "should be an integer"}

@@ -23,8 +23,8 @@ from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.fsutil import atomic_write_bytes, atomic_write_json
 from campaign.gates.base import Gate, GateContext, Screen
-from campaign.gates.registry import gate_for
-from campaign.gates.result import GateResult, Verdict, worst
+from campaign.gates.registry import GATES, gate_for
+from campaign.gates.result import GateResult, Presentation, Verdict, worst
 from campaign.window.inspectdiff import runtime_axis_difference
 
 __all__ = ["SCREENED_OUT", "LaneOutcome", "build_gates", "input_copies", "judge_bundle", "judge_one", "predicate",
@@ -97,10 +97,17 @@ def _blocked(bundle: Path, control: EffectiveLane, candidate: EffectiveLane,
 
 def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
     try:
-        return gate.judge(candidate, control)
+        result = gate.judge(candidate, control)
     except Exception as exc:
         _write_error(bundle, gate.gate_id, candidate.name, traceback.format_exc())
         return _result(gate, candidate, control, [_error_reason(exc)])
+    try:  # what the report shows of it; a bug there costs the plots, never the verdict
+        result.presentation = gate.presentation(result)
+    except Exception:
+        result.presentation = Presentation()
+        atomic_write_bytes(bundle / "gates" / gate.gate_id / f"{candidate.name}.present-error.txt",
+                           traceback.format_exc().encode())
+    return result
 
 
 def _error_reason(exc: Exception) -> str:
@@ -119,7 +126,7 @@ def _result(gate: Gate, candidate: EffectiveLane, control: EffectiveLane, reason
     except Exception:  # the verdict must still be written; the rule is in the bundle's contract copy
         rule = {}
     return GateResult(gate=gate.gate_id, kind=gate.spec.kind, candidate=candidate.name, control=control.name,
-                      verdict=Verdict.INCONCLUSIVE, reasons=reasons, rule=rule)
+                      verdict=Verdict.INCONCLUSIVE, reasons=reasons, rule=rule, presentation=Presentation())
 
 
 def _write_tables(bundle: Path, gates: list[Gate]) -> None:
@@ -199,11 +206,17 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
         entry["promotion_gates"] = required
         entry["promotion_rule"] = promotion is not None  # without one, promote refuses whatever passed
         entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
+    screen_ids = {r.gate for r in results if _is_screen(r.kind)}
     for name, entry in candidates.items():
         outcome = lanes.get(name)
         if outcome is not None and outcome.status == SCREENED_OUT:
-            screen = next((g for g, r in entry["gates"].items() if r["kind"] == "screen" and r["verdict"] != "PASS"),
-                          None)
+            screen = next((g for g, r in entry["gates"].items() if g in screen_ids and r["verdict"] != "PASS"), None)
             entry["screened_out"] = {"gate": screen, "verdict": entry["gates"][screen]["verdict"] if screen else None,
                                      "reason": outcome.message}
     return candidates
+
+
+def _is_screen(kind: str) -> bool:
+    """A result's gate is a screen by its class (the registry), never by its kind's name."""
+    gate = GATES.get(kind)
+    return gate is not None and issubclass(gate, Screen)

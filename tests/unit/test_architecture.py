@@ -24,18 +24,20 @@ MAY_IMPORT = {
     "fsutil": {"errors"},
     "faults": set(),
     "signing": {"errors", "fsutil"},
+    "presentation": set(),  # the typed headlines and plot data gates build and receipts draw
     "contracts": {"errors", "fsutil", "signing", "__init__"},
     "lanes": {"errors", "fsutil", "signing", "contracts"},
-    "receipts": {"errors", "fsutil", "signing", "contracts"},
-    "gates": {"errors", "fsutil", "signing", "contracts", "lanes"},
+    "receipts": {"errors", "fsutil", "signing", "contracts", "presentation"},
+    "gates": {"errors", "fsutil", "signing", "contracts", "lanes", "presentation"},
     # the rooms of a window: the daily below the failsafe, promotion and the window; none imports a room above
     "daily": {"errors", "fsutil", "signing", "contracts", "lanes"},
     "failsafe": {"errors", "fsutil", "contracts", "lanes", "daily"},
-    "promotion": {"errors", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "daily", "faults"},
+    "promotion": {"errors", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "daily", "faults",
+                  "presentation"},
     "window": {"errors", "terminal", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "daily",
-               "failsafe", "faults", "__init__"},
+               "failsafe", "faults", "presentation", "__init__"},
     "cli": {"errors", "terminal", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "daily",
-            "failsafe", "promotion", "window", "__init__"},
+            "failsafe", "promotion", "window", "presentation", "__init__"},
     "__init__": set(),
 }
 
@@ -144,3 +146,97 @@ def test_no_function_over_60_lines(part: str) -> None:
                 long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} "
                             f"({node.end_lineno - node.lineno + 1} lines)")
     assert long == []
+
+
+# --- a gate kind's name is used as a kind only where the kind lives -------------------------------------
+
+def _kind_homes(kind: str) -> set[str]:
+    """Modules that may name ``kind`` as a kind: the registry, the specs, and the kind's own gate (its
+    sub-package when it spans files)."""
+    module = GATES[kind].__module__
+    package = module.rsplit(".", 1)[0]
+    own = package if package != "campaign.gates" else module
+    return {"campaign.gates.registry", "campaign.contracts.gatespecs", own}
+
+
+def _is_kind(node: ast.AST) -> bool:
+    """An expression that reads a kind: ``kind``, ``x.kind``, ``x["kind"]``, ``x.get("kind")``."""
+    if isinstance(node, ast.Name):
+        return node.id == "kind" or node.id.endswith("_kind")
+    if isinstance(node, ast.Attribute):
+        return node.attr == "kind"
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "kind"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "kind"
+    return False
+
+
+def _kinds_in(node: ast.AST, kinds: set[str]) -> set[str]:
+    """Kind names a literal holds: a string, or a tuple, list or set of strings."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {item.value for item in items if isinstance(item, ast.Constant) and item.value in kinds}
+
+
+def kind_uses(source: str, kinds: set[str]) -> list[tuple[int, str]]:
+    """(line, kind) wherever a kind name is used as a kind: compared with a kind (``==``, ``in``, a
+    ``match`` case), passed as ``kind=``, or a key of a kind table (a dict whose keys are all kind names, or
+    two or more of them). The same word meaning something else (an observable "speed", ``purpose="kl"``,
+    a tag ``{"task": ...}`` among other keys) is not a kind."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_is_kind(o) for o in operands):
+                found += [(node.lineno, k) for o in operands for k in sorted(_kinds_in(o, kinds))]
+        elif isinstance(node, ast.Match) and _is_kind(node.subject):
+            found += [(case.pattern.lineno, k) for case in node.cases
+                      for value in ast.walk(case.pattern) if isinstance(value, ast.MatchValue)
+                      for k in sorted(_kinds_in(value.value, kinds))]
+        elif isinstance(node, ast.keyword) and node.arg == "kind":
+            found += [(node.value.lineno, k) for k in sorted(_kinds_in(node.value, kinds))]
+        elif isinstance(node, ast.Dict):
+            named = [key for key in node.keys if key is not None and _kinds_in(key, kinds)]
+            if len(named) >= 2 or (named and len(named) == len(node.keys)):
+                found += [(key.lineno, key.value) for key in named]  # type: ignore[attr-defined]
+    return found
+
+
+def test_a_gate_kind_is_named_as_a_kind_only_in_the_registry_the_specs_and_its_own_gate() -> None:
+    """So a new kind is three files: no table elsewhere keyed by kind names (a report's headlines, its
+    plots) and no dispatch on a kind's name (a screen, a speed gate) that a new kind would silently miss."""
+    kinds = set(GATES)
+    wrong = sorted(f"{name}:{line} uses the kind {kind!r}" for name, path in _modules().items()
+                   for line, kind in kind_uses(path.read_text(encoding="utf-8"), kinds)
+                   if not any(name == home or name.startswith(home + ".") for home in _kind_homes(kind)))
+    assert wrong == []
+
+
+def test_the_kind_check_finds_a_planted_use_and_leaves_other_words_alone() -> None:
+    kinds = set(GATES)
+    planted = '''
+if result.kind == "speed":
+    pass
+if gate.get("kind") in ("screen", "needle"):
+    pass
+if r["kind"] != "task":
+    pass
+_HEADLINE = {"greedy": ("self_identical",), "kl": ("kl_mean",)}
+_DRAWERS = {"teacher_forced": []}
+made = GateResult(kind="tools")
+match spec.kind:
+    case "ruler":
+        pass
+'''
+    assert sorted(kind for _, kind in kind_uses(planted, kinds)) == sorted(
+        ["speed", "screen", "needle", "task", "greedy", "kl", "teacher_forced", "tools", "ruler"])
+    unrelated = '''
+if observable == "speed":
+    pass
+score_texts(run, sink, refs, purpose="kl")
+sink.put(tags={"task": task.id, "kind": task.kind, "repeat": 0})
+if record.get("kind") == "instrument":
+    pass
+ACTING = ("outputs", "logprobs", "metrics", "speed")
+'''
+    assert kind_uses(unrelated, kinds) == []

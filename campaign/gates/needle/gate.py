@@ -18,16 +18,17 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from campaign.contracts.gatespecs import NeedleSpec
+from campaign.contracts.gatespecs import NeedleRule, NeedleSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
 from campaign.gates.common.streams import streamed_text
 from campaign.gates.needle.prompts import VARIANTS, NeedleCase, build_case, case_seed, check_reply
 from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Plot, Points, PointSeries, Presentation, Role
 
 __all__ = ["NeedleGate"]
 
@@ -37,6 +38,11 @@ ATTEMPTS = 2  # the first try and one retry with a fresh seed
 
 class NeedleGate(LiveGate):
     spec: NeedleSpec
+
+    @classmethod
+    def present(cls, rule: NeedleRule | None, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("highest_rung_passed",)),
+                            plots=each_plot([_ladder_plot], rule, result))
 
     async def sized_case(self, run: LaneRun, variant: str, seed: int, target: int) -> tuple[NeedleCase, int, int]:
         """The case whose prompt the engine counts within tolerance of ``target``: (case, tokens, rounds)."""
@@ -252,3 +258,27 @@ def _ttft(record: dict[str, Any]) -> float | None:
             if (choice.get("delta") or {}).get("content"):
                 return round(float(event["t"]), 4)
     return None
+
+
+def _ladder_plot(rule: NeedleRule | None, result: dict[str, Any]) -> list[Plot]:
+    ladders = result["details"]["ladders"]
+    roles: tuple[Role, ...] = ("control", "candidate", "other")
+    series = []
+    for (lane, ladder), role in zip(ladders.items(), roles, strict=False):
+        for variant, marker in zip(result["details"].get("variants") or [], "osD^v", strict=False):
+            xs, ys, found = [], [], []
+            for rung in ladder["rungs"]:
+                attempts = (rung.get("attempts") or {}).get(variant) or []
+                speeds = [a["prefill_tok_s_client"] for a in attempts
+                          if isinstance(a.get("prefill_tok_s_client"), (int, float))]
+                if speeds:
+                    xs.append(rung["rung"])
+                    ys.append(sum(speeds) / len(speeds))
+                    found.append(any(a.get("passed") for a in attempts))
+            if xs:
+                series.append(PointSeries(name=f"{lane} {variant}", x=xs, y=ys, role=role, marker=marker,
+                                          hollow=[not f for f in found]))
+    if not series:
+        return []
+    return [Plot(title="Needle ladder: prefill speed per rung and variant (filled: the needle was found)",
+                 panels=[Points(series=series, xlabel="rung (prompt tokens)", ylabel="prefill tok/s (client)")])]

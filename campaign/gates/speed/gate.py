@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from campaign.contracts.gatespecs import SpeedSpec
+from campaign.contracts.gatespecs import SpeedRule, SpeedSpec
 from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import PreflightError
@@ -33,6 +33,7 @@ from campaign.gates.common.inputs import Prompt, load_prompts
 from campaign.gates.common.streams import StreamStats
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.speed import present as presenting
 from campaign.gates.speed.rows import RowResult, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
 from campaign.gates.speed.sequential import (
@@ -49,6 +50,7 @@ from campaign.gates.speed.sequential import (
 )
 from campaign.lanes.hostcpu import pinned_threads
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Presentation
 
 __all__ = ["SpeedGate"]
 
@@ -149,6 +151,10 @@ class SpeedGate(LiveGate):
                 if value is not None and value > 0:
                     values.setdefault(str(tags.get("prompt")), []).append(value)
         return {pid: statistics.median(v) for pid, v in values.items()}
+
+    @classmethod
+    def present(cls, rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
+        return presenting.present(rule, result)
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         result = self.new_result(candidate, control)

@@ -19,23 +19,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from campaign.contracts.gatespecs import TaskSpec
+from campaign.contracts.gatespecs import TaskRule, TaskSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import GateContext, LiveGate, Visit
+from campaign.gates.base import GateContext, LiveGate, Visit, each_plot, metric_headlines
 from campaign.gates.common.replies import chat_reply
 from campaign.gates.common.stats import clopper_pearson_upper
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.task.catalog import Score, Task, arithmetic_tasks, humaneval_tasks, score_reply, user_tasks
 from campaign.gates.task.sandbox import SandboxLimits
 from campaign.lanes.lanerun import LaneRun
+from campaign.presentation import Bars, BarSeries, Bound, Plot, Presentation
 
 __all__ = ["TaskGate"]
 
 
 class TaskGate(LiveGate):
     spec: TaskSpec
+
+    @classmethod
+    def present(cls, rule: TaskRule | None, result: dict[str, Any]) -> Presentation:
+        return Presentation(headlines=metric_headlines(result, ("losses", "loss_upper_bound")),
+                            plots=each_plot([_outcome_plot], rule, result))
 
     def __init__(self, spec: TaskSpec, ctx: GateContext) -> None:
         super().__init__(spec, ctx)
@@ -206,3 +212,21 @@ def _score_row(score: Score) -> dict[str, Any]:
     if score.sandbox:
         row["sandbox"] = {k: score.sandbox[k] for k in ("elapsed_s", "exit_code", "violations")}
     return row
+
+
+def _outcome_plot(rule: TaskRule | None, result: dict[str, Any]) -> list[Plot]:
+    kinds = result["details"]["by_kind"]
+    names = list(kinds)
+    outcomes = Bars(categories=names, horizontal=True, layout="stacked", xlabel="tasks", ylabel="kind",
+                    series=[BarSeries(name=outcome, role=outcome, values=[float(kinds[n][outcome]) for n in names])
+                            for outcome in ("win", "tie", "loss")])
+    panels: list[Bars] = [outcomes]
+    bound = (result.get("metrics") or {}).get("loss_upper_bound", {}).get("value")
+    if isinstance(bound, (int, float)) and rule is not None:
+        panels.append(Bars(categories=["loss rate"], horizontal=True, value_range=[0.0, 100.0],
+                           series=[BarSeries(values=[100 * bound], role="loss")],
+                           bounds=[Bound(value=100 * rule.max_loss_upper, label="margin (max_loss_upper)",
+                                         kind="target")],
+                           xlabel=f"upper {rule.confidence:.0%} Clopper-Pearson bound of the loss rate (%)"))
+    return [Plot(title="Tasks: wins, ties and losses of the candidate against the control", panels=list(panels),
+                 heights=[max(1, len(names)), 1] if len(panels) == 2 else None, height=1.4 + 0.35 * len(names))]

@@ -9,6 +9,7 @@ import gzip
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -363,12 +364,31 @@ def test_a_signed_summary_of_an_unexpected_shape_is_one_line(bundle: Path, tmp_p
 
 
 def test_a_gate_result_of_an_unexpected_shape_is_one_line(bundle: Path, tmp_path: Path) -> None:
+    """A result without a presentation (an older bundle's) has it derived by its kind's gate, which reads its
+    evidence by shape: a speed estimate that is not numbers is one line, not a figure printed from a word."""
+    from campaign.window.report import publish as publish_with_gates
+
     path = bundle / "gates" / "greedy" / "spec.json"
     gate = json.loads(path.read_text())
     gate.update(kind="speed", details={"levels": {"1": {"estimate": {"change": "fast", "confidence": 0.95,
                                                                       "low": 0, "high": 1}}}})
     path.write_text(json.dumps(gate))
     with pytest.raises(InputError, match=r"greedy/spec.json: details.levels.1.estimate.change: should be a number"):
+        publish_with_gates(bundle, tmp_path / "out")
+
+
+@pytest.mark.parametrize("presentation, where", [
+    ({"plots": [{"title": "t", "panels": [{"type": "pie"}]}]}, "presentation.plots.0.panels.0"),
+    ({"headlines": [{"label": "x", "value": [1]}]}, "presentation.headlines.0.value"),
+    ({"plots": [{"title": "t", "panels": [{"type": "bars", "categories": ["a"], "series": [{"values": ["1"]}]}]}]},
+     "presentation.plots.0.panels.0.bars.series.0.values.0: should be a number"),
+])
+def test_a_presentation_of_an_unexpected_shape_is_one_line(bundle: Path, tmp_path: Path, presentation,
+                                                           where) -> None:
+    path = bundle / "gates" / "greedy" / "spec.json"
+    gate = json.loads(path.read_text())
+    path.write_text(json.dumps({**gate, "presentation": presentation}))
+    with pytest.raises(InputError, match=re.escape(f"greedy/spec.json: {where}")):
         publish(bundle, tmp_path / "out")
 
 

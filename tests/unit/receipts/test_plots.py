@@ -1,6 +1,7 @@
-"""The report's plots, drawn from gate result files: the speed judge's own result on hand-written records,
-and results of the other kinds constructed in the shape their judges write. Each plot keeps its title and
-axis labels as text in the SVG (what a reader searches and the browser test checks)."""
+"""The report's plots, drawn from the plot data a gate result carries: the speed judge's own presentation
+on hand-written records, and results of the other kinds, written before results carried a presentation, in
+the shape their judges write (their gate derives it, as the report does for an older bundle). Each plot
+keeps its title and axis labels as text in the SVG (what a reader searches and the browser test checks)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from pathlib import Path
 
 from campaign.receipts.plots import plots_for
+from campaign.window.report import stored_presentation
 from tests.support.speedrecords import TOKENS, load_gates, rates, speed_contract, write_boots
 
 LANES = """\
@@ -29,7 +31,8 @@ def test_speed_plots_from_the_judges_own_result(tmp_path: Path) -> None:
     loaded, (gate,) = load_gates(tmp_path, speed_contract(LANES, f"""\
         - {{kind: speed, input: p, concurrency: [1, 2], max_tokens: {TOKENS}, reps: 2, max_boot_pairs: 3}}"""))
     write_boots(gate, [rates(), rates(1.01), rates(0.99)], [rates(1.10, wobble=0.01), rates(1.11, wobble=-0.01)])
-    result = gate.judge(loaded.lanes["cand"], loaded.lanes["base"]).dump()
+    judged = gate.judge(loaded.lanes["cand"], loaded.lanes["base"])
+    result = {**judged.dump(), "presentation": gate.presentation(judged).model_dump()}
     plots = plots_for(result)
     titles = [plot.title for plot in plots]
     assert titles[0].startswith("Speed change per level")
@@ -53,9 +56,15 @@ def test_the_other_kinds_draw_their_evidence_and_a_result_without_it_draws_nothi
             "details": {"by_kind": {"humaneval": {"win": 1, "tie": 2, "loss": 1}, "user": {"win": 0, "tie": 4, "loss": 0}}}}
     needle = {"kind": "needle", "details": {"variants": ["single"], "ladders": {
         "base": {"rungs": [{"rung": 256, "attempts": {"single": [{"prefill_tok_s_client": 180.0, "passed": True}]}}]}}}}
-    drawn = {name: plots_for(result) for name, result in (("tf", tf), ("kl", kl), ("task", task), ("needle", needle))}
+    drawn = {name: _drawn(result) for name, result in (("tf", tf), ("kl", kl), ("task", task), ("needle", needle))}
     assert [len(plots) for plots in drawn.values()] == [2, 1, 1, 1]
     assert all(_labelled(plot) for plots in drawn.values() for plot in plots)
     assert "Clopper-Pearson" in _texts(drawn["task"][0].svg) and "max_site_delta" in _texts(drawn["tf"][0].svg)
-    assert plots_for({"kind": "kl", "rule": {}, "details": {"texts": [{"reference": "x", "mean": 0.0}]}}) == []
-    assert plots_for({"kind": "greedy", "details": {}}) == []
+    assert _drawn({"kind": "kl", "rule": {}, "details": {"texts": [{"reference": "x", "mean": 0.0}]}}) == []
+    assert _drawn({"kind": "greedy", "details": {}}) == []
+    assert _drawn({"kind": "no such kind", "details": {}}) == []  # a newer tool's kind: shown without plots
+
+
+def _drawn(result: dict) -> list:
+    presentation = stored_presentation(result)
+    return plots_for({"presentation": presentation.model_dump() if presentation else None})

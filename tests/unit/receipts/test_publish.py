@@ -12,8 +12,9 @@ import pytest
 
 from campaign.errors import InputError
 from campaign.receipts.bundle import verify_bundle
-from campaign.receipts.publish import load_report_data, publish, render_html, unpacked_archive
+from campaign.receipts.publish import render_html, unpacked_archive
 from campaign.signing import load_trusted
+from campaign.window.report import load_report_data, publish
 
 
 def test_report_shows_bundle_values_and_rerenders_changes(bundle: Path) -> None:

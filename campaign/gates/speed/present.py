@@ -1,0 +1,183 @@
+"""What the report shows of a speed result: the change per level with its CI (headline and plot), every
+boot in window order, the paired change per prompt, the draft acceptance per position and every row over
+the window. Built from the result as the judge wrote it (``details``) and the typed rule; a result of an
+older bundle goes through the same builders (``SpeedGate.stored_presentation``)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from campaign.contracts.gatespecs import SpeedRule
+from campaign.gates.base import each_plot
+from campaign.presentation import (
+    Bars,
+    BarSeries,
+    Bound,
+    Headline,
+    Interval,
+    Intervals,
+    Plot,
+    Points,
+    PointSeries,
+    Presentation,
+)
+
+__all__ = ["present"]
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class _Estimate(_Open):  # what the headline formats as percentages: numbers, or the result is refused in one line
+    change: float
+    confidence: float
+    low: float
+    high: float
+
+
+class _Level(_Open):
+    estimate: _Estimate | None = None
+    prompts: list[dict[str, Any]] | None = None
+
+
+class _Details(_Open):
+    levels: dict[str, _Level] = {}
+
+
+class _Shape(_Open):
+    details: _Details = _Details()
+
+
+def present(rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
+    """Raises pydantic's ValidationError when a level's estimate is not numbers (a hand-made or damaged
+    result): the report says so in one line rather than print a figure it cannot read."""
+    _Shape.model_validate(result)
+    metric = rule.metric if rule else "decode_tok_s"
+    headlines = []
+    for level, entry in ((result.get("details") or {}).get("levels") or {}).items():
+        est = entry.get("estimate")
+        if est:
+            headlines.append(Headline(
+                label=f"C{level}",
+                value=f"{est['change']:+.1%} [{est['confidence']:.1%} CI {est['low']:+.1%}, {est['high']:+.1%}]",
+                unit=f"{metric}, {est.get('boots')} boots, {est.get('prompts')} prompts"))
+    plots = each_plot([_change, _boots, _prompts, _acceptance, _rows], rule, result)
+    return Presentation(headlines=headlines, plots=plots)
+
+
+def _change(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
+    levels = result["details"]["levels"]
+    shown = [(level, entry["estimate"]) for level, entry in levels.items() if entry.get("estimate")]
+    if not shown:
+        return []
+    intervals = []
+    for _level, est in shown:
+        change, low, high = 100 * est["change"], 100 * est["low"], 100 * est["high"]
+        intervals.append(Interval(estimate=change, low=low, high=high,
+                                  text=f"{change:+.1f}% [{low:+.1f}, {high:+.1f}]"))
+    bar = rule.min_mean_change if rule else 0.0
+    metric = rule.metric if rule else "decode_tok_s"
+    panel = Intervals(categories=[f"C{level}" for level, _ in shown], intervals=intervals,
+                      bounds=[Bound(value=0.0, kind="zero"),
+                              Bound(value=100 * bar, label="bar (min_mean_change)", kind="target")],
+                      xlabel="concurrency level", ylabel=f"change in {metric} (%)")
+    return [Plot(title=f"Speed change per level with its {shown[0][1]['confidence']:.1%} CI", panels=[panel],
+                 height=2.8)]
+
+
+def _visit_position(key: str) -> tuple[str, int]:
+    """control_rerun2 -> ("control", 4): the boot's place in the window (control@j at 2j, candidate@j at 2j+1)."""
+    role, _, rerun = key.partition("_rerun")
+    j = int(rerun) if rerun else 0
+    return role, 2 * j + (1 if role == "candidate" else 0)
+
+
+def _boots(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
+    metric = rule.metric if rule else "decode_tok_s"
+    out = []
+    for level, entry in result["details"]["levels"].items():
+        prompts = entry.get("prompts") or []
+        if not prompts:
+            continue
+        means: dict[str, dict[int, list[float]]] = {"control": {}, "candidate": {}}
+        for row in prompts:
+            for key, value in row.items():
+                if not isinstance(value, (int, float)) or not key.startswith(("control", "candidate")):
+                    continue
+                role, position = _visit_position(key)
+                means[role].setdefault(position, []).append(float(value))
+        series = []
+        for role in ("control", "candidate"):
+            points = sorted(means[role].items())
+            series.append(PointSeries(x=[x for x, values in points for _ in values],
+                                      y=[v for _, values in points for v in values], role=role, faint=True))
+            series.append(PointSeries(name=f"{role} (mean over prompts; dots: each prompt)",
+                                      x=[x for x, _ in points], y=[sum(v) / len(v) for _, v in points],
+                                      role=role, line=True))
+        out.append(Plot(title=f"C{level}: {metric} of every boot, in window order (drift shows here)",
+                        panels=[Points(series=series, xlabel="boot (window order: control, candidate, control, ...)",
+                                       ylabel="tok/s")]))
+    return out
+
+
+def _prompts(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
+    out = []
+    for level, entry in result["details"]["levels"].items():
+        rows = [row for row in entry.get("prompts") or [] if isinstance(row.get("change"), (int, float))]
+        if not rows:
+            continue
+        values = [100 * row["change"] for row in rows]
+        bars = Bars(categories=[f"{row.get('prompt')} ({row.get('class')})" for row in rows], horizontal=True,
+                    series=[BarSeries(values=values, roles=["candidate" if v >= 0 else "control" for v in values])],
+                    bounds=[Bound(value=0.0, kind="zero")], xlabel="change (%)", ylabel="prompt (class)")
+        out.append(Plot(title=f"C{level}: paired change per prompt (candidate vs control, drift taken out)",
+                        panels=[bars], height=0.6 + 0.28 * len(rows)))
+    return out
+
+
+def _acceptance(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
+    accepted: dict[int, float] = {}
+    drafts = 0.0
+    for key, counters in result["details"]["engine"].items():
+        if not key.startswith("candidate") or not counters.get("spec_accepted_per_position"):
+            continue
+        drafts += float(counters.get("spec_drafts") or 0)
+        for position, count in counters["spec_accepted_per_position"].items():
+            accepted[int(position)] = accepted.get(int(position), 0.0) + float(count)
+    if not accepted:
+        return []
+    positions = sorted(accepted)[:32]
+    if drafts > 0:
+        values, ylabel = [accepted[p] / drafts for p in positions], "accepted per draft"
+    else:
+        values, ylabel = [accepted[p] for p in positions], "accepted draft tokens"
+    bars = Bars(categories=[str(p) for p in positions], series=[BarSeries(values=values, role="candidate")],
+                xlabel="draft position", ylabel=ylabel)
+    return [Plot(title="Draft acceptance per position (the engine's counters, every candidate boot)",
+                 panels=[bars], height=2.8)]
+
+
+def _rows(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
+    details = result["details"]
+    rows = [row for row in details["rows"] if isinstance(row.get("median_aggregate_tok_s"), (int, float))]
+    order = [boot["visit"] for boot in details["schedule"]["boots"]]
+    rows = [row for row in rows if row["lane"] in order]  # row["lane"] is the visit: "base@rerun1"
+    if not rows:
+        return []
+    levels = sorted({row["level"] for row in rows})
+    markers = dict(zip(levels, "os^Dv<>", strict=False))  # more levels than markers: unmarked
+    series = []
+    for level, role, valid in itertools.product(levels, ("control", "candidate"), (True, False)):
+        chosen = [row for row in rows if row["level"] == level and row["role"].startswith(role)
+                  and (row["status"] == "valid") == valid]
+        if chosen:
+            series.append(PointSeries(x=[order.index(row["lane"]) for row in chosen],
+                                      y=[row["median_aggregate_tok_s"] for row in chosen], role=role,
+                                      marker=markers.get(level, "o") if valid else "x",
+                                      name=f"C{level} {role}{'' if valid else ' (VOID)'}"))
+    return [Plot(title="Every row over the window (median aggregate tok/s; x: a row that went VOID)",
+                 panels=[Points(series=series, x_labels=order, xlabel="visit (window order)", ylabel="tok/s")])]

@@ -1,0 +1,124 @@
+"""What a gate shows a reader beside its verdict: headline figures and the data of its plots, typed.
+
+A gate builds these from its own judging (``gates/``) and its result file carries them; the report
+(``receipts/``) draws them with no knowledge of gate kinds. A leaf: pydantic only, so both the gates and the
+receipts read the same models. Plots are generic: bars, points (lines and scatters) and intervals, each with
+its series, labels and the bounds of the rule drawn as reference lines. Colours are roles (the control's,
+the candidate's, a win's ...), chosen by the renderer, so every gate's plots share one palette.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Bars", "BarSeries", "Bound", "Headline", "Interval", "Intervals", "Panel", "Plot", "PointSeries",
+           "Points", "Presentation", "Role"]
+
+# A series' colour, by what it is; None leaves it to the renderer's cycle (several series of one kind).
+Role = Literal["control", "candidate", "other", "win", "tie", "loss"]
+
+
+class _Strict(BaseModel):
+    # strict: a result file's number written as a string is not made a number; nothing unknown is kept
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class Headline(_Strict):
+    """One figure a decision rests on, as a reader of the summary wants it beside the verdict: a metric
+    (``value`` a number, out of ``denominator``) or a figure already in words (an estimate with its CI)."""
+
+    label: str = Field(description="What it is, e.g. 'self_identical' or 'C1'.")
+    value: float | int | str | None = Field(description="The number, or the figure in words; None: not measured.")
+    unit: str = Field("", description="Its unit and, for an estimate, what it rests on (boots, prompts).")
+    denominator: int | None = Field(None, description="Out of how many (a count's n).")
+
+
+class Bound(_Strict):
+    """A reference line on the value axis: a rule's limit (red dashed), a target to reach (green dashed) or
+    the zero line (grey)."""
+
+    value: float
+    label: str | None = Field(None, description="Legend entry, e.g. the rule field it comes from.")
+    kind: Literal["limit", "target", "zero"] = "limit"
+
+
+class BarSeries(_Strict):
+    name: str | None = Field(None, description="Legend entry.")
+    values: list[float]
+    role: Role | None = None
+    roles: list[Role] | None = Field(None, description="A role per bar (e.g. by sign), over ``role``.")
+
+
+class Bars(_Strict):
+    """Bars over categories: several series side by side (grouped), on top of each other (stacked), or drawn
+    one over the other (overlaid: the later one in front)."""
+
+    type: Literal["bars"] = "bars"
+    categories: list[str]
+    series: list[BarSeries]
+    layout: Literal["grouped", "stacked", "overlaid"] = "grouped"
+    horizontal: bool = False
+    bounds: list[Bound] = []
+    xlabel: str = ""
+    ylabel: str = ""
+    value_range: list[float] | None = Field(None, min_length=2, max_length=2, description="Limits of the value axis.")
+
+
+class PointSeries(_Strict):
+    name: str | None = None
+    x: list[float]
+    y: list[float]
+    role: Role | None = None
+    line: bool = Field(False, description="Joined by a line (else a scatter).")
+    marker: Literal["o", "s", "^", "D", "v", "<", ">", "x"] = "o"
+    faint: bool = Field(False, description="Drawn faint and small: the single values behind a line of means.")
+    hollow: list[bool] | None = Field(None, description="Per point: drawn hollow (e.g. a rung whose needle was "
+                                                        "not found).")
+
+
+class Points(_Strict):
+    type: Literal["points"] = "points"
+    series: list[PointSeries]
+    x_labels: list[str] | None = Field(None, description="Tick labels at x = 0, 1, ... (categories on the x axis).")
+    bounds: list[Bound] = []
+    xlabel: str = ""
+    ylabel: str = ""
+
+
+class Interval(_Strict):
+    estimate: float
+    low: float
+    high: float
+    text: str | None = Field(None, description="Written beside it, e.g. '+10.2% [+4.1, +16.0]'.")
+
+
+class Intervals(_Strict):
+    """An estimate with its confidence interval per category."""
+
+    type: Literal["intervals"] = "intervals"
+    categories: list[str]
+    intervals: list[Interval]
+    role: Role = "candidate"
+    bounds: list[Bound] = []
+    xlabel: str = ""
+    ylabel: str = ""
+
+
+Panel = Annotated[Union[Bars, Points, Intervals], Field(discriminator="type")]
+
+
+class Plot(_Strict):
+    """One figure: its title and one or more panels stacked top to bottom (the first is the main one, whose
+    axis labels the report repeats beside the figure)."""
+
+    title: str
+    panels: list[Panel] = Field(min_length=1)
+    heights: list[float] | None = Field(None, description="Relative panel heights (default: equal).")
+    height: float = Field(3.0, gt=0, le=40, description="Inches.")
+
+
+class Presentation(_Strict):
+    headlines: list[Headline] = []
+    plots: list[Plot] = []
