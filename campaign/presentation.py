@@ -13,11 +13,12 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Bars", "BarSeries", "Bound", "Headline", "Interval", "Intervals", "Panel", "Plot", "PointSeries",
+__all__ = ["Bars", "BarSeries", "Bound", "Headline", "Interval", "Intervals", "Marker", "Panel", "Plot", "PointSeries",
            "Points", "Presentation", "Role"]
 
 # A series' colour, by what it is; None leaves it to the renderer's cycle (several series of one kind).
 Role = Literal["control", "candidate", "other", "win", "tie", "loss"]
+Marker = Literal["o", "s", "^", "D", "v", "<", ">", "x"]
 
 
 class _Strict(BaseModel):
@@ -72,7 +73,7 @@ class PointSeries(_Strict):
     y: list[float]
     role: Role | None = None
     line: bool = Field(False, description="Joined by a line (else a scatter).")
-    marker: Literal["o", "s", "^", "D", "v", "<", ">", "x"] = "o"
+    marker: Marker = "o"
     faint: bool = Field(False, description="Drawn faint and small: the single values behind a line of means.")
     hollow: list[bool] | None = Field(None, description="Per point: drawn hollow (e.g. a rung whose needle was "
                                                         "not found).")

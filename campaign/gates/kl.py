@@ -180,9 +180,8 @@ def _position_plot(rule: KlRule | None, result: dict[str, Any]) -> list[Plot]:
     texts = [text for text in result["details"].get("texts") or [] if text.get("per_position")]
     if not texts:
         return []
-    bounds = [Bound(value=value, label=name) for name, value in
-              (("max_mean", rule.max_mean), ("max_p99", rule.max_p99), ("max_max", rule.max_max))
-              if rule is not None and value is not None]
+    limits = [] if rule is None else [("max_mean", rule.max_mean), ("max_p99", rule.max_p99), ("max_max", rule.max_max)]
+    bounds = [Bound(value=value, label=name) for name, value in limits if value is not None]
     series = [PointSeries(name=str(text["reference"]), x=list(range(len(text["per_position"]))),
                           y=text["per_position"], line=True) for text in texts]
     return [Plot(title=f"KL({result.get('control')} || {result.get('candidate')}) per token position",

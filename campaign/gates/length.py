@@ -53,13 +53,12 @@ class LengthGate(Gate):
             _, problem = chat_reply(record, allow_empty=True)
             response = record.get("response") or {}
             tokens = (response.get("usage") or {}).get("completion_tokens")
-            if problem is None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
-                problem = "the engine reported no completion token count"
-            if problem is not None:
-                problems.append(f"{lane} {item}: {problem}")
+            counted = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+            if problem is not None or not counted:
+                problems.append(f"{lane} {item}: {problem or 'the engine reported no completion token count'}")
                 continue
             cut = response["choices"][0].get("finish_reason") == "length"
-            items.setdefault(item, []).append((tokens, cut))
+            items.setdefault(item, []).append((tokens, bool(cut)))  # type: ignore[arg-type]  # counted: an int
         return items, problems
 
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
@@ -75,7 +74,7 @@ class LengthGate(Gate):
                                   f"has no length), e.g. {(ctrl_problems + cand_problems)[0]}")
         both = sorted(set(ctrl) & set(cand))
         cut = [item for item in both if any(c for _, c in ctrl[item] + cand[item])]
-        rows = [{"item": item, "control_tokens": _mean(ctrl[item]), "candidate_tokens": _mean(cand[item]),
+        rows: list[dict[str, Any]] = [{"item": item, "control_tokens": _mean(ctrl[item]), "candidate_tokens": _mean(cand[item]),
                  "cut": item in cut, "replies": len(ctrl[item]) + len(cand[item])} for item in both]
         result.details = {"source": self.spec.source, "items": rows}
         rule = self.spec.rule
@@ -92,8 +91,8 @@ class LengthGate(Gate):
         if len(kept) < rule.min_pairs:
             result.reasons = [f"{len(kept)} items measured on both lanes, fewer than min_pairs {rule.min_pairs}"]
             return result
-        estimate = ratio_ci([r["control_tokens"] for r in kept], [r["candidate_tokens"] for r in kept],
-                            rule.confidence)
+        estimate = ratio_ci([float(r["control_tokens"]) for r in kept],
+                            [float(r["candidate_tokens"]) for r in kept], rule.confidence)
         if estimate is None:
             result.reasons = ["the control's replies are empty on the items a resample draws: a relative change "
                               "of their length is not defined"]

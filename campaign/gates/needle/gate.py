@@ -28,7 +28,7 @@ from campaign.gates.needle.prompts import VARIANTS, NeedleCase, build_case, case
 from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
-from campaign.presentation import Plot, Points, PointSeries, Presentation, Role
+from campaign.presentation import Marker, Plot, Points, PointSeries, Presentation, Role
 
 __all__ = ["NeedleGate"]
 
@@ -260,12 +260,15 @@ def _ttft(record: dict[str, Any]) -> float | None:
     return None
 
 
+_MARKERS: tuple[Marker, ...] = ("o", "s", "D", "^", "v")
+
+
 def _ladder_plot(rule: NeedleRule | None, result: dict[str, Any]) -> list[Plot]:
     ladders = result["details"]["ladders"]
     roles: tuple[Role, ...] = ("control", "candidate", "other")
     series = []
     for (lane, ladder), role in zip(ladders.items(), roles, strict=False):
-        for variant, marker in zip(result["details"].get("variants") or [], "osD^v", strict=False):
+        for variant, marker in zip(result["details"].get("variants") or [], _MARKERS, strict=False):
             xs, ys, found = [], [], []
             for rung in ladder["rungs"]:
                 attempts = (rung.get("attempts") or {}).get(variant) or []

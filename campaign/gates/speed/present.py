@@ -19,10 +19,12 @@ from campaign.presentation import (
     Headline,
     Interval,
     Intervals,
+    Marker,
     Plot,
     Points,
     PointSeries,
     Presentation,
+    Role,
 )
 
 __all__ = ["present"]
@@ -50,6 +52,9 @@ class _Details(_Open):
 
 class _Shape(_Open):
     details: _Details = _Details()
+
+
+_ROLES: tuple[Role, ...] = ("control", "candidate")
 
 
 def present(rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
@@ -111,7 +116,7 @@ def _boots(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
                 role, position = _visit_position(key)
                 means[role].setdefault(position, []).append(float(value))
         series = []
-        for role in ("control", "candidate"):
+        for role in _ROLES:
             points = sorted(means[role].items())
             series.append(PointSeries(x=[x for x, values in points for _ in values],
                                       y=[v for _, values in points for v in values], role=role, faint=True))
@@ -169,9 +174,9 @@ def _rows(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
     if not rows:
         return []
     levels = sorted({row["level"] for row in rows})
-    markers = dict(zip(levels, "os^Dv<>", strict=False))  # more levels than markers: unmarked
+    markers: dict[int, Marker] = dict(zip(levels, ("o", "s", "^", "D", "v", "<", ">"), strict=False))
     series = []
-    for level, role, valid in itertools.product(levels, ("control", "candidate"), (True, False)):
+    for level, role, valid in itertools.product(levels, _ROLES, (True, False)):
         chosen = [row for row in rows if row["level"] == level and row["role"].startswith(role)
                   and (row["status"] == "valid") == valid]
         if chosen:

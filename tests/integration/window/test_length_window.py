@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from campaign.contracts.freeze import freeze
+from campaign.contracts.load import load_contract
 from campaign.fsutil import load_json_strict
 from campaign.receipts.publish import publish
 from campaign.signing import init_keys, load_signing_key, load_trusted
@@ -37,6 +39,7 @@ def test_a_length_gate_measures_the_greedy_gate_s_replies_and_the_report_shows_i
     body = demo_like(free_port(), rule='"6/6"', max_tokens=96).replace("        promotion:", LENGTH)
     contract = write_contract(tmp_path, body, prompts=PROMPTS)
     init_keys()
+    freeze(load_contract(contract), load_signing_key())
     outcome = run_window(contract, key=load_signing_key(), trusted=load_trusted(), out_dir=tmp_path / "runs")
     assert outcome.signed
     assert not (outcome.bundle / "raw" / "length").exists()  # it sent nothing: it read the greedy gate's records

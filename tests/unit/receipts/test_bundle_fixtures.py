@@ -58,6 +58,12 @@ def test_an_old_bundle_verifies_rejudges_publishes_and_promotes_dry_run(fixture:
     published = campaign("publish", str(bundle), "--trust", key, "--out", str(tmp_path / "report"))
     assert published.returncode == 0, published.stdout + published.stderr
     assert (tmp_path / "report" / "report.html").stat().st_size > 1000
+    # its results carry no presentation: each gate derives its headlines and plots from the stored result
+    assert "greedy self\\_identical " in (tmp_path / "report" / "SUMMARY.md").read_text()
+    if (bundle / "gates" / "speed").is_dir():
+        html = (tmp_path / "report" / "report.html").read_text()
+        assert 'data-title="C1: decode_tok_s of every boot, in window order' in html
+        assert 'data-title="C1: paired change per prompt' in html
     promoted = campaign("promote", str(bundle), "--candidate", "spec", "--dry-run", "--trust", key)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     assert f"would promote spec from {bundle}" in promoted.stdout, promoted.stdout
