@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["Bars", "BarSeries", "Bound", "Headline", "Interval", "Intervals", "Marker", "Panel", "Plot", "PointSeries",
            "Points", "Presentation", "Role"]
@@ -115,9 +115,15 @@ class Plot(_Strict):
     axis labels the report repeats beside the figure)."""
 
     title: str
-    panels: list[Panel] = Field(min_length=1)
+    panels: list[Panel] = Field(min_length=1, max_length=8)
     heights: list[float] | None = Field(None, description="Relative panel heights (default: equal).")
-    height: float = Field(3.0, gt=0, le=40, description="Inches.")
+    height: float = Field(3.0, gt=0, le=400, description="Inches (a bar per item grows with the items).")
+
+    @model_validator(mode="after")
+    def _a_height_per_panel(self) -> "Plot":
+        if self.heights is not None and (len(self.heights) != len(self.panels) or min(self.heights) <= 0):
+            raise ValueError("heights: one positive number per panel")
+        return self
 
 
 class Presentation(_Strict):

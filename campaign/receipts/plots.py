@@ -58,9 +58,10 @@ def draw(plot: PlotData) -> Plot:
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[1]:
-            ax.legend(loc="best", fontsize=7 if len(ax.get_legend_handles_labels()[1]) < 6 else 6,
-                      ncol=1 if len(ax.get_legend_handles_labels()[1]) < 6 else 2)
+        labels = ax.get_legend_handles_labels()[1]
+        if labels:
+            many = len(labels) >= 6
+            ax.legend(loc="best", fontsize=6 if many else 7, ncol=2 if many else 1)
     main = plot.panels[0]
     axes[0].set_title(plot.title, fontsize=10)
     return _finish(fig, plot.title, main.xlabel, main.ylabel)

@@ -68,3 +68,37 @@ def test_the_other_kinds_draw_their_evidence_and_a_result_without_it_draws_nothi
 def _drawn(result: dict) -> list:
     presentation = stored_presentation(result)
     return plots_for({"presentation": presentation.model_dump() if presentation else None})
+
+
+def test_the_report_draws_the_data_a_result_carries_whatever_its_kind() -> None:
+    """receipts knows no gate kind: a kind it has never heard of is drawn from the plot data its result
+    carries, each panel type with its bounds, legends and labels."""
+    from campaign.presentation import (
+        Bars,
+        BarSeries,
+        Bound,
+        Interval,
+        Intervals,
+        Plot,
+        Points,
+        PointSeries,
+        Presentation,
+    )
+
+    presentation = Presentation(plots=[
+        Plot(title="Stacked outcomes", heights=[2, 1], panels=[
+            Bars(categories=["a", "b"], layout="stacked", horizontal=True, xlabel="tasks", ylabel="group",
+                 series=[BarSeries(name="win", role="win", values=[1, 2]), BarSeries(name="loss", role="loss", values=[2, 0])]),
+            Bars(categories=["rate"], horizontal=True, value_range=[0, 100], series=[BarSeries(values=[12.5], role="loss")],
+                 bounds=[Bound(value=30, label="margin (a_rule_field)", kind="target")], xlabel="bound (%)")]),
+        Plot(title="Lines over positions", panels=[Points(series=[PointSeries(name="ref one", x=[0, 1, 2], y=[0.1, 0.2, 0.1], line=True)],
+                                                          bounds=[Bound(value=0.15, label="max_something")],
+                                                          xlabel="position", ylabel="nats")]),
+        Plot(title="An estimate with its CI", panels=[Intervals(categories=["C1"], bounds=[Bound(value=0, kind="zero")],
+                                                                intervals=[Interval(estimate=4.0, low=1.0, high=7.0, text="+4.0% [+1.0, +7.0]")],
+                                                                xlabel="level", ylabel="change (%)")])])
+    plots = plots_for({"kind": "a kind from a newer tool", "presentation": presentation.model_dump()})
+    assert [plot.title for plot in plots] == ["Stacked outcomes", "Lines over positions", "An estimate with its CI"]
+    assert all(_labelled(plot) for plot in plots)
+    texts = [_texts(plot.svg) for plot in plots]
+    assert "margin (a_rule_field)" in texts[0] and "max_something" in texts[1] and "+4.0% [+1.0, +7.0]" in texts[2]
