@@ -88,6 +88,30 @@ def test_a_judge_that_raises_costs_only_its_own_verdict(tmp_path: Path) -> None:
     assert verify_bundle(bundle, load_trusted()).files > 0
 
 
+class BrokenPresentation(GreedyGate):
+    """Judges like greedy; what it shows of its result has a bug."""
+
+    @classmethod
+    def present(cls, rule, result):  # noqa: ANN001, ANN206
+        raise RuntimeError("a plot builder's bug")
+
+
+def test_every_result_carries_its_gate_s_presentation_and_a_bug_there_costs_no_verdict(tmp_path: Path) -> None:
+    bundle, loaded = window_bundle(tmp_path)
+    greedy = build_gates(loaded, bundle)[0]
+    broken = BrokenPresentation(greedy.spec.model_copy(update={"id": "broken"}), greedy.ctx)
+    shutil.copytree(bundle / "raw" / "greedy", bundle / "raw" / "broken")  # the same records, its own gate id
+    lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
+    by_gate = {r.gate: r for r in judge_bundle(loaded, [broken, greedy], lanes, bundle)}
+    assert by_gate["greedy"].presentation is not None
+    assert [(h.label, h.value, h.denominator) for h in by_gate["greedy"].presentation.headlines] == [
+        ("self_identical", 3, 3)]
+    assert by_gate["broken"].verdict is Verdict.PASS and by_gate["broken"].presentation.headlines == []
+    assert "a plot builder's bug" in (bundle / "gates" / "broken" / "spec.present-error.txt").read_text()
+    written = json.loads((bundle / "gates" / "greedy" / "spec.json").read_text())
+    assert written["presentation"]["headlines"][0]["label"] == "self_identical"
+
+
 def test_a_lane_that_did_not_launch_blocks_every_gate_without_a_judge_error(tmp_path: Path) -> None:
     bundle, loaded = window_bundle(tmp_path)
     lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="launch_failed", cause="bad_argument")}
