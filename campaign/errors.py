@@ -14,8 +14,13 @@ code from the class: 2 for input the user must fix, 1 for a run that failed.
     |   +-- PreflightError    refused before anything was stopped or started
     |   +-- LaunchError       a lane did not come up (classified; INCONCLUSIVE, not a finding)
     |   +-- EngineError       an engine answered wrongly or not at all
-    |       +-- CapabilityError   the engine (or its adapter) cannot do what a gate asks
-    |       +-- ScoreError        a scoring response cannot be read as the positions asked for
+    |   |   +-- CapabilityError   the engine (or its adapter) cannot do what a gate asks
+    |   |   +-- ScoreError        a scoring response cannot be read as the positions asked for
+    |   +-- DockerError       a Docker engine call failed; names the engine and what was being done
+    |       +-- DockerNotFound     the engine answered: no such container or image (the one "gone")
+    |       +-- DockerUnreachable  no answer: refused, reset, no socket, timed out, ssh tunnel down
+    |       +-- DockerTLSError     the TLS handshake failed: certificate, CA or client certificate refused
+    |       +-- DockerRefused      the engine answered and said no: a conflict, any other 4xx or 5xx
     +-- VerifyError           a bundle failed verification (exit 1)
 """
 
@@ -28,6 +33,11 @@ __all__ = [
     "CampaignError",
     "CapabilityError",
     "ContractError",
+    "DockerError",
+    "DockerNotFound",
+    "DockerRefused",
+    "DockerTLSError",
+    "DockerUnreachable",
     "EngineError",
     "FrozenChanged",
     "InputError",
@@ -104,6 +114,31 @@ class CapabilityError(EngineError):
 
 
 class ScoreError(EngineError):
+    pass
+
+
+class DockerError(RunError):
+    """A Docker engine call that did not do what was asked: ``engine`` is where (DOCKER_HOST or the box's
+    URL), ``status`` the engine's HTTP status when it answered (None when it did not)."""
+
+    def __init__(self, message: str, *, engine: str = "", status: int | None = None) -> None:
+        self.engine, self.status = engine, status
+        super().__init__(message)
+
+
+class DockerNotFound(DockerError):
+    pass
+
+
+class DockerUnreachable(DockerError):
+    pass
+
+
+class DockerTLSError(DockerError):
+    pass
+
+
+class DockerRefused(DockerError):
     pass
 
 

@@ -17,7 +17,8 @@ import json
 import time
 from typing import Any
 
-from campaign.errors import PreflightError, RunError
+from campaign.errors import DockerNotFound, PreflightError, RunError
+from campaign.lanes.runtimes.dockererrors import docker_errors
 
 __all__ = ["BUNDLE_HOST_CONFIG", "describe", "ensure_restart_policy", "engine_of", "is_running", "prove", "snapshot",
            "start", "stop"]
@@ -47,18 +48,19 @@ def _engine_name(host: dict[str, Any] | None) -> str:
     return describe_host(DockerHost.model_validate(host) if host else None)
 
 
+def _where(client: Any) -> str:
+    """The engine as the contract or DOCKER_HOST names it (``client_for`` notes it on the client)."""
+    return str(getattr(client, "campaign_engine", None) or getattr(client.api, "base_url", "the docker engine"))
+
+
 def _inspect(client: Any, name: str, where: str | None = None) -> dict[str, Any] | None:
-    import docker.errors
-
+    """The container's attributes, or None when the engine says there is no such container. An engine that
+    could not be asked raises its ``DockerError`` kind: never None, so nothing takes it for gone."""
     try:
-        return client.api.inspect_container(name)
-    except docker.errors.NotFound:
+        with docker_errors(f"inspecting container {name!r}", where or _where(client)):
+            return dict(client.api.inspect_container(name))
+    except DockerNotFound:
         return None
-    except Exception as exc:  # refused, TLS, ssh: the SDK raises requests' and paramiko's errors as they are
-        from campaign.lanes.runtimes.dockerhost import why_unreachable
-
-        where = where or getattr(client.api, "base_url", "the docker engine")
-        raise RunError(f"docker engine {where} did not answer for container {name!r}: {why_unreachable(exc)}") from exc
 
 
 def container_id(docker_host: dict[str, Any] | None, name: str) -> str | None:
@@ -103,8 +105,6 @@ def snapshot(container: str, docker_host: dict[str, Any] | None, settings: dict[
              running: bool = True) -> dict[str, Any]:
     """The daily container as the engine holds it. Refuses (touching nothing) when it does not exist on
     that engine, is not running (unless ``running`` is False), or its image is not on the engine any more."""
-    import docker.errors
-
     docker_host = engine_of(docker_host)
     client = _client(docker_host)
     where = _engine_name(docker_host)
@@ -119,8 +119,9 @@ def snapshot(container: str, docker_host: dict[str, Any] | None, settings: dict[
         raise PreflightError(f"incumbent container {container!r} on {where} is not running: there is nothing to "
                              "restore to; start it first")
     try:
-        client.images.get(attrs["Image"])
-    except docker.errors.ImageNotFound:
+        with docker_errors(f"looking up image {attrs['Image']}", where):
+            client.images.get(attrs["Image"])
+    except DockerNotFound:
         raise PreflightError(f"incumbent container {container!r}: its image {attrs['Image']} is not on {where} "
                              "any more, so it could not be recreated if it were removed") from None
     config, host_config = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
@@ -166,10 +167,11 @@ def stop(snap: dict[str, Any]) -> str | None:
     attrs = _inspect(client, snap["container"])
     if attrs is None or not (attrs.get("State") or {}).get("Running"):
         return None
-    if (snap["restart_policy"].get("Name") or "no") != "no":
-        client.api.update_container(attrs["Id"], restart_policy={"Name": "no"})
-    client.api.stop(attrs["Id"], timeout=max(1, round(float(snap.get("stop_timeout") or 30))))
-    return attrs["Id"]
+    with docker_errors(f"stopping the daily container {snap['container']!r}", _where(client)):
+        if (snap["restart_policy"].get("Name") or "no") != "no":
+            client.api.update_container(attrs["Id"], restart_policy={"Name": "no"})
+        client.api.stop(attrs["Id"], timeout=max(1, round(float(snap.get("stop_timeout") or 30))))
+    return str(attrs["Id"])
 
 
 def ensure_restart_policy(snap: dict[str, Any]) -> None:
@@ -179,16 +181,15 @@ def ensure_restart_policy(snap: dict[str, Any]) -> None:
     attrs = _inspect(client, snap["container"])
     if attrs and (attrs.get("HostConfig") or {}).get("RestartPolicy") != snap["restart_policy"] \
             and (snap["restart_policy"].get("Name") or "no") != "no":
-        client.api.update_container(attrs["Id"], restart_policy=snap["restart_policy"])
+        with docker_errors(f"putting back the restart policy of {snap['container']!r}", _where(client)):
+            client.api.update_container(attrs["Id"], restart_policy=snap["restart_policy"])
 
 
 def _recreate(client: Any, snap: dict[str, Any]) -> str:
     body = {**snap["config"], "Image": snap["image_id"], "HostConfig": snap["host_config"]}
-    try:
-        return client.api.create_container_from_config(body, name=snap["container"])["Id"]
-    except Exception as exc:  # the engine's own words are the useful part
-        raise RunError(f"cannot recreate the daily container {snap['container']!r} from its snapshot: "
-                       f"{exc}") from exc
+    # the engine's own words are the useful part: the kind's line carries them
+    with docker_errors(f"recreating the daily container {snap['container']!r} from its snapshot", _where(client)):
+        return str(client.api.create_container_from_config(body, name=snap["container"])["Id"])
 
 
 def start(snap: dict[str, Any]) -> dict[str, Any]:
@@ -204,10 +205,11 @@ def start(snap: dict[str, Any]) -> dict[str, Any]:
         container_id, action = _recreate(client, snap), "recreated"
     else:
         container_id = attrs["Id"]
-    if (snap["restart_policy"].get("Name") or "no") != "no":
-        client.api.update_container(container_id, restart_policy=snap["restart_policy"])
-    if attrs is None or not (attrs.get("State") or {}).get("Running"):
-        client.api.start(container_id)
+    with docker_errors(f"starting the daily container {snap['container']!r}", _where(client)):
+        if (snap["restart_policy"].get("Name") or "no") != "no":
+            client.api.update_container(container_id, restart_policy=snap["restart_policy"])
+        if attrs is None or not (attrs.get("State") or {}).get("Running"):
+            client.api.start(container_id)
     return {"container_id": container_id, "action": action}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from campaign.daily import incumbent
 from campaign.daily.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
-from campaign.errors import RunError
+from campaign.errors import DockerNotFound, RunError
 from campaign.fsutil import JsonlAppender
 
 __all__ = ["restore", "stop_window_lanes"]
@@ -24,26 +24,29 @@ __all__ = ["restore", "stop_window_lanes"]
 
 def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> bool:
     """Only a container that still carries this window's label is removed (fenced by label, not name):
-    True when it was. An engine that cannot be asked is never taken for "gone": the lane is named in
-    ``not_stopped`` with why, and the restore carries on (the daily may be on another engine)."""
-    import docker.errors
-
+    True when it was. Only the engine saying "no such container" is "gone"; an engine that cannot be asked
+    (unreachable, TLS, refused, its ssh tunnel or TLS files gone) never is: the lane is named in
+    ``not_stopped`` with why, and the restore carries on (the daily may be on another engine; the record,
+    SUMMARY and reports list it apart, never as stopped)."""
     from campaign.contracts.schema import DockerHost
     from campaign.lanes.runtimes.docker import LABEL_WINDOW, remove_container
-    from campaign.lanes.runtimes.dockerhost import client_for
+    from campaign.lanes.runtimes.dockererrors import docker_errors
+    from campaign.lanes.runtimes.dockerhost import client_for, describe
 
+    host = DockerHost.model_validate(lane.docker_host) if lane.docker_host else None
     try:
-        client = client_for(DockerHost.model_validate(lane.docker_host) if lane.docker_host else None)
-        labels = client.api.inspect_container(lane.container)["Config"].get("Labels") or {}
-    except docker.errors.NotFound:
-        return False  # gone already: nothing of ours to stop
-    except Exception as exc:  # unreachable, TLS, refused: the lane may still run there
+        client = client_for(host)
+        with docker_errors(f"inspecting lane container {lane.container[:12]}", describe(host)):
+            labels = client.api.inspect_container(lane.container)["Config"].get("Labels") or {}
+        if labels.get(LABEL_WINDOW) != state.window:
+            return False
+        remove_container(client, lane.container)
+    except DockerNotFound:
+        return False  # the engine says it is gone: nothing of ours to stop
+    except RunError as exc:  # DockerUnreachable, DockerTLSError, DockerRefused, or no client at all
         not_stopped.append(f"{lane.visit}: its engine could not be asked ({type(exc).__name__}: {str(exc)[:200]}); "
                            "`campaign cleanup --remove` finds it once the engine answers")
         return False
-    if labels.get(LABEL_WINDOW) != state.window:
-        return False
-    remove_container(client, lane.container)
     return True
 
 
@@ -140,7 +143,8 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
             state.save()
             record["event"] = "done"
             return record
-        except Exception as exc:
+        except Exception as exc:  # top level of a restore: whatever broke, the journal says failed, and the
+            # caller (runner, watchdog, timer, next command) gets one RunError and retries or reports it
             record["event"], record["error"] = "failed", f"{type(exc).__name__}: {exc}"
             raise RunError(f"restore failed: {exc}") from exc
         finally:

@@ -92,7 +92,7 @@ def answers(endpoint):
             return response.status < 500
     except urllib.error.HTTPError as exc:
         return exc.code < 500  # 401: it serves and wants its key, which this watchdog never holds
-    except Exception:
+    except (OSError, http.client.HTTPException, ValueError):  # refused, reset, timed out, a garbled reply
         return False
 
 
@@ -157,7 +157,8 @@ def main():
     while True:
         try:
             restore_once(config)
-        except Exception as exc:  # the daily is down: say why, and try again
+        except Exception as exc:  # top level of the box's watchdog: the daily is down, so whatever broke is
+            # said on stdout (docker logs) and the restore tried again
             say(f"restore failed: {type(exc).__name__}: {exc}; retrying in {wait:g}s")
             time.sleep(wait)
             wait = min(wait * 2, RETRY_CAP)

@@ -23,7 +23,8 @@ from typing import Any
 
 from campaign.contracts.schema import DockerHost, FailsafeSpec
 from campaign.daily.state import WindowState, mark_disarmed, record_arming, windows_dir
-from campaign.errors import CampaignError, PreflightError, RunError
+from campaign.errors import CampaignError, DockerError, DockerNotFound, DockerRefused, PreflightError, RunError
+from campaign.lanes.runtimes.dockererrors import docker_errors, why
 
 __all__ = ["LABEL_FAILSAFE", "arm", "beat", "box_report", "disarm", "dry_run", "remove_stale", "stale_watchdogs"]
 
@@ -44,16 +45,9 @@ def _host(snap: dict[str, Any]) -> DockerHost:
     return DockerHost.model_validate(snap["docker_host"])
 
 
-def _failures() -> tuple[type[BaseException], ...]:
-    from campaign.lanes.runtimes.dockerhost import engine_failures
-
-    return engine_failures()
-
-
 def _why(exc: BaseException) -> str:
-    from campaign.lanes.runtimes.dockerhost import why_unreachable
-
-    return why_unreachable(exc)
+    """The engine's part of a ``DockerError`` (its own line already names the engine and the step)."""
+    return why(exc.__cause__ or exc) if isinstance(exc, DockerError) else str(exc)
 
 
 def _archive(files: dict[str, bytes]) -> bytes:
@@ -72,17 +66,19 @@ def _create(snap: dict[str, Any], spec: FailsafeSpec, state: WindowState, *, nam
 
     client = _client(snap)
     host = _host(snap)
+    script = SCRIPT.read_bytes()
     mounts = [Mount(target="/campaign/docker.sock", source=host.socket, type="bind"),
               *(Mount(target=m.container, source=m.host, type="bind", read_only=m.read_only) for m in spec.mounts)]
-    container = client.api.create_container(
-        spec.image or snap["image_id"], entrypoint=[spec.python, "/campaign/watchdog.py"], command=command,
-        name=name, environment={"CAMPAIGN_FAILSAFE": json.dumps(settings), "PYTHONDONTWRITEBYTECODE": "1"},
-        labels={LABEL_FAILSAFE: "1", "campaign.window": state.window, **labels},
-        host_config=client.api.create_host_config(
-            mounts=mounts, network_mode="host", restart_policy={"Name": "always"} if restart else {"Name": "no"}))
-    client.api.put_archive(container["Id"], "/", _archive({"campaign/watchdog.py": SCRIPT.read_bytes(),
-                                                           "campaign/heartbeat": b"0\n"}))
-    return container["Id"]
+    with docker_errors(f"creating the failsafe watchdog container {name}", host.url):
+        container = client.api.create_container(
+            spec.image or snap["image_id"], entrypoint=[spec.python, "/campaign/watchdog.py"], command=command,
+            name=name, environment={"CAMPAIGN_FAILSAFE": json.dumps(settings), "PYTHONDONTWRITEBYTECODE": "1"},
+            labels={LABEL_FAILSAFE: "1", "campaign.window": state.window, **labels},
+            host_config=client.api.create_host_config(
+                mounts=mounts, network_mode="host", restart_policy={"Name": "always"} if restart else {"Name": "no"}))
+        client.api.put_archive(container["Id"], "/", _archive({"campaign/watchdog.py": script,
+                                                               "campaign/heartbeat": b"0\n"}))
+    return str(container["Id"])
 
 
 def _settings(snap: dict[str, Any], state: WindowState, spec: FailsafeSpec, endpoint: str, deadline: float) -> dict[str, Any]:
@@ -100,13 +96,14 @@ def dry_run(state: WindowState, spec: FailsafeSpec, endpoint: str) -> str:
         container = _create(snap, spec, state, name=f"campaign-failsafe-dryrun-{state.window}"[:120],
                             settings=_settings(snap, state, spec, endpoint, time.time()), labels={},
                             restart=False, command=["--dry-run"])
-        try:
-            client.api.start(container)
-            code = client.api.wait(container, timeout=DRY_RUN_WAIT).get("StatusCode")
-            said = client.api.logs(container).decode(errors="replace")
-        finally:
-            client.api.remove_container(container, force=True)
-    except _failures() as exc:
+        with docker_errors("the failsafe's dry run", where):
+            try:
+                client.api.start(container)
+                code = client.api.wait(container, timeout=DRY_RUN_WAIT).get("StatusCode")
+                said = client.api.logs(container).decode(errors="replace")
+            finally:
+                client.api.remove_container(container, force=True)
+    except DockerError as exc:
         raise PreflightError(f"failsafe dry run on {where} failed, so the incumbent was not touched: "
                              f"{_why(exc)}") from exc
     if code != 0 or "fired" not in said:
@@ -119,7 +116,8 @@ def dry_run(state: WindowState, spec: FailsafeSpec, endpoint: str) -> str:
 
 
 def _box_clock(client: Any) -> float:
-    text = str(client.info().get("SystemTime") or "")
+    with docker_errors("reading the box's clock", getattr(client, "campaign_engine", None)):
+        text = str(client.info().get("SystemTime") or "")
     try:  # "2026-12-01T12:00:00.123456789Z": Python wants at most microseconds
         head, _, frac = text.rstrip("Z").partition(".")
         return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
@@ -136,7 +134,7 @@ def arm(state: WindowState, spec: FailsafeSpec, endpoint: str) -> WindowState:
     generation = state.failsafe_generation
     try:  # an earlier generation's (a resumed window) would restore the daily mid-window: gone before this one
         _remove_window_watchdogs(client, state.window)
-    except _failures() as exc:
+    except DockerError as exc:
         mark_disarmed(state)
         raise PreflightError(f"failsafe watchdog on {where}: an earlier one of window {state.window} could not be "
                              f"removed ({_why(exc)}); the incumbent was not touched") from exc
@@ -146,21 +144,16 @@ def arm(state: WindowState, spec: FailsafeSpec, endpoint: str) -> WindowState:
                             settings=_settings(snap, state, spec, endpoint, box_deadline),
                             labels={"campaign.generation": str(generation), "campaign.deadline": f"{box_deadline:.0f}"},
                             restart=True, command=[])
-        client.api.start(container)
+        with docker_errors("starting the failsafe watchdog container", where):
+            client.api.start(container)
         with state.locked():
             state = state.reload()
             state.failsafe_container = container
             state.save()
-        waited = time.monotonic() + ACK_WAIT
-        said = ""
-        while time.monotonic() < waited:
-            said = client.api.logs(container).decode(errors="replace")
-            if "armed:" in said:
-                return state.reload()
-            if not client.api.inspect_container(container)["State"]["Running"]:
-                break
-            time.sleep(0.2)
-    except _failures() as exc:
+        said = _await_armed(client, container, where)
+        if said is None:
+            return state.reload()
+    except DockerError as exc:
         _disarm_quietly(state)
         raise PreflightError(f"failsafe watchdog on {where} could not be armed: {_why(exc)}; the incumbent was not "
                              "touched") from exc
@@ -170,12 +163,28 @@ def arm(state: WindowState, spec: FailsafeSpec, endpoint: str) -> WindowState:
                          f"{last[:160]}); the incumbent was not touched")
 
 
+def _await_armed(client: Any, container: str, where: str) -> str | None:
+    """None once the watchdog said it is armed; else what it said last (it stopped, or ACK_WAIT passed)."""
+    waited = time.monotonic() + ACK_WAIT
+    said = ""
+    with docker_errors("waiting for the failsafe watchdog to report armed", where):
+        while time.monotonic() < waited:
+            said = client.api.logs(container).decode(errors="replace")
+            if "armed:" in said:
+                return None
+            if not client.api.inspect_container(container)["State"]["Running"]:
+                break
+            time.sleep(0.2)
+    return said
+
+
 def beat(state: WindowState, count: int) -> None:
     """The runner is alive: rewrite the heartbeat inside the watchdog container."""
     if not state.failsafe_container or not state.armed:
         return
     client = _client(state.incumbent or {})
-    client.api.put_archive(state.failsafe_container, "/", _archive({"campaign/heartbeat": f"{count}\n".encode()}))
+    with docker_errors("writing the runner's heartbeat", _host(state.incumbent or {}).url):
+        client.api.put_archive(state.failsafe_container, "/", _archive({"campaign/heartbeat": f"{count}\n".encode()}))
 
 
 def _disarm_quietly(state: WindowState) -> None:
@@ -194,7 +203,7 @@ def disarm(state: WindowState) -> None:
         return
     try:  # every generation's: one an earlier removal missed is found by its label, not by the state's last id
         _remove_window_watchdogs(_client(fresh.incumbent or {}), fresh.window)
-    except _failures() as exc:
+    except DockerError as exc:
         raise RunError(f"failsafe watchdog {fresh.failsafe_container[:12]} on {_host(fresh.incumbent or {}).url} "
                        f"could not be removed ({_why(exc)}); it will find the daily serving and do nothing; "
                        "remove it with `campaign cleanup --remove`") from exc
@@ -204,21 +213,25 @@ def _remove_window_watchdogs(client: Any, window: str) -> None:
     """Remove every watchdog container of ``window`` on this engine and see them gone. A container its restart
     policy is restarting can outlive one forced removal (the engine answers 409 while it is being removed), so
     this asks again until the engine lists none, for up to REMOVE_WAIT seconds."""
-    import docker.errors
-
+    engine = getattr(client, "campaign_engine", None)
     filters = {"label": [LABEL_FAILSAFE, f"campaign.window={window}"]}
-    waited, why = time.monotonic() + REMOVE_WAIT, ""
-    while left := [item["Id"] for item in client.api.containers(all=True, filters=filters)]:
+    waited, said = time.monotonic() + REMOVE_WAIT, ""
+    while True:
+        with docker_errors("listing the failsafe watchdog containers", engine):
+            left = [item["Id"] for item in client.api.containers(all=True, filters=filters)]
+        if not left:
+            return
         if time.monotonic() > waited:
-            raise docker.errors.APIError(f"{len(left)} watchdog container(s) still listed after "
-                                         f"{REMOVE_WAIT:g}s of removal{why}")
+            raise DockerRefused(f"docker engine {engine or '?'}: {len(left)} watchdog container(s) still listed "
+                                f"after {REMOVE_WAIT:g}s of removal{said}", engine=engine or "")
         for container in left:
             try:
-                client.api.remove_container(container, force=True)
-            except docker.errors.NotFound:
+                with docker_errors(f"removing watchdog container {container[:12]}", engine):
+                    client.api.remove_container(container, force=True)
+            except DockerNotFound:
                 pass
-            except docker.errors.APIError as exc:  # being removed or restarted: asked again until the wait is out
-                why = f" (the engine said: {exc})"
+            except DockerRefused as exc:  # being removed or restarted: asked again until the wait is out
+                said = f" (the engine said: {_why(exc)})"
         time.sleep(0.2)
 
 
@@ -229,7 +242,10 @@ def stale_watchdogs(client: Any) -> list[dict[str, Any]]:
     another runner is never touched."""
     found = []
     box_now: float | None = None
-    for item in client.api.containers(all=True, filters={"label": [LABEL_FAILSAFE]}):
+    engine = getattr(client, "campaign_engine", None)
+    with docker_errors("listing the failsafe watchdog containers", engine):
+        items = client.api.containers(all=True, filters={"label": [LABEL_FAILSAFE]})
+    for item in items:
         labels = item.get("Labels") or {}
         window = labels.get("campaign.window", "")
         state_file = windows_dir() / window / "state.json"
@@ -237,7 +253,7 @@ def stale_watchdogs(client: Any) -> list[dict[str, Any]]:
             try:
                 state = WindowState.load(window)
                 stale = not (state.armed and state.failsafe_container == item["Id"])
-            except Exception:  # noqa: BLE001 - an unreadable state is not a live window's
+            except (CampaignError, OSError):  # an unreadable state is not a live window's
                 stale = True
         elif item.get("State") != "running":
             stale = True
@@ -245,7 +261,8 @@ def stale_watchdogs(client: Any) -> list[dict[str, Any]]:
             if box_now is None:
                 box_now = _box_clock(client)
             deadline = labels.get("campaign.deadline", "")
-            said = client.api.logs(item["Id"], tail=20).decode(errors="replace")
+            with docker_errors(f"reading what watchdog {item['Id'][:12]} said", engine):
+                said = client.api.logs(item["Id"], tail=20).decode(errors="replace")
             stale = (deadline.replace(".", "", 1).isdigit() and box_now > float(deadline)) or "restored:" in said \
                 or "restored already" in said
         if stale:
@@ -260,17 +277,25 @@ def remove_stale(snap: dict[str, Any]) -> list[dict[str, Any]]:
     client = _client(snap)
     stale = stale_watchdogs(client)
     for item in stale:
-        client.api.remove_container(item["id"], force=True)
+        try:
+            with docker_errors(f"removing stale watchdog {item['name']}", _host(snap).url):
+                client.api.remove_container(item["id"], force=True)
+        except DockerNotFound:
+            pass  # removed meanwhile (its own restart policy, or another cleanup): what was wanted
     return stale
 
 
 def box_report(state: WindowState) -> str:
     """The box watchdog's last word, for `campaign status`: armed, restoring, restored, or gone."""
+    container = state.failsafe_container or ""
     try:
         client = _client(state.incumbent or {})
-        attrs = client.api.inspect_container(state.failsafe_container)
-        said = client.api.logs(state.failsafe_container, tail=1).decode(errors="replace").strip()
-    except Exception as exc:  # noqa: BLE001 - status must say "unknown", whatever kept the box from answering
-        return f"box watchdog: unknown ({_why(exc) if not isinstance(exc, CampaignError) else exc})"
+        with docker_errors("asking the box watchdog how it is", _host(state.incumbent or {}).url):
+            attrs = client.api.inspect_container(container)
+            said = client.api.logs(container, tail=1).decode(errors="replace").strip()
+    except DockerNotFound:  # the engine answered: no such container (removed by hand, or by cleanup)
+        return "box watchdog: gone from its engine"
+    except CampaignError as exc:  # status must say "unknown" (never "gone") when the box did not answer
+        return f"box watchdog: unknown ({exc})"
     running = (attrs.get("State") or {}).get("Running")
     return f"box watchdog {'running' if running else 'stopped'}: {said[21:] or 'nothing said yet'}"

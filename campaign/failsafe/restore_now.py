@@ -20,7 +20,8 @@ def main(argv: list[str]) -> int:
     report = Report(window, "systemd timer")
     try:
         state = WindowState.load(window)
-    except Exception as exc:  # the snapshot is in the state: without it there is nothing to restore from
+    except Exception as exc:  # top level of the timer's process: the snapshot is in the state, without it
+        # there is nothing to restore from; reported in the failsafe log and journal, exit non-zero
         report.error("failsafe.state", f"cannot read the window state, so the daily cannot be restored: "
                                        f"{describe(exc)}", final=True)
         return EXIT_STATE_UNREADABLE

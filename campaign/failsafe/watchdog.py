@@ -134,7 +134,8 @@ def _disarm(window: str, generation: int | None, report: Report) -> None:
             if _ours(fresh, generation):
                 fresh.armed = False
                 fresh.save()
-    except Exception as exc:  # the daily serves; an armed state only means the next command re-proves it
+    except Exception as exc:  # top level of a watchdog process: the daily serves; an armed state only means
+        # the next command re-proves it. Reported, never raised
         report.error("failsafe.disarm", f"the daily was restored but the window could not be disarmed: "
                                         f"{describe(exc)}")
 
@@ -157,7 +158,7 @@ def _give_up(window: str, generation: int | None, report: Report, error: str, at
                     fresh.failsafe_failed = FailsafeFailure(at=time.time(), error=error, by=report.by,
                                                             attempts=attempts)
                     fresh.save()
-    except Exception as exc:
+    except Exception as exc:  # top level of a watchdog process: the final failure is still reported
         report.error("failsafe.restore", f"{message}; and the failure could not be recorded in the window "
                                          f"state: {describe(exc)}", attempts=attempts, final=True)
         return
@@ -181,7 +182,8 @@ def restore_until_served(window: str, *, reason: str, generation: int | None, re
         attempt += 1
         try:
             record = _restore(window, reason=reason, by=report.by, if_needed=True, generation=generation)
-        except Exception as exc:  # whatever broke, the daily is down until an attempt works: try again
+        except Exception as exc:  # top level of a watchdog process: whatever broke (a DockerError kind, a
+            # bug), the daily is down until an attempt works: reported, then tried again
             error = describe(exc)
             if clock() - started + wait > RESTORE_LIMIT:
                 _give_up(window, generation, report, error, attempt, since_wall)
@@ -219,7 +221,8 @@ def watch(window: str, generation: int, role: str = "a") -> int:
     report = Report(window, f"watchdog generation {generation} ({role})")
     try:
         return _watch(window, generation, role, report)
-    except Exception as exc:  # a bug or a broken disk: say so where someone will look, then exit non-zero
+    except Exception as exc:  # top level of a watchdog process: a bug or a broken disk is said where someone
+        # will look, then the process exits non-zero
         report.log(traceback.format_exc().rstrip())
         report.error("failsafe.watchdog", f"watchdog crashed: {describe(exc)}")
         return EXIT_CRASHED
@@ -233,7 +236,8 @@ def _watch(window: str, generation: int, role: str, report: Report) -> int:
     while True:
         try:
             state = WindowState.load(window)
-        except Exception as exc:
+        except Exception as exc:  # top level of a watchdog process: a state unreadable for any reason is
+            # reported once and read again; the watchdog must not die of it
             if _state_gone(window):
                 report.log("the window's state is gone (the window was removed); nothing left to watch")
                 return 0
@@ -267,7 +271,8 @@ def _watch(window: str, generation: int, role: str, report: Report) -> int:
             ack.write_text(f"{boottime():.3f}\n")
         try:
             last_spawn = _keep_partner(state, generation, role, last_spawn)
-        except Exception as exc:  # this one still guards the daily alone; try again after RESPAWN_EVERY
+        except Exception as exc:  # top level of a watchdog process: this one still guards the daily alone;
+            # reported, and tried again after RESPAWN_EVERY
             report.error("failsafe.watchdog", f"could not start partner {PARTNER[role]}: {describe(exc)}",
                          once=True)
             last_spawn = boottime()

@@ -31,7 +31,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.secretrefs import REF
 from campaign.daily import incumbent
 from campaign.daily.ledger import Ledger, shown_argv
-from campaign.errors import InputError, PreflightError, RunError, VerifyError
+from campaign.errors import CampaignError, InputError, PreflightError, RunError, VerifyError
 from campaign.faults import crash_point
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.records import greedy_replays
@@ -247,7 +247,7 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
     swap = _swap_container if container else _swap_process
     try:
         previous, launch, fields = swap(copy, cand, previous, ledger, decision.facts.get("window"))
-    except BaseException as exc:
+    except BaseException as exc:  # top level of a promotion: recorded as promote-failed, or raised
         # the swap puts the previous daily back before it raises; only a daily seen serving again closes
         # the promotion, otherwise it stays begun and `campaign rollback` finishes the job
         if _serving(previous):
@@ -277,7 +277,7 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
 def _serving(daily: dict[str, Any]) -> bool:
     try:
         return incumbent.is_serving(daily)
-    except Exception:  # an engine that does not answer cannot say it serves
+    except CampaignError:  # an engine that does not answer (a DockerError) cannot say it serves: not proven
         return False
 
 
@@ -305,7 +305,8 @@ def _swap_process(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledge
         incumbent.stop(previous)
         crash_point("promote.stopped")
         incumbent.start(launch, log)
-    except BaseException as exc:  # an interrupt or a failed start: the previous daily serves again first
+    except BaseException as exc:  # top level of a swap: an interrupt or a failed start; the previous daily
+        # serves again first, then the error goes on
         started = incumbent.running_pid(launch)
         if started is not None:
             incumbent.stop(launch)

@@ -17,9 +17,10 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.daily import dailycontainer
-from campaign.errors import RunError
+from campaign.errors import DockerNotFound, DockerRefused, RunError
 from campaign.faults import crash_point
 from campaign.fsutil import load_json_strict
+from campaign.lanes.runtimes.dockererrors import docker_errors
 from campaign.lanes.session import files_unchanged, resolve_refs
 
 __all__ = ["candidate_container", "put_back", "swap_back", "swap_in"]
@@ -79,6 +80,10 @@ def _client(snap: dict[str, Any]) -> Any:
     return dailycontainer._client(snap.get("docker_host"))
 
 
+def _where(snap: dict[str, Any]) -> str:
+    return dailycontainer._engine_name(snap.get("docker_host"))
+
+
 def swap_in(daily: dict[str, Any], create: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """Stop the daily and rename it aside; create and start the new daily under its name. Returns the new
     daily's snapshot (it may already have exited: the smoke says so, and rolls back) and the name the
@@ -88,12 +93,15 @@ def swap_in(daily: dict[str, Any], create: dict[str, Any]) -> tuple[dict[str, An
     new_id = None
     try:
         dailycontainer.stop(daily)
-        client.api.rename(daily["container_id"], kept_as)
+        with docker_errors(f"keeping the daily aside as {kept_as}", _where(daily)):
+            client.api.rename(daily["container_id"], kept_as)
         crash_point("promote.renamed")
         body = {**create["config"], "HostConfig": create["host_config"]}
-        new_id = client.api.create_container_from_config(body, name=daily["container"])["Id"]
-        client.api.start(new_id)
-    except BaseException as exc:
+        with docker_errors("creating and starting the new daily", _where(daily)):
+            new_id = client.api.create_container_from_config(body, name=daily["container"])["Id"]
+            client.api.start(new_id)
+    except BaseException as exc:  # top level of a swap: whatever stopped it (an interrupt too), the previous
+        # daily is put back first; the error goes on to the caller, which records promote-failed
         _put_back(client, daily, new_id)
         if isinstance(exc, Exception):
             raise RunError(f"the candidate's container did not start as the daily ({exc}); the previous daily "
@@ -105,7 +113,8 @@ def swap_in(daily: dict[str, Any], create: dict[str, Any]) -> tuple[dict[str, An
 
 def _put_back(client: Any, daily: dict[str, Any], new_id: str | None) -> None:
     if new_id is not None:  # a half-made new daily holds the name: it goes (by its id, never by name)
-        client.api.remove_container(new_id, force=True)
+        with docker_errors(f"removing the half-made new daily {new_id[:12]}", _where(daily)):
+            client.api.remove_container(new_id, force=True)
     put_back(daily, daily["container"])
 
 
@@ -113,15 +122,14 @@ def put_back(daily: dict[str, Any], name: str) -> tuple[str, str]:
     """The daily of an interrupted swap serves under ``name`` again: renamed back from wherever it was kept
     (its id does not change), or recreated from its snapshot if it was removed since; then started with its
     restart policy. Returns its container id and "still serving", "started" or "recreated"."""
-    import docker.errors
-
     client = _client(daily)
     try:
-        client.api.rename(daily["container_id"], name)
-    except docker.errors.NotFound:
+        with docker_errors(f"renaming the daily back to {name}", _where(daily)):
+            client.api.rename(daily["container_id"], name)
+    except DockerNotFound:
         pass  # removed since: start() recreates it from the snapshot under that name
-    except docker.errors.APIError:
-        pass  # not renamed yet, or already back
+    except DockerRefused:
+        pass  # not renamed yet, or already back (an engine that did not answer is raised: never taken for done)
     serving = dailycontainer.is_running({**daily, "container": name})  # interrupted before its stop
     started = dailycontainer.start({**daily, "container": name})  # its restart policy back, in either case
     return started["container_id"], "still serving" if serving else started["action"]
@@ -132,41 +140,45 @@ def swap_back(current: dict[str, Any], previous: dict[str, Any], *, undone: int)
     back to the daily's name and start that same container, or, if it was removed (pruned), recreate it from
     its snapshot. Returns the name the promoted one is kept under, the restored daily's container id, and
     "started" or "recreated". Nothing is touched when neither the kept container nor its image is there."""
-    import docker.errors
-
     client = _client(previous)
+    where = _where(previous)
     name = current["container"]
     try:
-        client.api.inspect_container(previous["container_id"])
+        with docker_errors("looking for the kept previous daily", where):
+            client.api.inspect_container(previous["container_id"])
         pruned = False
-    except docker.errors.NotFound:
+    except DockerNotFound:
         pruned = True
         try:
-            client.images.get(previous["image_id"])
-        except docker.errors.ImageNotFound:
+            with docker_errors("looking for the previous daily's image", where):
+                client.images.get(previous["image_id"])
+        except DockerNotFound:
             raise RunError(f"the previous daily container {previous['container']} ({previous['container_id'][:12]}) "
                            f"is gone (removed or pruned) and so is its image {previous['image_id'][:19]}: it cannot be "
                            "recreated; the promoted daily was left serving") from None
     kept_as = f"{name}-undone-{undone}"
     dailycontainer.stop(current)
-    client.api.rename(current["container_id"], kept_as)
+    with docker_errors(f"keeping the promoted daily aside as {kept_as}", where):
+        client.api.rename(current["container_id"], kept_as)
     restored = {**previous, "container": name}
     try:
         if pruned:
             restored_id = dailycontainer.start(restored)["container_id"]  # no container by that name: recreated
         else:
-            client.api.rename(previous["container_id"], name)
+            with docker_errors(f"renaming the previous daily back to {name}", where):
+                client.api.rename(previous["container_id"], name)
             restored_id = dailycontainer.start(restored)["container_id"]
-    except BaseException:
-        # the name is freed first (a half-made recreation goes; the kept daily goes back to its kept name),
-        # then the promoted daily takes it again and serves, rather than none
-        with contextlib.suppress(docker.errors.APIError):
+    except BaseException:  # top level of a rollback: whatever stopped it (an interrupt too), a daily serves
+        # again before the error goes on. The name is freed first (a half-made recreation goes; the kept daily
+        # goes back to its kept name), then the promoted daily takes it again and serves, rather than none
+        with contextlib.suppress(DockerNotFound, DockerRefused), docker_errors("freeing the daily's name", where):
             if pruned:
                 client.api.remove_container(name, force=True)
             else:
                 client.api.stop(previous["container_id"], timeout=10)
                 client.api.rename(previous["container_id"], previous["container"])
-        client.api.rename(current["container_id"], name)
+        with docker_errors("putting the promoted daily back under its name", where):
+            client.api.rename(current["container_id"], name)
         dailycontainer.start(current)
         raise
     return kept_as, restored_id, "recreated" if pruned else "started"

@@ -154,10 +154,13 @@ def _ports(loaded: LoadedContract) -> list[Check]:
 
 def _docker(required: bool = True) -> Check:
     try:
+        from campaign.lanes.runtimes.dockererrors import docker_errors
         from campaign.lanes.runtimes.dockerhost import client_for
 
-        info = client_for(None).info()  # DOCKER_HOST=ssh:// too, through the same tunnel as a window's
-    except Exception as exc:  # no SDK, no engine, no permission: each means "no docker here"
+        client = client_for(None)  # DOCKER_HOST=ssh:// too, through the same tunnel as a window's
+        with docker_errors("asking its version"):
+            info = client.info()
+    except (ImportError, CampaignError) as exc:  # no SDK, no engine, no permission: each means "no docker here"
         if not required:
             return Check("docker engine", True, f"not reachable ({type(exc).__name__}); no docker lane asked for")
         return Check("docker engine", False, f"not reachable: {exc}",
@@ -238,7 +241,8 @@ def _smoke(name: str, lane, model: str) -> Check:  # noqa: ANN001 (EffectiveLane
         except LaunchError as exc:
             return Check(name, False, f"{exc.cause}: {exc}",
                          "make engine" if exc.cause == "illegal_instruction" else "see the message")
-        except Exception as exc:  # docker SDK, OS errors: a failed check, never a traceback
+        except Exception as exc:  # top level of one check: whatever broke (a DockerError, an OS error, a bug)
+            # is this check's failed line, with its type, and the other checks still run
             return Check(name, False, f"{type(exc).__name__}: {exc}")
         finally:
             sink.close()

@@ -90,7 +90,8 @@ def _blocked(bundle: Path, control: EffectiveLane, candidate: EffectiveLane,
         return blocked, None
     try:
         mismatch = runtime_axis_difference(bundle, control, candidate, {normalize_axis(a) for a in candidate.axis})
-    except Exception as exc:  # a bug or an unreadable snapshot: every gate of this candidate says so
+    except Exception as exc:  # top level of a candidate's check: a bug or an unreadable snapshot is recorded
+        # (traceback kept), and every gate of this candidate says so; the other candidates are still judged
         return [_error_reason(exc)], traceback.format_exc()
     return ([f"what ran differs from the declared axis: {mismatch}"] if mismatch else []), None
 
@@ -98,12 +99,12 @@ def _blocked(bundle: Path, control: EffectiveLane, candidate: EffectiveLane,
 def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
     try:
         result = gate.judge(candidate, control)
-    except Exception as exc:
+    except Exception as exc:  # top level of one judgement: the traceback goes to the bundle, the verdict says
         _write_error(bundle, gate.gate_id, candidate.name, traceback.format_exc())
         return _result(gate, candidate, control, [_error_reason(exc)])
     try:  # what the report shows of it; a bug there costs the plots, never the verdict
         result.presentation = gate.presentation(result)
-    except Exception:
+    except Exception:  # top level of the presentation: a bug there costs the plots, never the verdict
         result.presentation = Presentation()
         atomic_write_bytes(bundle / "gates" / gate.gate_id / f"{candidate.name}.present-error.txt",
                            traceback.format_exc().encode())
@@ -123,7 +124,8 @@ def _write_error(bundle: Path, gate_id: str, candidate: str, text: str) -> None:
 def _result(gate: Gate, candidate: EffectiveLane, control: EffectiveLane, reasons: list[str]) -> GateResult:
     try:
         rule = gate.rule_dump()
-    except Exception:  # the verdict must still be written; the rule is in the bundle's contract copy
+    except Exception:  # top level of an error's verdict: it must still be written (the error it reports is
+        # recorded already); the rule is in the bundle's contract copy
         rule = {}
     return GateResult(gate=gate.gate_id, kind=gate.spec.kind, candidate=candidate.name, control=control.name,
                       verdict=Verdict.INCONCLUSIVE, reasons=reasons, rule=rule, presentation=Presentation())
@@ -136,7 +138,7 @@ def _write_tables(bundle: Path, gates: list[Gate]) -> None:
     for gate in gates:
         try:
             produced = gate.bundle_tables()
-        except Exception:
+        except Exception:  # top level of one gate's tables: its traceback is written in their place
             atomic_write_bytes(bundle / "gates" / gate.gate_id / "tables.judge-error.txt",
                                traceback.format_exc().encode())
             continue

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from campaign.daily.state import WindowState, boot_id, boottime, process_start_time, windows_dir
-from campaign.errors import RunError
+from campaign.errors import CampaignError, RunError
 from campaign.failsafe.watchdog import alive, pidfile
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def restore_orphaned_windows() -> list[str]:
         try:
             state = WindowState.load(state_file.parent.name)
             reason = _orphaned(state)
-        except Exception as exc:  # a state this version cannot read must not stop every command
+        except (CampaignError, OSError) as exc:  # a state this version cannot read must not stop every command
             done.append(f"window {state_file.parent.name}: state unreadable ({type(exc).__name__}); not checked")
             continue
         if reason is None:

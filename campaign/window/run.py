@@ -22,7 +22,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.daily import incumbent
 from campaign.daily.restore import restore, stop_window_lanes
 from campaign.daily.state import LaneProcess, WindowState, boot_id, process_start_time
-from campaign.errors import InputError, LaunchError, PreflightError, RunError
+from campaign.errors import CampaignError, InputError, LaunchError, PreflightError, RunError
 from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.fsutil import (
     JsonlAppender,
@@ -340,7 +340,7 @@ async def _heartbeat(state: WindowState) -> None:
 
             try:  # a box that does not hear us for the grace restores its daily: the failsafe doing its job
                 await asyncio.to_thread(enginefailsafe.beat, fresh, beats)
-            except Exception as exc:  # noqa: BLE001 - any failure to reach the box is the same news
+            except CampaignError as exc:  # a DockerError kind, or no client: any failure to reach the box is news
                 _note_beat_failure(fresh, exc)
         await asyncio.sleep(2.0)
 

@@ -12,7 +12,7 @@ from campaign.contracts.load import load_contract
 from campaign.daily import incumbent
 from campaign.daily.restore import restore
 from campaign.daily.state import WindowState, process_start_time, windows_dir
-from campaign.errors import InputError
+from campaign.errors import CampaignError, InputError
 from campaign.fsutil import read_jsonl
 from campaign.gates.base import GateContext
 from campaign.gates.registry import gate_for
@@ -67,7 +67,8 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
             if state.incumbent.get("runtime") == "docker":
                 try:
                     up = incumbent.is_serving(state.incumbent)
-                except Exception as exc:  # an engine that does not answer: say so, status must not fail
+                except CampaignError as exc:  # an engine that does not answer (a DockerError): "unknown", never
+                    # "stopped"; status must not fail
                     up, daily = False, f"unknown ({str(exc)[:160] or type(exc).__name__})"
                 else:
                     daily = f"running (container {state.incumbent['container']})" if up else "stopped"

@@ -240,3 +240,24 @@ if record.get("kind") == "instrument":
 ACTING = ("outputs", "logprobs", "metrics", "speed")
 '''
     assert kind_uses(unrelated, kinds) == []
+
+
+def _broad(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(kind is None or (isinstance(kind, ast.Name) and kind.id in ("Exception", "BaseException"))
+               for kind in kinds)
+
+
+@pytest.mark.parametrize("part", ["daily", "failsafe", "promotion", "window"])
+def test_a_broad_except_only_at_a_documented_top_level(part: str) -> None:
+    """Errors are caught by their kind (Docker's through lanes/runtimes/dockererrors.py); `except Exception`
+    is left only where a loop or a restore must go on whatever broke, and says so ("top level") where it is."""
+    undocumented = []
+    for path in sorted((PACKAGE / part).rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.ExceptHandler) and _broad(node):
+                said = " ".join(lines[node.lineno - 1:node.lineno + 1])
+                if "top level" not in said:
+                    undocumented.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert undocumented == []

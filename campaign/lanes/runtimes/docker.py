@@ -19,17 +19,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.errors import LaunchError, PreflightError, RunError
+from campaign.errors import (
+    DockerError,
+    DockerNotFound,
+    DockerRefused,
+    DockerTLSError,
+    DockerUnreachable,
+    LaunchError,
+    PreflightError,
+)
 from campaign.lanes.redact import RedactingLog, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
-from campaign.lanes.runtimes.dockerhost import (
-    EngineUnreachable,
-    client_for,
-    describe,
-    engine_failures,
-    is_local,
-    why_unreachable,
-)
+from campaign.lanes.runtimes.dockererrors import docker_errors, why
+from campaign.lanes.runtimes.dockerhost import EngineUnreachable, client_for, describe, is_local
 
 __all__ = ["LABEL_CONTRACT", "LABEL_LANE", "LABEL_PREFIX", "LABEL_WINDOW", "DockerLane", "DockerRuntime", "EngineUnreachable",
            "check_lane", "container_path", "create_kwargs", "device_requests", "find_leftovers", "hash_on_engine",
@@ -45,9 +47,6 @@ def _docker() -> Any:
     import docker  # imported late: process-only windows never need the SDK
 
     return docker
-
-
-_failures = engine_failures
 
 
 # --- images -------------------------------------------------------------------------------------------
@@ -67,36 +66,42 @@ def resolve_image(client: Any, ref: str, *, where: str = "") -> dict[str, Any]:
     (``docker load``, ``docker import``), the id of a local image tagged ``name``. No pull is attempted:
     a window never fetches what it will measure.
     """
-    docker = _docker()
     name, _, digest = ref.rpartition("@") if "@" in ref else ("", "", ref)
+    engine, doing = _engine(client), f"{where}resolving image {ref}"
     try:
         if not name:
-            attrs = client.api.inspect_image(digest)
+            with docker_errors(doing, engine):
+                attrs = client.api.inspect_image(digest)
             if attrs["Id"] != digest:
                 raise PreflightError(f"{where}image {ref}: the engine resolved it to {attrs['Id']}")
             return attrs
         try:
-            attrs = client.api.inspect_image(ref)
+            with docker_errors(doing, engine):
+                attrs = client.api.inspect_image(ref)
             if any(_normal_repo(r) == _normal_repo(ref) for r in attrs.get("RepoDigests") or []):
                 return attrs
-        except docker.errors.ImageNotFound:
+        except DockerNotFound:
             pass
-        local = client.api.images(name=name)
-        for image in local:
-            if image["Id"] == digest:
-                return client.api.inspect_image(digest)
+        with docker_errors(doing, engine):
+            local = client.api.images(name=name)
+            for image in local:
+                if image["Id"] == digest:
+                    return dict(client.api.inspect_image(digest))
         seen = ", ".join(f"{(i.get('RepoTags') or ['<untagged>'])[0]} = {i['Id']}" for i in local) or "none"
-        raise PreflightError(f"{where}image {ref} is not on engine {_engine(client)}: local images named "
+        raise PreflightError(f"{where}image {ref} is not on engine {engine}: local images named "
                              f"{name}: {seen}; no registry pull is attempted (load the pinned image first)")
-    except docker.errors.ImageNotFound as exc:
-        raise PreflightError(f"{where}image {ref} is not on engine {_engine(client)}; no registry pull is "
+    except DockerNotFound as exc:
+        raise PreflightError(f"{where}image {ref} is not on engine {engine}; no registry pull is "
                              "attempted (load or pull the pinned image first)") from exc
-    except _failures() as exc:
-        raise EngineUnreachable(f"{where}docker engine {_engine(client)} unreachable: {why_unreachable(exc)}") from exc
+    except (DockerUnreachable, DockerTLSError) as exc:
+        raise EngineUnreachable(f"{where}docker engine {engine} unreachable: {why(exc.__cause__ or exc)}") from exc
+    except DockerError as exc:  # it answered, and said no: a refusal before anything was stopped
+        raise PreflightError(str(exc)) from exc
 
 
 def _engine(client: Any) -> str:
-    return str(getattr(client.api, "base_url", "?"))
+    """The engine as the contract or DOCKER_HOST names it (``client_for`` notes it on the client)."""
+    return str(getattr(client, "campaign_engine", None) or getattr(client.api, "base_url", "?"))
 
 
 # --- paths: host <-> container ---------------------------------------------------------------------------
@@ -177,18 +182,19 @@ def hash_on_engine(lane: EffectiveLane, image_id: str, box_paths: list[str], *, 
               for m in lane.mounts]
     where = f"lane {lane.name}: on {describe(lane.docker_host)}"
     try:
-        container = client.api.create_container(
-            image_id, entrypoint=["sha256sum", "--"], command=[inside[p] for p in box_paths],
-            labels={**labels, LABEL_PREFIX + "purpose": "model-hash"}, network_disabled=True,
-            host_config=client.api.create_host_config(mounts=mounts, network_mode="none"))
-        try:
-            client.api.start(container["Id"])
-            code = client.api.wait(container["Id"], timeout=3600).get("StatusCode")
-            said = client.api.logs(container["Id"], stdout=True, stderr=True).decode(errors="replace")
-        finally:
-            client.api.remove_container(container["Id"], force=True)
-    except _failures() as exc:
-        raise PreflightError(f"{where} the model could not be hashed: {why_unreachable(exc)}") from exc
+        with docker_errors("hashing the model in a one-shot container", describe(lane.docker_host)):
+            container = client.api.create_container(
+                image_id, entrypoint=["sha256sum", "--"], command=[inside[p] for p in box_paths],
+                labels={**labels, LABEL_PREFIX + "purpose": "model-hash"}, network_disabled=True,
+                host_config=client.api.create_host_config(mounts=mounts, network_mode="none"))
+            try:
+                client.api.start(container["Id"])
+                code = client.api.wait(container["Id"], timeout=3600).get("StatusCode")
+                said = client.api.logs(container["Id"], stdout=True, stderr=True).decode(errors="replace")
+            finally:
+                client.api.remove_container(container["Id"], force=True)
+    except DockerError as exc:
+        raise PreflightError(f"{where} the model could not be hashed: {why(exc.__cause__ or exc)}") from exc
     digests: dict[str, str] = {}
     for line in said.splitlines():
         parts = line.split(None, 1)
@@ -285,24 +291,26 @@ class DockerLane:
                  launched: dict[str, Any], log: RedactingLog) -> None:
         self._client, self.container, self.lane, self.spec = client, container, lane, spec
         self._launched, self._log = launched, log
+        self._engine = describe(lane.docker_host)
         self._attrs: dict[str, Any] = {}
         self._follower = threading.Thread(target=self._follow_logs, name=f"logs-{spec.lane}", daemon=True)
         self._follower.start()
 
     def _follow_logs(self) -> None:
         try:
-            for chunk in self._client.api.logs(self.container.id, stream=True, follow=True):
-                self._log.write(chunk)
-        except Exception as exc:  # the stream ends with the container; a broken stream is noted, not fatal
+            with docker_errors(f"following the log of container {self.container.id[:12]}", self._engine):
+                for chunk in self._client.api.logs(self.container.id, stream=True, follow=True):
+                    self._log.write(chunk)
+        except DockerError as exc:  # the stream ends with the container; a broken stream is noted, not fatal
             self._log.write(f"\n[campaign] log stream ended: {type(exc).__name__}: {exc}\n".encode())
 
     def _state(self) -> dict[str, Any]:
-        docker = _docker()
         try:
-            self._attrs = self._client.api.inspect_container(self.container.id)
-        except docker.errors.NotFound:
+            with docker_errors(f"inspecting container {self.container.id[:12]}", self._engine):
+                self._attrs = self._client.api.inspect_container(self.container.id)
+        except DockerNotFound:
             return {"Status": "removed"}
-        except _failures():
+        except DockerError:
             pass  # keep the last known state; the engine may be briefly busy
         return self._attrs.get("State") or {}
 
@@ -362,6 +370,10 @@ class DockerLane:
     def file_sha256(self, path: str) -> str:
         """The sha256 of a file as the running container sees it, streamed out through the engine (no tool
         inside the image is needed)."""
+        with docker_errors(f"reading {path} out of container {self.container.id[:12]}", self._engine):
+            return self._sha256_of_archive(path)
+
+    def _sha256_of_archive(self, path: str) -> str:
         stream, _ = self.container.get_archive(path)
         try:
             with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:
@@ -381,23 +393,25 @@ class DockerLane:
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, SIGKILL after ``timeout``; then the container is kept or removed, per the lane."""
-        docker = _docker()
         code: int | None = None
+        short = self.container.id[:12]
         try:
             try:
-                self.container.stop(timeout=int(max(timeout, 1)))
-                code = self.container.wait(timeout=timeout + 30).get("StatusCode")
-            except docker.errors.NotFound:
+                with docker_errors(f"stopping container {short}", self._engine):
+                    self.container.stop(timeout=int(max(timeout, 1)))
+                    code = self.container.wait(timeout=timeout + 30).get("StatusCode")
+            except DockerNotFound:
                 return None
-            except Exception as exc:  # a wedged engine: record it, the failsafe owns the rest
+            except DockerError as exc:  # a wedged or unreachable engine: record it, the failsafe owns the rest
                 self._log.write(f"\n[campaign] stop failed: {type(exc).__name__}: {exc}\n".encode())
             self._drain()
             if self.lane.stop == "remove":
                 try:
-                    self.container.remove(v=True, force=True)
-                except docker.errors.NotFound:
+                    with docker_errors(f"removing container {short}", self._engine):
+                        self.container.remove(v=True, force=True)
+                except DockerNotFound:
                     pass
-                except _failures() as exc:
+                except DockerError as exc:
                     self._log.write(f"\n[campaign] remove failed: {exc}\n".encode())
         finally:
             self._log.close()
@@ -409,15 +423,16 @@ class DockerRuntime:
         self.lane = lane
 
     def start(self, spec: LaunchSpec) -> DockerLane:
-        docker = _docker()
         lane = self.lane
+        engine = describe(lane.docker_host)
         try:
             client = client_for(lane.docker_host)  # an ssh tunnel that died is re-opened here, or refused
             image = resolve_image(client, lane.image or "", where=f"lane {lane.name}: ")
         except EngineUnreachable as exc:
             raise LaunchError(str(exc), cause="engine_unreachable") from exc
         except PreflightError as exc:
-            raise LaunchError(str(exc), cause="missing_image") from exc
+            refused = isinstance(exc.__cause__, DockerRefused)  # it answered and said no: not a missing image
+            raise LaunchError(str(exc), cause="create_failed" if refused else "missing_image") from exc
         log = RedactingLog(spec.log_path, redactor_for(lane))
         entry = [] if lane.executable else list((image.get("Config") or {}).get("Entrypoint") or [])
         kwargs = create_kwargs(lane, spec, image["Id"], _container_name(spec))
@@ -430,43 +445,47 @@ class DockerRuntime:
                     "network_mode": kwargs.get("network_mode", "default"),
                     "port_bindings": {k: [{"HostIp": h, "HostPort": str(p)}] for k, (h, p) in kwargs.get("ports", {}).items()}}
         try:
-            container = self._create(client, kwargs)
-        except docker.errors.ImageNotFound as exc:
+            container = self._create(client, kwargs, engine)
+        except DockerNotFound as exc:
             log.close()
-            raise LaunchError(f"lane {lane.name}: image {lane.image} vanished: {exc.explanation}",
+            raise LaunchError(f"lane {lane.name}: image {lane.image} vanished: {why(exc.__cause__ or exc)}",
                               cause="missing_image") from exc
-        except _failures() as exc:
-            log.write(f"[campaign] create failed: {exc}\n".encode())
+        except DockerError as exc:
+            said = exc.__cause__ or exc  # the engine's own words, as the boot log has always had them
+            log.write(f"[campaign] create failed: {said}\n".encode())
             log.close()
-            raise LaunchError(f"lane {lane.name}: docker could not create the container: {exc}",
+            raise LaunchError(f"lane {lane.name}: docker could not create the container: {said}",
                               cause="create_failed") from exc
         try:
-            container.start()
-        except _failures() as exc:
+            with docker_errors(f"lane {lane.name}: starting its container", engine):
+                container.start()
+        except DockerError as exc:
             # e.g. the executable is not in the image: the engine says so here, not in the log
-            log.write(f"[campaign] start failed: {exc}\n".encode())
+            said = exc.__cause__ or exc
+            log.write(f"[campaign] start failed: {said}\n".encode())
             log.close()
             if lane.stop == "remove":
                 try:
-                    container.remove(force=True)
-                except _failures():
-                    pass
+                    with docker_errors(f"lane {lane.name}: removing a container that did not start", engine):
+                        container.remove(force=True)
+                except DockerError:
+                    pass  # the launch failure is the news; `campaign cleanup` finds the container by its labels
             from campaign.lanes.bootlog import classify_failure
 
-            raise LaunchError(f"lane {lane.name}: docker could not start the container: {exc}",
-                              cause=classify_failure(str(exc), None, started=False)) from exc
+            raise LaunchError(f"lane {lane.name}: docker could not start the container: {said}",
+                              cause=classify_failure(str(said), None, started=False)) from exc
         return DockerLane(client, container, lane, spec, launched, log)
 
     @staticmethod
-    def _create(client: Any, kwargs: dict[str, Any]) -> Any:
-        docker = _docker()
+    def _create(client: Any, kwargs: dict[str, Any], engine: str) -> Any:
         base = kwargs["name"]
         for attempt in range(1, 20):
             try:
-                return client.containers.create(**kwargs)
-            except docker.errors.APIError as exc:
+                with docker_errors(f"creating container {kwargs['name']}", engine):
+                    return client.containers.create(**kwargs)
+            except DockerRefused as exc:
                 # a control visited twice in one window, or a kept container of this window: next name
-                if exc.status_code == 409 and "already in use" in str(exc):
+                if exc.status == 409 and "already in use" in str(exc):
                     kwargs["name"] = f"{base}-{attempt + 1}"
                     continue
                 raise
@@ -474,13 +493,13 @@ class DockerRuntime:
 
 
 def remove_container(client: Any, container_id: str) -> None:
-    docker = _docker()
+    """Remove a container, by id; one already gone is fine. Any other failure is a ``DockerError`` kind:
+    an engine that could not be asked (``DockerUnreachable``, ``DockerTLSError``) is never taken for gone."""
     try:
-        client.api.remove_container(container_id, force=True, v=True)
-    except docker.errors.NotFound:
+        with docker_errors(f"removing container {container_id[:12]}", _engine(client)):
+            client.api.remove_container(container_id, force=True, v=True)
+    except DockerNotFound:
         pass
-    except _failures() as exc:
-        raise RunError(f"docker engine {_engine(client)}: cannot remove {container_id[:12]}: {exc}") from exc
 
 
 def find_leftovers(client: Any, *, window: str | None = None, contract: str | None = None,
@@ -492,10 +511,8 @@ def find_leftovers(client: Any, *, window: str | None = None, contract: str | No
         filters.append(f"{LABEL_WINDOW}={window}")
     if contract:
         filters.append(f"{LABEL_CONTRACT}={contract}")
-    try:
+    with docker_errors("listing the containers windows left", _engine(client)):
         items = client.api.containers(all=all_states, filters={"label": filters})
-    except _failures() as exc:
-        raise RunError(f"docker engine {_engine(client)}: cannot list containers: {exc}") from exc
     found = []
     for item in items:
         labels = item.get("Labels") or {}

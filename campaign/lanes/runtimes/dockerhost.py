@@ -26,20 +26,26 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from campaign.contracts.schema import DockerHost
-from campaign.errors import PreflightError
+from campaign.errors import DockerError, DockerTLSError, DockerUnreachable, PreflightError
 from campaign.fsutil import UnreadableFile, open_regular
+from campaign.lanes.runtimes.dockererrors import default_engine, docker_errors, why
 
-__all__ = ["API_VERSION", "EngineUnreachable", "client_for", "client_kwargs", "describe", "engine_failures",
-           "engine_identity", "is_local", "ssh_command",
-           "why_unreachable"]
+__all__ = ["API_VERSION", "EngineUnreachable", "client_for", "client_kwargs", "describe", "engine_identity",
+           "is_local", "ssh_command", "why_unreachable"]
 
 # Pinned rather than negotiated: negotiation costs a round trip per client and would make constructing a
 # client for an unreachable box fail before pre-flight can say which box it was. 1.41 is Docker 20.10's
 # API (DeviceRequests, ShmSize, Mounts are all older), understood by every later engine.
 API_VERSION = "1.41"
-class EngineUnreachable(PreflightError):
+
+
+class EngineUnreachable(DockerUnreachable, PreflightError):
     """An engine did not answer (refused, timed out, TLS refused, ssh refused or gone): nothing is known about
-    its images or containers. Before a window that is a refusal; mid-window a lane's `engine_unreachable`."""
+    its images or containers. Before a window that is a refusal (a PreflightError); mid-window a lane's
+    `engine_unreachable`; to a restore, a lane it could not stop (a DockerUnreachable, never "gone")."""
+
+
+why_unreachable = why  # the words for an engine that did not answer live with the boundary
 
 
 _clients: dict[str, Any] = {}
@@ -49,7 +55,7 @@ SSH_CONNECT_WAIT = 20.0
 
 
 def describe(host: DockerHost | None) -> str:
-    return host.url if host else os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock (default)")
+    return host.url if host else default_engine()
 
 
 def is_local(host: DockerHost | None) -> bool:
@@ -120,6 +126,7 @@ def client_for(host: DockerHost | None) -> Any:
                         _clients[key].api.trust_env = False
             except docker.errors.DockerException as exc:
                 raise EngineUnreachable(f"docker engine {describe(host)}: {exc}") from exc
+            _clients[key].campaign_engine = describe(host)  # the name errors give it (dockererrors)
         return _clients[key]
 
 
@@ -209,45 +216,17 @@ def _close(proc: subprocess.Popen[bytes], local: str) -> None:
         pass
 
 
-def engine_failures() -> tuple[type[BaseException], ...]:
-    """What talking to an engine can raise: the SDK's errors, and requests' when the engine is unreachable."""
-    import docker.errors
-    import requests
-
-    return (docker.errors.DockerException, requests.exceptions.RequestException)
-
-
-def why_unreachable(exc: BaseException) -> str:
-    """One line for an engine that did not answer: what a person can act on, not a stack of wrappers."""
-    text = " ".join(str(exc).split())
-    lowered = text.lower()
-    if "certificate verify failed" in lowered or "certificate_verify_failed" in lowered:
-        return "its TLS certificate is not signed by the given ca_cert (or names another host)"
-    if "unknown ca" in lowered or "bad certificate" in lowered or "certificate required" in lowered:
-        return "it refused our TLS client certificate"
-    if "http request to an https server" in lowered:
-        return "the engine wants TLS: give the host's `tls` (ca_cert, client_cert, client_key)"
-    if "connection refused" in lowered:
-        return "connection refused (no engine listening there)"
-    if "timed out" in lowered or "timeout" in lowered:
-        return "no answer (timed out)"
-    if "no route to host" in lowered or "network is unreachable" in lowered:
-        return "no route to that box"
-    if "name or service not known" in lowered or "failed to resolve" in lowered:
-        return "unknown host name"
-    return f"{type(exc).__name__}: {text[:160]}"
-
-
 def engine_identity(host: DockerHost | None) -> dict[str, str]:
     """Which engine a URL reaches: two URLs (TLS and ssh, say) can reach one box, and two windows on one box
     would measure each other. The engine's id, name and data root together tell engines apart (a cloned
     VM image can share the id)."""
     client = client_for(host)
     try:
-        info = client.info()
-    except PreflightError:
-        raise
-    except Exception as exc:
-        raise EngineUnreachable(f"docker engine {describe(host)} unreachable: {why_unreachable(exc)}") from exc
+        with docker_errors("asking who it is", describe(host)):
+            info = client.info()
+    except (DockerUnreachable, DockerTLSError) as exc:  # before a window: a refusal, the box named
+        raise EngineUnreachable(f"docker engine {describe(host)} unreachable: {why(exc.__cause__ or exc)}") from exc
+    except DockerError as exc:
+        raise PreflightError(str(exc)) from exc
     return {"id": str(info.get("ID") or ""), "name": str(info.get("Name") or ""),
             "root": str(info.get("DockerRootDir") or ""), "url": describe(host)}

@@ -241,7 +241,8 @@ def test_the_box_engine_gone_mid_window_the_runner_says_so_and_the_box_restores_
     # the next lane could not start (the engine, not the lane, failed) and the daily could not be started
     # from here: the runner says so in one line, naming who restores it, and leaves the window to resume
     assert runner.returncode == 1 and len(stderr.strip().splitlines()) == 1, stderr
-    assert f"docker engine https://{BOX_ADDRESS}:2376 did not answer" in stderr and "connection refused" in stderr
+    # named as the contract names it, the step it was at, and why (the Docker error boundary's one line)
+    assert f"docker engine {box.tls_url}: inspecting container" in stderr and "connection refused" in stderr
     assert f"the watchdog on {box.tls_url} restores the daily by itself" in stderr and "campaign resume" in stderr
     bundle = next(out.iterdir())
     summary = json.loads((bundle / "SUMMARY.json").read_text())

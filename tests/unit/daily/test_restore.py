@@ -89,3 +89,32 @@ def test_a_lane_container_whose_engine_cannot_be_asked_is_not_taken_for_gone() -
     lane = LaneProcess(visit="spec", container="0" * 64, docker_host={"url": f"tcp://127.0.0.1:{port}"})
     stopped, (said,) = stop_window_lanes(_state("w-unreachable", [lane]))
     assert stopped == [] and said.startswith("spec: its engine could not be asked"), said
+
+
+def _closed_engine() -> str:
+    return f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there: connection refused, a real one
+
+
+def test_a_lane_whose_engine_does_not_answer_is_not_stopped_never_gone() -> None:
+    engine = _closed_engine()
+    state = _state("w-unreachable", [LaneProcess(visit="cand@1", container="c" * 64, docker_host={"url": engine})])
+    stopped, not_stopped = stop_window_lanes(state, grace=0.5)
+    assert stopped == [] and len(not_stopped) == 1
+    assert not_stopped[0].startswith("cand@1: its engine could not be asked (DockerUnreachable: docker engine "
+                                     f"{engine}: inspecting lane container cccccccccccc: connection refused")
+
+
+def test_a_daily_on_an_engine_that_does_not_answer_is_a_failed_restore_never_a_success() -> None:
+    from campaign.daily.restore import restore
+    from campaign.errors import DockerUnreachable, RunError
+
+    engine = _closed_engine()
+    state = _state("w-daily-unreachable", [])
+    state.incumbent = {"runtime": "docker", "container": "daily", "docker_host": {"url": engine},
+                       "restart_policy": {"Name": "no"}}
+    state.armed = True
+    state.save()
+    with pytest.raises(RunError, match=f"restore failed: docker engine {engine}: inspecting container 'daily'") as caught:
+        restore("w-daily-unreachable", reason="test", by="test")
+    assert isinstance(caught.value.__cause__, DockerUnreachable)
+    assert not WindowState.load("w-daily-unreachable").restored

@@ -307,6 +307,20 @@ def test_failsafe_and_watchdog_do_not_import_each_other() -> None:
     assert not shared & {"campaign.failsafe.watchdog", "campaign.failsafe.failsafe"}
 
 
+def test_the_standalone_failsafe_processes_load_no_docker_sdk() -> None:
+    """The watchdog pair and the systemd timer's restore_now start fast and run where the SDK may be broken:
+    docker, requests and urllib3 load only when a restore reaches a container (daily.restore imports the
+    runtimes, and the Docker error boundary, at first use). boxwatchdog.py runs in a container of any python
+    image: standard library only."""
+    code = ("import sys, campaign.failsafe.watchdog, campaign.failsafe.restore_now\n"
+            "print(sorted(m for m in ('docker', 'requests', 'urllib3') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.stdout.strip() == "[]"
+    box = {name.split(".")[0] for name in _imported_modules(REPO / "campaign" / "failsafe" / "boxwatchdog.py")}
+    assert box <= set(sys.stdlib_module_names), box - set(sys.stdlib_module_names)
+
+
 
 def test_the_systemd_timer_restores_the_same_way(state: WindowState, monkeypatch: pytest.MonkeyPatch) -> None:
     """restore_now (what the systemd timer runs), with the injected fault: retried, then served."""

@@ -201,7 +201,7 @@ def test_launch_failure_classification(log: str, code: int | None, facts: dict, 
 def test_unreachable_engine_is_a_preflight_refusal() -> None:
     from campaign.lanes.runtimes.docker import check_lane
 
-    with pytest.raises(PreflightError, match=r"lane l: docker engine http://127.0.0.1:1 unreachable"):
+    with pytest.raises(PreflightError, match=r"lane l: docker engine tcp://127.0.0.1:1 unreachable"):
         check_lane(lane(docker_host={"url": "tcp://127.0.0.1:1"}), "/srv/models/model.gguf")
 
 
