@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional  # noqa: E402
 
 import click  # noqa: E402
 import typer  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.table import Column, Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from campaign.errors import CampaignError, InputError  # noqa: E402
@@ -183,7 +183,7 @@ def diff(a: Path, b: Optional[Path] = typer.Argument(None),
         right = load_contract(b, check_files=False)
         rows = _side_by_side(_flatten(left.canonical), _flatten(right.canonical))
         titles = [str(a), str(b)]
-    table = Table("field", *_cells(*titles))
+    table = Table("field", *(Column(header=title) for title in _cells(*titles)))
     for key, x, y in rows:
         table.add_row(*_cells(key, x, y))
     out.print(table if rows else "no differences")
