@@ -8,7 +8,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane
@@ -123,9 +123,9 @@ class Screen(Gate):
         """Screen one candidate; its record goes to ``sink`` (the raw file) and is returned."""
 
 
-def live_gates(gates: list[Gate]) -> list[LiveGate]:
+def live_gates(gates: Sequence[Gate]) -> list[LiveGate]:
     return [gate for gate in gates if isinstance(gate, LiveGate)]
 
 
-def screens(gates: list[Gate]) -> list[Screen]:
+def screens(gates: Sequence[Gate]) -> list[Screen]:
     return [gate for gate in gates if isinstance(gate, Screen)]
