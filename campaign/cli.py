@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional  # noqa: E402
 
 import click  # noqa: E402
 import typer  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.table import Column, Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from campaign.errors import CampaignError, InputError  # noqa: E402
@@ -183,7 +183,7 @@ def diff(a: Path, b: Optional[Path] = typer.Argument(None),
         right = load_contract(b, check_files=False)
         rows = _side_by_side(_flatten(left.canonical), _flatten(right.canonical))
         titles = [str(a), str(b)]
-    table = Table("field", *_cells(*titles))
+    table = Table("field", *(Column(header=title) for title in _cells(*titles)))
     for key, x, y in rows:
         table.add_row(*_cells(key, x, y))
     out.print(table if rows else "no differences")
@@ -348,7 +348,7 @@ def status(window: Optional[str] = typer.Argument(None),
         out.print(f"window {row['window']} ended ({row['phase']}, {ended}); bundle: {row['bundle']}")
 
 
-def _status_table(rows: list[dict]) -> Table:
+def _status_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("window", "boxes", "phase", "lane", "gate", "progress", "runner", "failsafe", "daily")
     for row in rows:
         runner = f"{row['runner_pid']} ({'alive' if row['runner_alive'] else 'gone'})"
@@ -390,7 +390,7 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
     from campaign.signing import load_signing_key, load_trusted
 
     key = None if dry_run else load_signing_key()
-    decision, steps, entry = do_promote(bundle, key=key, trusted=load_trusted(trust),  # type: ignore[arg-type]
+    decision, steps, entry = do_promote(bundle, key=key, trusted=load_trusted(trust),
                                         candidate=candidate, dry_run=dry_run)
     if not decision.ok and entry is None:
         for reason in decision.refusals:
@@ -470,7 +470,7 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
             out.print(f"daily: NOT running (pidfile {pidfile}, pid {now['pid'] or 'none'})")
         else:
             out.print(f"daily: running, pid {now['pid']} (pidfile {pidfile})")
-            out.print(f"command: {shlex.join(now['argv'])}")  # type: ignore[arg-type]
+            out.print(f"command: {shlex.join(now['argv'])}")
             out.print(f"log: {now['log'] or 'unknown'}")
     entries = Ledger().verify(load_trusted())
     unfinished = unfinished_promotion(entries)

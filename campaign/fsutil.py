@@ -113,7 +113,8 @@ def open_regular(path: Path | str, *, what: str = "file") -> Iterator[int]:
 
 
 def _read_fd(fd: int, limit: int, path: Path | str, what: str) -> bytes:
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         block = os.read(fd, min(1 << 20, limit + 1 - total))
         if not block:

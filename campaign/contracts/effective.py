@@ -83,7 +83,7 @@ def _overlay(model: BaseModel, frozen: dict[str, Any], where: Path, path: str) -
             _overlay_value(getattr(model, name), frozen[name], where, at)
             continue
         try:
-            shape = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            shape: Any = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             value = TypeAdapter(shape).validate_python(frozen[name])
         except ValidationError as exc:
             raise InputError(f"{where}: the rules it holds are not ones this tool can apply: {at}: "

@@ -33,14 +33,20 @@ ENGINES: dict[str, EngineFacts] = {
     "vllm": EngineFacts(context_options=("--max-model-len",), dtype_options=("--dtype",), build_hint="make vllm"),
     "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",)),
 }
-# the schema's engine field accepts exactly the kinds above
-EngineKind = Literal[tuple(ENGINES)]  # type: ignore[valid-type]
+# the schema's engine field accepts exactly the kinds above (spelled out for mypy; tests/unit/test_architecture.py
+# keeps it in step with ENGINES)
+EngineKind = Literal["llamacpp", "llama-cpp-python", "vllm", "sglang"]
 
 
 class LaneLike(Protocol):
-    name: str
-    engine: str
-    context: int | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def context(self) -> int | None: ...
 
     @property
     def options(self) -> dict[str, str | None]: ...

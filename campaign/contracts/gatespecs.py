@@ -1,7 +1,7 @@
 """Gate specs: one pydantic model per gate kind, chosen by its ``kind`` field, each with its frozen rule
 and the checks that need the whole contract (run at validation, never at run time).
 
-Adding a gate kind: its spec here (and in ``GATE_SPECS``), its gate module under ``gates/``, and one
+Adding a gate kind: its spec here (and in ``GateSpec``'s union), its gate module under ``gates/``, and one
 line in ``gates/registry.py`` (ARCHITECTURE.md has the checklist).
 """
 
@@ -11,7 +11,7 @@ import itertools
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Union
+from typing import Annotated, Any, Literal, Protocol, Union, get_args
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -47,8 +47,11 @@ BUNDLE_COPY = "bundle_copy"
 class LoadedContract(Protocol):
     """What a whole-contract check reads (``contracts.load.LoadedContract`` is one)."""
 
-    contract: Any
-    lanes: dict[str, Any]
+    @property
+    def contract(self) -> Any: ...
+
+    @property
+    def lanes(self) -> dict[str, Any]: ...
 
     def error(self, location: tuple[Any, ...], message: str) -> Exception: ...
 
@@ -328,7 +331,7 @@ Observable = Literal["outputs", "logprobs", "metrics", "speed", "boot_log", "pro
 
 class RulerRule(StrictModel):
     observe: list[Observable] = Field(
-        default_factory=lambda: ["outputs", "logprobs", "metrics", "boot_log", "props"],
+        default_factory=lambda: list[Observable](["outputs", "logprobs", "metrics", "boot_log", "props"]),
         description="What may show the axis taking effect; indistinguishable on all of them: axis may be inert. "
                     "`speed` is opt-in: a few short probes on a shared host differ by 2-3x from noise alone.")
     speed_tolerance: float = Field(
@@ -369,7 +372,7 @@ class RulerSpec(GateSpecBase):
     thinking: ThinkingSwitch | None = Field(None, description="A thinking switch to prove on every lane: its "
                                                               "probes must differ with it on and off.")
     exercise: list[Literal["repetition", "long_prompt"]] = Field(
-        default_factory=lambda: ["repetition"],
+        default_factory=lambda: list[Literal["repetition", "long_prompt"]](["repetition"]),
         description="Built-in probes sent after the input's, to exercise common axes: `repetition` (a passage "
                     "to copy: n-gram speculation drafts only on repeated context), `long_prompt` (prefill of "
                     "~1.5k tokens: cache and context flags). An axis no probe exercises is INCONCLUSIVE.")
@@ -551,7 +554,8 @@ class CacheReplay(StrictModel):
     policy: Literal["lru", "static", "belady", "lookahead"] = Field(
         "lru", description="The policy the rule's hit_rate and misses_per_layer_step refer to (the live cache's).")
     compare: list[Literal["lru", "static", "belady", "lookahead"]] = Field(
-        default_factory=lambda: ["static", "belady", "lookahead"],
+        default_factory=lambda: list[Literal["lru", "static", "belady", "lookahead"]](
+            ["static", "belady", "lookahead"]),
         description="Policies replayed beside it, reported as <policy>.hit_rate (belady is the upper bound).")
     lookahead: int = Field(1, ge=1, le=64, description="Steps of known routing the lookahead policy prefetches.")
     n_experts: int | None = Field(None, ge=1, le=1 << 16, description="Experts per layer, if the trace does not "
@@ -604,6 +608,8 @@ class ScreenSpec(GateSpecBase):
                                        f"lane {lane.name!r} has no file named {self.cache_replay.slot_map!r}")
 
 
-GATE_SPECS: tuple[type[GateSpecBase], ...] = (GreedySpec, TaskSpec, NeedleSpec, TeacherForcedSpec, KlSpec,
-                                              StructuredSpec, ToolsSpec, RulerSpec, SpeedSpec, ScreenSpec, LengthSpec)
-GateSpec = Annotated[Union[GATE_SPECS], Field(discriminator="kind")]  # type: ignore[valid-type]
+# spelled out, not built from a tuple, so that mypy sees the union; GATE_SPECS is read from it
+GateSpec = Annotated[Union[GreedySpec, TaskSpec, NeedleSpec, TeacherForcedSpec, KlSpec,
+                           StructuredSpec, ToolsSpec, RulerSpec, SpeedSpec, ScreenSpec, LengthSpec],
+                     Field(discriminator="kind")]
+GATE_SPECS: tuple[type[GateSpecBase], ...] = get_args(get_args(GateSpec)[0])

@@ -81,7 +81,8 @@ class LoadedContract:
     def written_files(self) -> list[tuple[tuple[Any, ...], LaneFile]]:
         """Every pinned file as the contract writes it (path relative to the contract), with its YAML path:
         lane files, and each screen's inputs and script."""
-        found = [(("lane_defaults", "files", i), f) for i, f in enumerate(self.contract.lane_defaults.files or [])]
+        found: list[tuple[tuple[Any, ...], LaneFile]] = [
+            (("lane_defaults", "files", i), f) for i, f in enumerate(self.contract.lane_defaults.files or [])]
         for index, lane in enumerate(self.contract.lanes):
             found += [(("lanes", index, "set", "files", i), f) for i, f in enumerate(lane.set.files or [])]
         for index, gate in enumerate(self.contract.gates):
@@ -267,10 +268,11 @@ def _check_names(loaded: LoadedContract) -> None:
     """Lane names, input names and gate ids become folder and file names in a bundle: two that differ only
     in case are one on a case-insensitive file system (macOS, Windows), so they are refused."""
     contract = loaded.contract
-    groups = [("lane", [(("lanes", i, "name"), lane.name) for i, lane in enumerate(contract.lanes)]),
-              ("input set", [(("inputs", name), name) for name in contract.inputs]),
-              ("gate id", [(("gates", i) if gate.id is None else ("gates", i, "id"), gate.id or gate.kind)
-                           for i, gate in enumerate(contract.gates)])]
+    groups: list[tuple[str, list[tuple[tuple[Any, ...], str]]]] = [
+        ("lane", [(("lanes", i, "name"), lane.name) for i, lane in enumerate(contract.lanes)]),
+        ("input set", [(("inputs", name), name) for name in contract.inputs]),
+        ("gate id", [(("gates", i) if gate.id is None else ("gates", i, "id"), gate.id or gate.kind)
+                     for i, gate in enumerate(contract.gates)])]
     for what, names in groups:
         first: dict[str, tuple[tuple[Any, ...], str]] = {}
         for where, name in names:

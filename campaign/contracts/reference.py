@@ -21,7 +21,7 @@ __all__ = ["FIRST_VERSION", "contract_reference", "field_rows"]
 # ({"since": "0.2.0"}).
 FIRST_VERSION = "0.1.0"
 
-_UNITS = {parse_duration: "seconds (write 30s, 10m, 2h)", parse_size: "bytes (write 16MiB, 2GiB)"}
+_UNITS: dict[object, str] = {parse_duration: "seconds (write 30s, 10m, 2h)", parse_size: "bytes (write 16MiB, 2GiB)"}
 
 
 def _unit(metadata: list[Any]) -> str | None:

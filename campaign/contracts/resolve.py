@@ -154,7 +154,8 @@ def contract_docker_host(contract: Contract) -> dict[str, Any] | None:
         raise ValueError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     if "docker" not in contract.host:
         raise ValueError("`docker` (the engine URL) is missing")
-    tls = {field: contract.host[key] for key, field in _HOST_TLS_KEYS.items() if key in contract.host}
+    tls: dict[str, str | bool] = {field: contract.host[key]
+                                  for key, field in _HOST_TLS_KEYS.items() if key in contract.host}
     if "tls_verify" in contract.host:
         tls["verify"] = contract.host["tls_verify"].lower() in ("1", "true", "yes")
     ssh = {field: contract.host[key] for key, field in _HOST_SSH_KEYS.items() if key in contract.host}

@@ -9,6 +9,7 @@ errors, values are immutable once loaded.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StringConstraints, field_validator, model_validator
@@ -29,7 +30,7 @@ from campaign.contracts.model import (
     unique_file_names,
     valid_regexes,
 )
-from campaign.contracts.units import Cpuset, Duration, Size, duration
+from campaign.contracts.units import Cpuset, Duration, Size, parse_duration
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -124,8 +125,8 @@ class ReadinessSpec(StrictModel):
     budget: Duration = Field(2400.0, description="How long a cold load may take before it is a launch failure "
                                                  "(1ms to 168h; a tiny one forces a launch failure on purpose).")
     # 10 ms: a shorter poll is a busy loop against the engine it waits for
-    poll_interval: duration(minimum=0.01) = Field(0.5, description="Seconds between readiness polls "
-                                                                   "(10ms to 168h).")
+    poll_interval: Annotated[float, BeforeValidator(partial(parse_duration, minimum=0.01))] = Field(
+        0.5, description="Seconds between readiness polls (10ms to 168h).")
 
 
 class BootLogRules(StrictModel):
@@ -193,6 +194,7 @@ class LaneFields(StrictModel):
 class LaneChanges(LaneFields):
     """A candidate's changes. ``args`` here is a mapping option -> value (null removes, true is a bare flag)."""
 
+    # the two ignores: a field of LaneFields given another type here, on purpose (pydantic allows it)
     args: dict[str, str | bool | None] | None = Field(  # type: ignore[assignment]
         None, description="Options to change: value, null to remove, true for a bare flag.")
     env: dict[EnvName, str | None] | None = Field(  # type: ignore[assignment]

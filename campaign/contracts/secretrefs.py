@@ -173,7 +173,7 @@ def _userinfo_spans(text: str) -> Iterator[tuple[int, int, str]]:
     i = text.find("://")
     while i != -1:
         start = i + 3
-        end = _AUTHORITY.match(text, start).end()  # type: ignore[union-attr]
+        end = _AUTHORITY.match(text, start).end()  # type: ignore[union-attr]  # it matches "": never None
         at = text.rfind("@", start, end)
         if at != -1:
             userinfo = text[start:at]

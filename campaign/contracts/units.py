@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from functools import partial
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
 __all__ = ["MAX_CPUS", "MAX_DURATION_S", "MAX_SIZE_BYTES", "MIN_DURATION_S", "Cpuset", "Duration", "Size",
-           "duration", "format_cpuset", "format_seconds", "parse_cpuset", "parse_duration", "parse_size"]
+           "format_cpuset", "format_seconds", "parse_cpuset", "parse_duration", "parse_size"]
 
 _DURATION = re.compile(r"^(\d++(?:\.\d++)?+)\s*+(ms|s|m|h)?+$")  # possessive: linear (benchmarks/patterns.py)
 _DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -93,11 +92,6 @@ def parse_size(value: object) -> int:
     return int(size)
 
 
-def duration(minimum: float = MIN_DURATION_S, maximum: float = MAX_DURATION_S) -> Any:
-    """A duration field type with its own bounds, e.g. ``duration(minimum=0.01)`` for a poll interval."""
-    return Annotated[float, BeforeValidator(partial(parse_duration, minimum=minimum, maximum=maximum))]
-
-
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
 
@@ -132,7 +126,7 @@ def format_cpuset(cpus: frozenset[int] | set[int]) -> str:
     for cpu in ordered + [None]:
         if start is None:
             start = prev = cpu
-        elif cpu is not None and cpu == prev + 1:
+        elif cpu is not None and prev is not None and cpu == prev + 1:
             prev = cpu
         else:
             out.append(str(start) if start == prev else f"{start}-{prev}")

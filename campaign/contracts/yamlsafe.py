@@ -162,8 +162,8 @@ def _read_contract(path: Path, name: str) -> tuple[str, str]:
         data = read_bounded(path, MAX_CONTRACT_BYTES, what="contract")
     except UnreadableFile as exc:
         cause = exc.__cause__
-        missing = isinstance(cause, OSError) and cause.errno == errno.ENOENT
-        raise ContractError(f"cannot read: {cause.strerror if missing else exc.reason}",
+        reason = cause.strerror if isinstance(cause, OSError) and cause.errno == errno.ENOENT else exc.reason
+        raise ContractError(f"cannot read: {reason}",
                             file=shown_path(exc.path)) from None
     try:
         text = data.decode("utf-8")

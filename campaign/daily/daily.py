@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -169,7 +169,17 @@ def find_daily_pidfile(loaded: LoadedContract | None) -> Path | None:
     return None
 
 
-def describe_daily(pidfile: Path) -> dict[str, object]:
+class DailyNow(TypedDict, total=False):
+    """``describe_daily``'s answer: argv and log only when the daily runs."""
+
+    pidfile: str
+    running: bool
+    pid: int | None
+    argv: list[str]
+    log: str | None
+
+
+def describe_daily(pidfile: Path) -> DailyNow:
     """The daily as the kernel sees it now: pid, whether it runs, its command line with credential values
     redacted, and where its output goes (a restored daily writes to the window's state folder, not to
     the log it was first started with)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, get_type_hints
+from typing import Any, Callable, Sequence, get_type_hints
 
 from pydantic import BaseModel
 
@@ -182,9 +182,9 @@ def each_plot(builders: list[Callable[[Any, dict[str, Any]], list[Plot]]], rule:
     return plots
 
 
-def live_gates(gates: list[Gate]) -> list[LiveGate]:
+def live_gates(gates: Sequence[Gate]) -> list[LiveGate]:
     return [gate for gate in gates if isinstance(gate, LiveGate)]
 
 
-def screens(gates: list[Gate]) -> list[Screen]:
+def screens(gates: Sequence[Gate]) -> list[Screen]:
     return [gate for gate in gates if isinstance(gate, Screen)]

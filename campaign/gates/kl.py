@@ -123,6 +123,8 @@ class KlGate(LiveGate):
             adapter, records = adapter_for(lane.engine), self.ctx.raw_records(self.gate_id, lane.name)
             scores[lane.name] = {}
             for item, prepared in refs.items():
+                # for mypy: judge stops on a text that was not prepared
+                assert prepared.prompt is not None and prepared.text is not None
                 try:
                     scores[lane.name][item] = adapter.parse_score(select(records, purpose="kl", item=item),
                                                                   prepared.prompt, prepared.text)[:-1]

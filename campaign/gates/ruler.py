@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import Any
+from typing import Any, Literal
 
 from campaign.contracts.gatespecs import RulerSpec, SpeedSpec
 from campaign.contracts.resolve import EffectiveLane
@@ -122,6 +122,7 @@ class RulerGate(LiveGate):
         """Each probe twice, the switch on then off; after the metrics snapshot, so the axis comparison
         sees the same traffic on every lane whether or not a switch is declared."""
         switch = self.spec.thinking
+        assert switch is not None  # for mypy: called only when the spec declares one
         for prompt in prompts:
             for state, fields in (("on", switch.on), ("off", switch.off)):
                 try:
@@ -133,9 +134,9 @@ class RulerGate(LiveGate):
                 await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body, **fields},
                                       sink=sink, tags={"purpose": "thinking", "item": prompt.id, "switch": state})
 
-    def _thinking(self, lane: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    def _thinking(self, lane: str) -> tuple[dict[str, dict[Any, Any]], list[str]]:
         """Per probe, what came back with the switch on and off: (reasoning, reply); and problems."""
-        seen: dict[str, dict[str, Any]] = {}
+        seen: dict[str, dict[Any, Any]] = {}  # probe -> the record's switch ("on", "off") -> what came back
         problems = []
         for record in self.ctx.raw_records(self.gate_id, lane):
             tags = record.get("tags") or {}
@@ -173,6 +174,7 @@ class RulerGate(LiveGate):
                 "nothing measured with it means what it says"], problems
 
     async def _metrics(self, run: LaneRun, sink: JsonlAppender, phase: str) -> None:
+        error: str | None
         try:
             text = await run.adapter.scrape_metrics(run.client)
         except EngineError as exc:
@@ -351,7 +353,7 @@ class RulerGate(LiveGate):
                             f"[{est.confidence:.1%} CI {est.low:+.1%}, {est.high:+.1%}] over {est.boots} boots")
         return None
 
-    def _compare(self, observable: str, ctrl: dict[str, Any], cand: dict[str, Any]) -> str | None | bool:
+    def _compare(self, observable: str, ctrl: dict[str, Any], cand: dict[str, Any]) -> str | Literal[False] | None:
         """A sentence when the lanes differ, False when they do not, None when it cannot be observed."""
         if observable == "outputs":
             changed = [k for k in ctrl["outputs"] if cand["outputs"].get(k) != ctrl["outputs"][k]]
@@ -359,9 +361,9 @@ class RulerGate(LiveGate):
         if observable == "logprobs":
             if not any(ctrl["logprobs"].values()) or not any(cand["logprobs"].values()):
                 return None
-            changed = sum(1 for k in ctrl["logprobs"] for a, b in zip(ctrl["logprobs"][k], cand["logprobs"].get(k, []), strict=False)
-                          if a != b)
-            return f"{changed} token positions have different top-k logprobs" if changed else False
+            diffs = sum(1 for k in ctrl["logprobs"] for a, b in zip(ctrl["logprobs"][k], cand["logprobs"].get(k, []), strict=False)
+                        if a != b)
+            return f"{diffs} token positions have different top-k logprobs" if diffs else False
         if observable == "metrics":
             a, b = ctrl["counters"], cand["counters"]
             if a is None or b is None:

@@ -202,6 +202,7 @@ class StructuredGate(LiveGate):
                 verdicts.append(Verdict.INCONCLUSIVE)
                 continue
             got = result.metrics[name].value
+            assert got is not None  # for mypy: a count, set above
             ok = got >= need
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
             result.reasons.append(f"{name} {got}/{n} {'>=' if ok else '<'} required {need}/{of}")

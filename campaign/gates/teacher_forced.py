@@ -16,7 +16,7 @@ tolerance applied and the drift measured (max and mean per lane) are in every re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from campaign.contracts.engines import instrument_tolerance
@@ -53,10 +53,7 @@ class InstrumentCheck:
     rank1_strict: int = 0
     max_drift: float = 0.0
     sum_drift: float = 0.0
-    failures: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        self.failures = self.failures or []
+    failures: list[str] = field(default_factory=list)
 
 
 def check_instrument(gen: Generation, scored: list[Position], tolerance: float, label: str,
@@ -247,6 +244,7 @@ class TeacherForcedGate(LiveGate):
         gens: dict[str, Generation] = {}
         check = InstrumentCheck()
         for item, prepared in prompts.items():
+            assert prepared.prompt is not None  # for mypy: judge stops on a prompt that was not prepared
             try:
                 gen = adapter.parse_generation(select(recs, purpose="generate", item=item))
                 scored = adapter.parse_score(select(recs, purpose="instrument", item=item), prepared.prompt,
@@ -361,13 +359,15 @@ class TeacherForcedGate(LiveGate):
     def _sites(self, prompts: dict[str, Prepared], gens: dict[str, dict[str, Generation]],
                records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
                candidate: EffectiveLane, tolerance: dict[str, float]) -> tuple[list[dict[str, Any]], list[str]]:
-        sites, problems = [], []
+        sites: list[dict[str, Any]] = []
+        problems: list[str] = []
         servers = {"control": (control, records[str(VisitKey(control.name, 1))]),
                    "candidate": (candidate, records[candidate.name])}
         for item, prepared in prompts.items():
             ctrl, cand = gens[control.name].get(item), gens[candidate.name].get(item)
             if ctrl is None or cand is None:
                 continue
+            assert prepared.prompt is not None  # for mypy: judge stops on a prompt that was not prepared
             d = first_divergence(ctrl.tokens.ids, cand.tokens.ids)
             if d is None:
                 continue
@@ -439,7 +439,8 @@ class TeacherForcedGate(LiveGate):
         if not self.spec.references:
             return []
         refs = read_prepared(records[control.name], "reference")
-        rows, deltas, censored, problems = [], [], 0, []
+        rows: list[dict[str, Any]] = []
+        deltas, censored, problems = [], 0, []
         for item, prepared in refs.items():
             if prepared.prompt is None or prepared.text is None:
                 problems.append(f"reference {item}: {prepared.error}")

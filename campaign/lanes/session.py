@@ -244,7 +244,8 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
         if not run.running.alive():
             code = run.running.exit_code()
             tail = log_tail(log_path)
-            facts = getattr(run.running, "failure_facts", dict)()  # runtimes written before it may lack it
+            # runtimes written before it may lack it
+            facts: dict[str, Any] = getattr(run.running, "failure_facts", dict)()
             why = f" ({facts['error']})" if facts.get("error") else ""
             # the whole log: vLLM prints the root cause a hundred lines before its last traceback
             full = read_log(log_path) or tail

@@ -205,7 +205,7 @@ def _smoke(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]
             "ok": not mismatches}
 
 
-def promote(bundle: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: str | None = None,
+def promote(bundle: Path, *, key: SigningKey | None, trusted: TrustedKeys, candidate: str | None = None,
             dry_run: bool = False, ledger: Ledger | None = None) -> tuple[Decision, list[str], dict[str, Any] | None]:
     # the private copy is removed whatever happens: a promotion reads it, nothing keeps it
     with tempfile.TemporaryDirectory(prefix="campaign-promote-") as private, \
@@ -214,7 +214,7 @@ def promote(bundle: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: s
                         ledger=ledger)
 
 
-def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKeys, candidate: str | None,
+def _promote(bundle: Path, private: Path, *, key: SigningKey | None, trusted: TrustedKeys, candidate: str | None,
              dry_run: bool, ledger: Ledger | None) -> tuple[Decision, list[str], dict[str, Any] | None]:
     decision, copy = decide(bundle, trusted, candidate, private)
     if not decision.ok:
@@ -231,6 +231,7 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey, trusted: TrustedKe
              "record the promotion in the ledger (a failed smoke rolls back automatically)"]
     if dry_run:
         return decision, steps, None
+    assert key is not None  # for mypy: only a dry run goes without the signing key
     ledger = ledger or Ledger()
     unfinished = unfinished_promotion(ledger.entries())
     if unfinished is not None:

@@ -62,7 +62,7 @@ def candidate_container(copy: Path, candidate: str, daily: dict[str, Any], windo
     config = {"Image": inspect["image_id"], "Entrypoint": inspect.get("entrypoint"), "Cmd": inspect.get("cmd"),
               "Env": _env(inspect, lane, candidate), "Labels": labels}
     measured_ports = inspect.get("port_bindings") or {}
-    exposed = {port: {} for port in measured_ports} or daily["config"].get("ExposedPorts")
+    exposed: dict[str, Any] | None = {port: {} for port in measured_ports} or daily["config"].get("ExposedPorts")
     if exposed:
         config["ExposedPorts"] = exposed
     # the ports the candidate was measured behind; a candidate on the host network publishes none

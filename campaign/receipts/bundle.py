@@ -17,7 +17,7 @@ import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -221,7 +221,7 @@ def _leaks(path: Path, needles: list[bytes], shaped: Any) -> bool:
                 return False
 
 
-def sign_bundle(bundle: Path, key: SigningKey, predicate: dict[str, Any], *, secrets: list[str] = ()) -> Path:
+def sign_bundle(bundle: Path, key: SigningKey, predicate: dict[str, Any], *, secrets: Sequence[str] = ()) -> Path:
     """Sign every file of the bundle. ``secrets``: exact values (API keys, tokens) the runner knows; a
     bundle holding any of them is refused, unsigned, whatever redaction was supposed to have done."""
     _prune_empty_dirs(bundle)

@@ -212,7 +212,7 @@ class _CheckedInfo(tarfile.TarInfo):
 
     def _proc_member(self, tar: Any) -> Any:
         tar.check(self)
-        return super()._proc_member(tar)
+        return super()._proc_member(tar)  # type: ignore[misc]  # tarfile's private hook: not in typeshed
 
     def _proc_gnusparse_00(self, next: tarfile.TarInfo, *_: Any) -> None:
         raise _Refused(f"member {next.name!r} is sparse; a bundle has none (refused unread)")
@@ -273,6 +273,7 @@ def _decompressed(raw: BinaryIO) -> BinaryIO:
     """gzip, bzip2, xz or plain tar, told by the first bytes (the formats ``tar -a`` writes)."""
     head = raw.read(6)
     raw.seek(0)
+    # the ignores: typeshed's compressed files are BufferedIOBase, not BinaryIO; tarfile reads either
     if head.startswith(b"\x1f\x8b"):
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if head.startswith(b"BZh"):
@@ -320,7 +321,8 @@ def _unpack(archive: Path, tar: tarfile.TarFile, target: Path) -> str:
     tops: set[str] = set()
     total = count = 0
     while (member := tar.next()) is not None:
-        tar.members.clear()  # a stream's reader keeps every member; nothing here looks back
+        # a stream's reader keeps every member; nothing here looks back
+        tar.members.clear()  # type: ignore[attr-defined]  # tarfile's attribute, not in typeshed
         count += 1
         total += member.size
         pure = PurePosixPath(member.name)

@@ -12,7 +12,7 @@ from campaign import __version__
 from campaign.contracts.effective import EFFECTIVE_FILE, effective_document
 from campaign.contracts.hashing import sha256_bytes
 from campaign.contracts.load import LoadedContract
-from campaign.contracts.model import INPUT_FILE_BYTES
+from campaign.contracts.model import INPUT_FILE_BYTES, LaneFile
 from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES
 from campaign.errors import FrozenChanged
 from campaign.fsutil import MAX_JSON_BYTES, atomic_write_bytes, atomic_write_json, open_regular, read_bounded
@@ -41,8 +41,9 @@ def _copy_lane_files(loaded: LoadedContract, target: Path) -> None:
     """Each lane file and screen input into contract/files/<sha256> (once per content), or only its digest
     when it is larger than the contract's file_copy_limit; contract/files.json says which lane (or screen)
     read which, and where."""
-    pinned = [(lane.name, file, Path(file.path), lane.file_seen_at(file))
-              for lane in loaded.lanes.values() for file in lane.files]
+    pinned: list[tuple[str, LaneFile, Path, str | None]] = [
+        (lane.name, file, Path(file.path), lane.file_seen_at(file))
+        for lane in loaded.lanes.values() for file in lane.files]
     pinned += [(f"screen {loaded.contract.gates[where[1]].gate_id}", file, loaded.resolve(file.path), None)
                for where, file in loaded.written_files() if where[0] == "gates"]
     listed: dict[str, dict[str, Any]] = {}

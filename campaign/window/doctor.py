@@ -18,11 +18,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from campaign.contracts.engines import ENGINES
 from campaign.contracts.load import LoadedContract
 from campaign.errors import CampaignError
 from campaign.fsutil import JsonlAppender
+
+if TYPE_CHECKING:
+    from campaign.contracts.resolve import EffectiveLane
 
 __all__ = ["Check", "run_checks"]
 
@@ -111,7 +115,7 @@ def _models(loaded: LoadedContract) -> list[Check]:
     return checks
 
 
-def model_check(lane, path: Path) -> Check:  # noqa: ANN001 (EffectiveLane: imported lazily)
+def model_check(lane: EffectiveLane, path: Path) -> Check:
     """One line for a local lane's model: a FIFO, a device (``/dev/zero``), a folder pinned as a file, a
     symlink loop or a missing path is a failed check naming the path and what it is, never a hang or a
     traceback; a pinned file is hashed once."""
@@ -123,7 +127,7 @@ def model_check(lane, path: Path) -> Check:  # noqa: ANN001 (EffectiveLane: impo
         got = model_sha256(lane, path) if lane.model.sha256 else None
     except CampaignError as exc:
         return Check(name, False, str(exc), "make model (or fix the lane's model.path)")
-    if got is not None and got != lane.model.sha256:
+    if got is not None and lane.model.sha256 is not None and got != lane.model.sha256:
         return Check(name, False, f"sha256 {got[:12]}..., pinned {lane.model.sha256[:12]}...",
                      "the file changed since the contract was written: fetch the pinned one")
     if got is not None:
@@ -202,7 +206,7 @@ def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
     return checks
 
 
-def _usable_model(lane, path: Path) -> bool:  # noqa: ANN001 (EffectiveLane: imported lazily)
+def _usable_model(lane: EffectiveLane, path: Path) -> bool:
     """A regular file or a folder (not hashed again: the model's own line did that)."""
     from campaign.lanes.session import local_model
 
@@ -219,7 +223,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _smoke(name: str, lane, model: str) -> Check:  # noqa: ANN001 (EffectiveLane: imported lazily)
+def _smoke(name: str, lane: EffectiveLane, model: str) -> Check:
     """Boot the lane on a free port through the window's own launch path (so a death is classified the
     same way), one completion, stop."""
     from campaign.errors import LaunchError

@@ -102,7 +102,7 @@ def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: Effec
     except Exception as exc:  # top level of one judgement: the traceback goes to the bundle, the verdict says
         _write_error(bundle, gate.gate_id, candidate.name, traceback.format_exc())
         return _result(gate, candidate, control, [_error_reason(exc)])
-    try:  # what the report shows of it; a bug there costs the plots, never the verdict
+    try:  # what the report shows of it
         result.presentation = gate.presentation(result)
     except Exception:  # top level of the presentation: a bug there costs the plots, never the verdict
         result.presentation = Presentation()

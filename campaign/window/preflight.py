@@ -5,6 +5,7 @@ port, and the CPUs a gate pins its client to."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -54,14 +55,13 @@ def preflight(loaded: LoadedContract, *, ports: bool = True) -> dict[str, str]:
                                      f"not the pinned {lane.model.sha256}")
         if lane.model.sha256_manifest:
             _check_manifest(loaded, lane, Path(model_paths[lane.name]),
-                            None if is_local(lane) else (lambda paths, lane=lane, image=checked["image_id"]:
-                                                         _hash_there(lane, image, paths, hashed)))
+                            None if is_local(lane) else partial(_hash_there, lane, checked["image_id"], hashed=hashed))
         if ports and is_local(lane) and lane.port != incumbent_port and not port_is_free(lane.host, lane.port):
             raise PreflightError(f"lane {lane.name}: port {lane.host}:{lane.port} is already in use; "
                                  "another server there would be measured instead")
     for index, gate in enumerate(loaded.contract.gates):
-        if getattr(gate, "client_cpus", None):
-            check_cpus_here(gate.client_cpus, f"gates[{index}] ({gate.id or gate.kind}) client_cpus")
+        if cpus := getattr(gate, "client_cpus", None):
+            check_cpus_here(cpus, f"gates[{index}] ({gate.id or gate.kind}) client_cpus")
     return model_paths
 
 

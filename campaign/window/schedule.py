@@ -10,9 +10,10 @@ makes the same visits again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from campaign.contracts.load import LoadedContract
+from campaign.contracts.resolve import EffectiveLane
 from campaign.gates.base import PAIRS_STOPPED, Gate, LiveGate, Visit, live_gates, screens
 
 __all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair", "pair_past_budget", "step_seconds",
@@ -56,7 +57,7 @@ def next_pair(loaded: LoadedContract, gates: list[LiveGate], pairs_done: int) ->
     return planned
 
 
-def most_steps(loaded: LoadedContract, gates: list[Gate], *, boots: bool = True) -> int:
+def most_steps(loaded: LoadedContract, gates: Sequence[Gate], *, boots: bool = True) -> int:
     """Gate runs (and boots) if every pairing gate goes to its last pair: the progress line's total. A
     screen runs once per candidate, before any boot."""
     live, per_visit = live_gates(gates), 1 if boots else 0
@@ -73,7 +74,7 @@ def _fixed_reruns(gates: list[LiveGate]) -> int:
     return max((gate.control_reruns for gate in gates), default=0)
 
 
-def _compared(loaded: LoadedContract) -> list:
+def _compared(loaded: LoadedContract) -> list[EffectiveLane]:
     return [lane for lane in loaded.controls() if any(c.control == lane.name for c in loaded.candidates())]
 
 

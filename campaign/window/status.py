@@ -60,7 +60,7 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
         journal = Path(state.bundle) / "journal.jsonl"
         records = read_jsonl(journal) if journal.exists() else []
         last = records[-1] if records else {}
-        current = next((r for r in reversed(records) if r.get("event") == "intent"), {})
+        current: dict[str, Any] = next((r for r in reversed(records) if r.get("event") == "intent"), {})
         done = {(r.get("gate"), r.get("lane")) for r in records if r.get("step") == "gate" and r.get("event") == "done"}
         daily = "none declared"
         if state.incumbent:

@@ -106,6 +106,18 @@ def test_a_table_of_any_values_shows_each_as_written(values: list[str]) -> None:
         assert shown(value) in printed
 
 
+def test_diff_titles_its_columns_with_the_two_contracts_as_written(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich takes a column title as a str or a Column: a Text passed as one made every diff an internal error."""
+    monkeypatch.chdir(tmp_path)
+    Path("a.yaml").write_text(BASE)
+    Path("[b].yaml").write_text(BASE.replace("port: 18999", "port: 18998"))
+    done = CliRunner(mix_stderr=False).invoke(cli.app, ["diff", "a.yaml", "[b].yaml"])
+    assert done.exit_code == 0, done.stderr
+    assert "a.yaml" in done.stdout and "[b].yaml" in done.stdout
+    assert "18999" in done.stdout and "18998" in done.stdout
+
+
 def validate(*args: str) -> tuple[int, str, str]:
     done = CliRunner(mix_stderr=False).invoke(cli.app, ["validate", *args])
     assert done.exception is None or isinstance(done.exception, SystemExit), done.exception

@@ -106,7 +106,7 @@ def paired_changes(control: Sequence[float], candidate: Sequence[float], *, rela
     return cand - ctrl
 
 
-def bootstrap_mean_ci(changes: Sequence[float], *, confidence: float = 0.95, resamples: int = 10_000,
+def bootstrap_mean_ci(changes: Sequence[float] | np.ndarray, *, confidence: float = 0.95, resamples: int = 10_000,
                       seed: int = 0, relative: bool = False) -> BootstrapCI:
     """Percentile bootstrap of the mean of ``changes`` from a seeded ``numpy`` generator.
 

@@ -95,6 +95,8 @@ def analyze_stream(record: dict[str, Any], max_tokens: int,
     problem = _count_problem(seen, tokens, source, max_tokens)
     if problem:
         return None, problem
+    # for mypy: _cut_short returned a problem for a stream without these
+    assert seen.first_t is not None and seen.finish_t is not None and seen.finish is not None
     first_t, finish_t = seen.first_t, seen.finish_t
     elapsed = float(record.get("elapsed_s") or seen.last_t)
     decode = (tokens - 1) / (finish_t - first_t) if tokens >= 2 and finish_t > first_t else None
@@ -196,7 +198,7 @@ def _count_problem(seen: _Events, tokens: int, source: str, max_tokens: int) -> 
     return None
 
 
-def _counter_problem(counters: list[tuple[int, str]], tokens: int, finish: str) -> str | None:
+def _counter_problem(counters: list[tuple[int, str]], tokens: int, finish: str | None) -> str | None:
     """The engine's running count must rise by one per chunk; a jump is a lost chunk unless the
     chunk holds a multi-byte character the engine held back until it was whole."""
     previous = 0

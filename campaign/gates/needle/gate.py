@@ -104,6 +104,7 @@ class NeedleGate(LiveGate):
         records = self.ctx.raw_records(self.gate_id, lane.name)
         by_key: dict[tuple[int, str, int], dict[str, Any]] = {}
         problems: list[str] = []
+        record: dict[str, Any] | None  # a record, then the one a rung's attempt found (None: not made)
         for record in records:
             tags = record.get("tags", {})
             key = (int(tags.get("rung", -1)), str(tags.get("variant")), int(tags.get("attempt", -1)))
@@ -184,7 +185,8 @@ class NeedleGate(LiveGate):
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         result = self.new_result(candidate, control)
         rungs = self.spec.rungs
-        ladders, problems = {}, []
+        ladders: dict[str, dict[str, Any]] = {}
+        problems: list[str] = []
         for lane in (control, candidate):
             rows, lane_problems, highest = self.ladder(lane)
             ladders[lane.name] = {"highest_rung_passed": highest, "rungs": rows}

@@ -18,7 +18,7 @@ import operator
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from campaign.contracts.gatespecs import ScreenSpec, parse_clause
 from campaign.contracts.hashing import sha256_file
@@ -177,7 +177,7 @@ def _still_pinned(path: Path, sha256: str) -> None:
         raise InputError(f"{path} changed since freezing (sha256 {digest[:12]}..., pinned {sha256[:12]}...)")
 
 
-def _finite_number(value: Any) -> bool:
+def _finite_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from campaign.contracts.gatespecs import SpeedRule, SpeedSpec
 from campaign.contracts.model import parse_fraction
@@ -34,7 +34,7 @@ from campaign.gates.common.streams import StreamStats
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed import present as presenting
-from campaign.gates.speed.rows import RowResult, evaluate_row, facts_from, group_attempts
+from campaign.gates.speed.rows import RowResult, Summarize, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
 from campaign.gates.speed.sequential import (
     POWER,
@@ -99,7 +99,7 @@ class SpeedGate(LiveGate):
     control_reruns = 1
 
     @property
-    def max_boot_pairs(self) -> int:  # type: ignore[override]
+    def max_boot_pairs(self) -> int:
         return self.spec.max_boot_pairs
 
     def prompts(self) -> list[Prompt]:
@@ -117,7 +117,7 @@ class SpeedGate(LiveGate):
 
     # ---- offline ----
 
-    def _summarizer(self, visit_key: str):  # noqa: ANN202 - adapter.metric_summary or None
+    def _summarizer(self, visit_key: str) -> Summarize | None:
         lane = self.ctx.contract.lanes.get(VisitKey.parse(visit_key).lane)
         try:
             from campaign.lanes.engines.registry import adapter_for
@@ -264,6 +264,7 @@ class SpeedGate(LiveGate):
             est = estimate(values, higher_is_better=rule.metric != "ttft_s", confidence=seq.look_confidence)
             decided = look(est, min_mean_change=rule.min_mean_change, ci_lower_above=rule.ci_lower_above) if est else None
             if decided and decided.verdict == "PASS" and rule.min_wins:
+                assert est is not None  # for mypy: a look is made on an estimate only
                 need, of = parse_fraction(rule.min_wins)
                 wins = sum(1 for change in est.per_prompt.values() if change > 0)
                 if of != est.prompts or wins < need:
@@ -297,7 +298,7 @@ class SpeedGate(LiveGate):
                     value=round(final["drift"]["largest"], 5), denominator=final["drift"]["prompts"],
                     unit="fraction (one control boot vs the one before it, mean per prompt)",
                     note=f"the largest of {len(final['drift']['steps'])} step(s)")
-            if est is None:
+            if final is None or est is None:
                 entry["verdict"] = "INCONCLUSIVE"
                 entry["reason"] = (f"{tag}: after {seq.pairs} boot pair(s), too few boots count at this level "
                                    "(the caveats say why); the comparison needs 2 pairs, 2 counted boots of each "
@@ -400,7 +401,7 @@ class SpeedGate(LiveGate):
                         "it is not answering them")
         return problems, same
 
-    def _lane_level_metrics(self, result: GateResult, views: dict[str, _LaneView | None], level: int,
+    def _lane_level_metrics(self, result: GateResult, views: Mapping[str, _LaneView | None], level: int,
                             values: dict[str, dict[str, float]], unit: str) -> None:
         classes = by_class(self.prompts())
         for role, view in views.items():
@@ -426,10 +427,12 @@ class SpeedGate(LiveGate):
                 result.metrics[f"{tag}.ttft_s"] = Metric(value=round(statistics.median(ttfts), 4), unit="s",
                                                          denominator=len(ttfts), note="median over requests")
 
-    def _row_details(self, views: dict[str, _LaneView | None]) -> list[dict[str, Any]]:
+    def _row_details(self, views: Mapping[str, _LaneView | None]) -> list[dict[str, Any]]:
         rows = []
         for role, view in views.items():
-            for (level, cls), attempts in (view.rows.items() if view else []):
+            if view is None:
+                continue
+            for (level, cls), attempts in view.rows.items():
                 for attempt, row in enumerate(attempts):
                     rows.append({"lane": view.key, "role": role, "level": level, "class": cls, "attempt": attempt,
                                  "status": row.status, "reasons": row.reasons, "spread": row.spread,
@@ -547,7 +550,7 @@ def _control_drift(boots: list[BootValues], *, higher: bool) -> dict[str, Any] |
     """Each counted control boot against the one before it: the mean per-prompt change over the prompts
     both measured. A steady drift is in the fit; a jump this large means the environment moved."""
     controls = sorted((b for b in boots if not b.candidate), key=lambda b: b.position)
-    steps = {}
+    steps: dict[str, dict[str, Any]] = {}
     for before, after in itertools.pairwise(controls):
         common = [p for p in before.values if p in after.values and before.values[p] > 0 and after.values[p] > 0]
         if len(common) >= 2:

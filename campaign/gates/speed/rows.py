@@ -184,7 +184,7 @@ def _others(rep: dict[str, Any], client_cpu: float) -> float | None:
     """Share of the host's CPU time used by anything but the lane and this client during a rep."""
     host, lane, cpus = (rep.get(k) for k in ("host_busy_s", "lane_cpu_s", "host_cpus"))
     window = rep.get("host_window_s") or rep.get("duration_s")
-    if None in (host, lane, cpus) or not window:
+    if host is None or lane is None or cpus is None or not window:
         return None
     return max(0.0, (host - lane - client_cpu) / (window * cpus))
 
@@ -200,6 +200,7 @@ def _engine_traffic(row: RowAttempt, stats: list[tuple[dict[str, Any], StreamSta
     for record in (before, after):
         if record is None or record.get("error"):
             return {}, [f"metrics scrape failed: {(record or {}).get('error', 'missing')}"]
+    assert before is not None and after is not None  # for mypy: the loop returned on either missing
     if before.get("text") is None or after.get("text") is None:  # the engine exports none
         return {}, []
     deltas = counter_deltas(parse_prometheus(before["text"]), parse_prometheus(after["text"]))

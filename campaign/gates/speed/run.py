@@ -217,7 +217,7 @@ class SpeedMeasurement:
                   "runner_other_cpu_s": max(0.0, time.process_time() - process_cpu - (time.thread_time() - cpu)),
                   "host_cpus": os.cpu_count(), "host_window_s": time.perf_counter() - window,
                   **_lag_figures(lags)}
-        if None not in (host, lane, host_after, lane_after):
+        if host is not None and lane is not None and host_after is not None and lane_after is not None:
             record["host_busy_s"], record["lane_cpu_s"] = host_after - host, lane_after - lane
         for request in held:
             await self._count_tokens(request)

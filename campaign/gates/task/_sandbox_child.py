@@ -18,7 +18,7 @@ import os
 import resource
 import sys
 
-_VIOLATIONS = []
+_VIOLATIONS: list[str] = []
 
 
 def _libc():
@@ -155,7 +155,7 @@ def _install_hook(workdir):
             targets = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
             outside = [t for t in targets if not _inside(workdir, t)]
             if outside:
-                reason = f"{event} outside its directory: {outside[0]}"
+                reason = f"{event} outside its directory: {outside[0]!s}"  # a bytes path shows as b'...'
         elif event.startswith(_BLOCKED):
             reason = f"{event} is not allowed"
         if reason:

@@ -23,7 +23,7 @@ and prompt token counters are what tell another client's traffic apart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
@@ -123,7 +123,7 @@ class LlamaCppAdapter(EngineAdapter):
         if not isinstance(probs, list):
             raise ScoreError("generation has no completion_probabilities (was n_probs sent?)")
         positions = [_position(entry) for entry in probs]
-        ids = [p.token for p in positions]
+        ids = cast("list[int]", [p.token for p in positions])  # _position names every token
         if list(response.get("tokens") or ids) != ids:
             raise ScoreError("generated token ids differ from the ids their logprobs are reported for")
         raw = [bytes(entry.get("bytes") or entry.get("token", "").encode("utf-8")) for entry in probs]

@@ -121,7 +121,7 @@ class LlamaCppPythonAdapter(EngineAdapter):
         if len(ids) != len(texts):
             raise ScoreError(f"the reply has {len(texts)} generated tokens but re-tokenizes into {len(ids)}")
         positions = tuple(_position(ids[i], texts[i], logprobs, i) for i in range(len(ids)))
-        finish = choice.get("finish_reason") if choice.get("finish_reason") in ("length", "stop") else "other"
+        finish = choice["finish_reason"] if choice.get("finish_reason") in ("length", "stop") else "other"
         return Generation(tokens=TokenSeq(tuple(ids), choice.get("text", ""), tuple(texts)), positions=positions,
                           finish=finish)
 

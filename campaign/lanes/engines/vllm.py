@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
@@ -175,10 +175,10 @@ class VllmAdapter(EngineAdapter):
             raise ScoreError("the server generated from other prompt tokens than the ids sent")
         top_k = int(record["request"].get("logprobs") or 0)
         positions = _completion_positions(choice, top_k)
-        ids = [p.token for p in positions]
+        ids = cast("list[int]", [p.token for p in positions])  # _completion_positions names every token
         if choice.get("token_ids") is not None and list(choice["token_ids"]) != ids:
             raise ScoreError("generated token ids differ from the ids their logprobs are reported for")
-        text = choice.get("text") if isinstance(choice.get("text"), str) else ""
+        text = choice["text"] if isinstance(choice.get("text"), str) else ""
         pieces: tuple[str, ...] = ()
         found = [r for r in records if (r.get("tags") or {}).get("part") == "pieces"]
         if found and not found[-1].get("error"):
@@ -295,7 +295,7 @@ def _tokenized(record: dict[str, Any], lane: str) -> tuple[list[int], list[str] 
     if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
         raise ScoreError(f"lane {lane}: /tokenize failed: {record.get('error') or 'no token list'}: "
                          f"{str(record.get('response'))[:300]}")
-    strs = response.get("token_strs")
+    strs = (response or {}).get("token_strs")
     if strs is not None and (len(strs) != len(tokens) or not all(isinstance(s, str) for s in strs)):
         raise ScoreError(f"lane {lane}: /tokenize gave {len(strs)} token strings for {len(tokens)} tokens")
     return tokens, strs

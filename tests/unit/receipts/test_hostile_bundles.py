@@ -406,7 +406,7 @@ def test_promote_of_an_archive_says_it_is_an_archive(bundle: Path, tmp_path: Pat
 
     archive = publish(bundle, tmp_path / "out")["archive"]
     with pytest.raises(InputError, match=f"{archive}: an archive, not a bundle folder"):
-        promote(archive, key=None, trusted=load_trusted(), dry_run=True)  # type: ignore[arg-type]
+        promote(archive, key=None, trusted=load_trusted(), dry_run=True)
 
 
 @pytest.mark.parametrize("fault", ["unsigned", "chain", "fifo"])
@@ -420,7 +420,7 @@ def test_promote_refusals_name_the_user_s_folder_never_the_private_copy(small: P
     else:
         os.mkfifo(small / "raw" / "pipe")
     try:
-        decision, steps, entry = promote(small, key=None, trusted=load_trusted(), dry_run=True)  # type: ignore[arg-type]
+        decision, steps, entry = promote(small, key=None, trusted=load_trusted(), dry_run=True)
     finally:
         if fault == "chain":
             _remove_chain(small / "raw", 200)
@@ -440,7 +440,7 @@ def test_an_error_after_verifying_names_the_user_s_folder(small: Path) -> None:
     (small / ENVELOPE).unlink()
     sign_bundle(small, load_signing_key(), {"window": "w1"})
     with pytest.raises(InputError) as info:
-        promote(small, key=None, trusted=load_trusted(), dry_run=True)  # type: ignore[arg-type]
+        promote(small, key=None, trusted=load_trusted(), dry_run=True)
     assert str(info.value).startswith(f"{small}/contract/c.yaml")
     assert "campaign-promote-" not in str(info.value)
 
