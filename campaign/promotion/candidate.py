@@ -18,9 +18,9 @@ from campaign.daily import incumbent
 from campaign.errors import InputError, RunError
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.records import greedy_replays
-from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.command import engine_argv, resolve_refs
 from campaign.lanes.runtimes.process import BASE_ENV_KEYS
-from campaign.lanes.session import files_unchanged, resolve_refs
+from campaign.lanes.session import files_unchanged
 
 __all__ = ["candidate_launch", "smoke_candidate", "unredacted_argv"]
 
@@ -54,7 +54,7 @@ def unredacted_argv(launched: list[str], lane: EffectiveLane, candidate: str) ->
     """The measured command line with each redacted credential put back from the lane's own
     ``${env:NAME}`` reference (resolved now). Redaction is token for token, so the lane's command built
     again lines up with it; a credential the contract wrote literally is not recoverable, and refused."""
-    template = [launched[0], *adapter_for(lane.engine).server_args(lane, "<model>")]
+    template = engine_argv(launched[0], lane, "<model>")
     if len(template) != len(launched):
         raise RunError(f"lane {candidate}: its measured command line does not line up with its spec; "
                        "refusing to promote a command that cannot be rebuilt exactly")

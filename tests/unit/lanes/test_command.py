@@ -137,3 +137,12 @@ def test_promotion_rebuilds_the_measured_command_with_its_credential(monkeypatch
         "--api-key", "k-3", "--threads", "2"]
     with pytest.raises(RunError, match="does not line up"):
         unredacted_argv(measured[:-1], built, "l")
+
+
+def test_engine_argv_is_the_one_builder() -> None:
+    """An adapter's server arguments are put behind an executable in one place only: a second builder could
+    drift from the first, and promotion requires the measured command token for token."""
+    package = Path(__file__).resolve().parents[3] / "campaign"
+    callers = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                     if ".server_args(" in path.read_text(encoding="utf-8"))
+    assert callers == ["lanes/command.py"]
