@@ -26,10 +26,10 @@ from campaign.daily.incumbent import _cmdline, _read_pid
 from campaign.errors import InputError, RunError
 from campaign.fsutil import atomic_write_bytes
 from campaign.lanes.bootlog import HINTS, classify_failure, describe_exit
+from campaign.lanes.command import engine_argv, resolve_executable, resolve_refs
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.runtimes.gpus import visible_devices
 from campaign.lanes.runtimes.process import BASE_ENV_KEYS
-from campaign.lanes.session import resolve_executable, resolve_refs
 
 __all__ = ["daily_command", "describe_container_daily", "describe_daily", "find_daily_pidfile", "start_daily"]
 
@@ -41,7 +41,8 @@ def daily_command(loaded: LoadedContract) -> list[str]:
     # the same resolution of ${env:NAME} references as every lane's launch: a missing variable is refused
     lane = resolve_refs(loaded.lanes[spec.lane])
     model = str(loaded.resolve(lane.model.path).resolve())
-    return [resolve_executable(lane), *adapter_for(lane.engine).server_args(lane, model)]
+    # the lane's executable on this host with the host's model path, even for a docker-runtime lane
+    return engine_argv(resolve_executable(lane), lane, model)
 
 
 def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) -> tuple[int, bool]:

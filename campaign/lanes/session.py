@@ -7,23 +7,20 @@ the lane is stopped before the error leaves: a launch failure is INCONCLUSIVE, n
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.secretrefs import substitute
 from campaign.errors import LaunchError, PreflightError, RunError
-from campaign.fsutil import JsonlAppender, UnreadableFile, open_regular
+from campaign.fsutil import JsonlAppender, UnreadableFile
 from campaign.lanes.bootlog import HINTS, check_rules, classify_failure, describe_exit, log_tail, read_log
-from campaign.lanes.engines.base import EngineAdapter
+from campaign.lanes.command import launch_command, resolve_executable, resolve_refs
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.registry import adapter_for
-from campaign.lanes.hostcpu import check_cpus_here
+from campaign.lanes.lanecheck import check_lane, is_local, local_model, model_sha256, port_is_free
 from campaign.lanes.lanerun import LaneRun
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime
@@ -56,105 +53,6 @@ def runtime_for(lane: EffectiveLane) -> Runtime:
 
         return DockerRuntime(lane)
     raise PreflightError(f"lane {lane.name}: runtime {lane.runtime!r} is not available yet")
-
-
-def resolve_refs(lane: EffectiveLane) -> EffectiveLane:
-    """The lane with every ``${file:NAME}`` in its args and env replaced by the path its engine reads the
-    file at, and every ``${env:NAME}`` by the runner's value. Only the runtime ever sees this copy; everything
-    recorded is built from the lane as written, then redacted."""
-    lane = lane.with_file_paths()
-    try:
-        return lane.model_copy(update={"args": [substitute(a) for a in lane.args],
-                                       "env": {k: substitute(v) for k, v in lane.env.items()}})
-    except KeyError as exc:
-        raise PreflightError(f"lane {lane.name}: the contract references ${{env:{exc.args[0]}}} but "
-                             f"{exc.args[0]} is not set in the runner's environment") from None
-
-
-def is_local(lane: EffectiveLane) -> bool:
-    """Whether the lane runs on this box (so its port, files and binary are this box's)."""
-    if lane.runtime != "docker":
-        return True
-    from campaign.lanes.runtimes.dockerhost import is_local as engine_is_local
-
-    return engine_is_local(lane.docker_host)
-
-
-def check_lane(lane: EffectiveLane, model_path: str) -> dict[str, Any]:
-    """Pre-flight for what a launch needs beyond the model: referenced secrets set; for docker lanes the
-    engine, the pinned image, the mounts and the model's path inside the container (returned with the
-    image id: ``{"image_id", "model_path"}``; empty for a process lane)."""
-    resolve_refs(lane)
-    if lane.runtime == "process" and lane.cpus:
-        check_cpus_here(lane.cpus, f"lane {lane.name}")
-    if lane.runtime == "docker":
-        from campaign.lanes.runtimes.docker import check_lane as check_docker_lane
-
-        return check_docker_lane(lane, model_path)
-    return {}
-
-
-def local_model(lane: EffectiveLane, path: Path) -> tuple[str, str]:
-    """A model path on this box, resolved, and what it is (``"file"`` or ``"folder"``): a PreflightError
-    naming the path and what is wrong with it otherwise (missing, a FIFO, a device, a socket, a symlink loop,
-    a NUL byte, a kernel file system), never a hang on ``/dev/zero`` or a FIFO, never a traceback."""
-    try:
-        with open_regular(path, what="model"):
-            kind = "file"
-    except UnreadableFile as exc:
-        if not os.path.isdir(path):  # a folder (a Hugging Face checkpoint) is a model too; isdir never raises
-            raise PreflightError(f"lane {lane.name}: {exc}") from exc
-        kind = "folder"
-    if kind == "folder" and lane.model.sha256:
-        raise PreflightError(f"lane {lane.name}: model {path} is a folder, but model.sha256 pins a single file "
-                             "(pin a folder's files with model.sha256_manifest)")
-    return os.path.realpath(path), kind  # realpath, not Path.resolve: a loop made meanwhile is no traceback
-
-
-def model_sha256(lane: EffectiveLane, path: Path) -> str:
-    """The sha256 of a lane's model file, streamed; a path that is not a regular file is a PreflightError
-    naming it and what it is."""
-    try:
-        return sha256_file(path, what="model")
-    except UnreadableFile as exc:
-        raise PreflightError(f"lane {lane.name}: {exc}") from exc
-
-
-def launch_command(lane: EffectiveLane, adapter: EngineAdapter, model_path: str) -> tuple[list[str], Path | None]:
-    """The command a lane runs (``lane`` already resolved) and the host file of its executable, when
-    known, for its sha256. A docker lane's command is its ``executable`` (a path inside the container)
-    or the image's ENTRYPOINT, then the adapter's arguments with the model's path inside the container."""
-    if lane.runtime != "docker":
-        executable = resolve_executable(lane)
-        return [executable, *adapter.server_args(lane, model_path)], Path(executable)
-    from campaign.lanes.runtimes.docker import container_path, host_path
-
-    inside = container_path(lane, model_path)
-    if inside is None:
-        raise PreflightError(f"lane {lane.name}: model {model_path} is not under any of the lane's mounts")
-    # on a bridge network the server must listen on the container's interface; docker publishes the port
-    serving = lane if lane.network == "host" else lane.model_copy(update={"host": "0.0.0.0"})
-    args = adapter.server_args(serving, inside)
-    if lane.executable:
-        return [lane.executable, *args], host_path(lane, lane.executable)
-    return args, None
-
-
-def resolve_executable(lane: EffectiveLane) -> str:
-    found = shutil.which(lane.executable or "")
-    if not found:
-        raise PreflightError(f"lane {lane.name}: executable {lane.executable!r} not found on PATH")
-    return found
-
-
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, warm_sink: JsonlAppender,

@@ -1,8 +1,8 @@
 """Promotion: a candidate made the daily, or rolled back, from verified receipts only.
 
-Owns ``campaign promote`` and ``rollback`` (``promote``: the bundle verified, its required gates PASS, the
-daily's argv rebuilt from the bundle, ``promote-begun`` in the ledger before anything is touched, a smoke
-after) and the container daily's swap (``promotecontainer``).
+Owns ``campaign promote`` and ``rollback`` (``promote``: the bundle verified, its required gates PASS,
+``promote-begun`` in the ledger before anything is touched), the candidate's launch rebuilt from the bundle
+and the smoke after (``candidate``), and the container daily's swap (``promotecontainer``).
 
 Imports errors, fsutil, signing, contracts, lanes, receipts, gates (the replays a smoke reads), the daily
 (incumbent, ledger) and faults; never the failsafe or the window.

@@ -8,36 +8,29 @@ restore that was not proven, or a required gate that is not PASS (FAIL, INCONCLU
 touched (a promotion interrupted at any step is put back by ``rollback``): the current one is snapshotted
 and kept for rollback, the candidate
 starts with the arguments it was measured with, byte for byte, and must pass the smoke check (the
-proof completion, then its measured greedy replies replayed byte-identically); a failed smoke rolls
-back automatically.
+proof completion, then its measured greedy replies replayed byte-identically: ``candidate``); a failed
+smoke rolls back automatically.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
 
 from campaign.contracts.effective import recorded_rules, with_rules
 from campaign.contracts.freeze import FREEZE_SCHEMA
 from campaign.contracts.hashing import canonical_json, sha256_file
 from campaign.contracts.load import load_contract
-from campaign.contracts.resolve import EffectiveLane
-from campaign.contracts.secretrefs import REF
 from campaign.daily import incumbent
 from campaign.daily.ledger import Ledger, shown_argv
 from campaign.errors import CampaignError, InputError, PreflightError, RunError, VerifyError
 from campaign.faults import crash_point
-from campaign.fsutil import load_json_strict, read_jsonl
-from campaign.gates.records import greedy_replays
-from campaign.lanes.engines.registry import adapter_for
-from campaign.lanes.runtimes.process import BASE_ENV_KEYS
-from campaign.lanes.session import files_unchanged, resolve_refs
+from campaign.fsutil import load_json_strict
+from campaign.promotion.candidate import candidate_launch, smoke_candidate
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
 from campaign.receipts.shapes import checked_gate, checked_summary
 from campaign.signing import SigningKey, TrustedKeys
@@ -145,66 +138,6 @@ def _check_freeze(copy: Path, summary: dict[str, Any], trusted: TrustedKeys, dec
                                  "rules must be fixed before scoring")
 
 
-def _candidate_launch(copy: Path, candidate: str, daily: dict[str, Any]) -> dict[str, Any]:
-    """The candidate exactly as measured: its launched argv, its declared env on the same base."""
-    inspect = load_json_strict(copy / "lanes" / candidate / "inspect.json")
-    spec = load_json_strict(copy / "lanes" / candidate / "spec.json")
-    if not isinstance(inspect, dict) or not isinstance(inspect.get("launched_argv"), list) or not inspect["launched_argv"]:
-        raise InputError(f"lanes/{candidate}/inspect.json: no launched_argv list: not a snapshot this version reads")
-    try:
-        measured = EffectiveLane.model_validate(spec)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError(f"lanes/{candidate}/spec.json: {'.'.join(map(str, first['loc']))}: {first['msg']}: "
-                         "not a lane this version reads") from exc
-    argv = _unredacted_argv(inspect["launched_argv"], measured, candidate)
-    if sha256_file(Path(argv[0])) != inspect.get("executable_sha256"):
-        raise RunError(f"{argv[0]} changed since the window measured it; refusing to promote a different binary")
-    files_unchanged(measured)
-    # the declared env, its ${env:NAME} references resolved now, as every launch resolves them
-    lane = resolve_refs(measured)
-    env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ} | dict(lane.env)
-    return {"runtime": "process", "argv": argv, "env": env, "cwd": os.getcwd(), "exe": argv[0],
-            "exe_sha256": inspect["executable_sha256"], "pidfile": daily["pidfile"],
-            "cpus": inspect.get("launched_cpus"),  # pinned as measured (None: as it was, unpinned)
-            **{k: daily.get(k) for k in incumbent.SETTINGS}}
-
-
-def _unredacted_argv(launched: list[str], lane: EffectiveLane, candidate: str) -> list[str]:
-    """The measured command line with each redacted credential put back from the lane's own
-    ``${env:NAME}`` reference (resolved now). Redaction is token for token, so the lane's command built
-    again lines up with it; a credential the contract wrote literally is not recoverable, and refused."""
-    template = [launched[0], *adapter_for(lane.engine).server_args(lane, "<model>")]
-    if len(template) != len(launched):
-        raise RunError(f"lane {candidate}: its measured command line does not line up with its spec; "
-                       "refusing to promote a command that cannot be rebuilt exactly")
-    argv = []
-    for measured, written in zip(launched, template, strict=True):
-        if "<redacted" in measured:
-            if not REF.search(written):
-                raise RunError(f"lane {candidate}: a credential in its command line was written literally and "
-                               "is redacted in the bundle; use ${env:NAME} for it")
-            argv.append(resolve_refs(lane.model_copy(update={"args": [written], "env": {}})).args[0])
-        else:
-            argv.append(measured)
-    return argv
-
-
-def _smoke(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]:
-    """Proof completion, then the candidate's measured greedy replies must come back byte-identical."""
-    proof = incumbent.prove(launch)
-    replayed, mismatches = 0, []
-    for raw in sorted((copy / "raw").glob(f"*/{candidate}.jsonl")):
-        for replay in greedy_replays(read_jsonl(raw), limit=4):
-            with httpx.Client(base_url=launch["endpoint"], timeout=120.0) as client:
-                response = client.post(replay.path, json=replay.request).json()
-            replayed += 1
-            if response["choices"][0]["message"]["content"] != replay.reply:
-                mismatches.append(replay.prompt)
-    return {"proof": proof, "greedy_replayed": replayed, "greedy_mismatches": mismatches,
-            "ok": not mismatches}
-
-
 def promote(bundle: Path, *, key: SigningKey | None, trusted: TrustedKeys, candidate: str | None = None,
             dry_run: bool = False, ledger: Ledger | None = None) -> tuple[Decision, list[str], dict[str, Any] | None]:
     # the private copy is removed whatever happens: a promotion reads it, nothing keeps it
@@ -260,7 +193,7 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey | None, trusted: Tr
         raise
     crash_point("promote.swapped")
     try:
-        smoke = _smoke(copy, cand, launch)
+        smoke = smoke_candidate(copy, cand, launch)
     except (RunError, httpx.HTTPError, KeyError, ValueError) as exc:
         smoke = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     fields.update({"begun": begun["seq"], "bundle": str(bundle.resolve()), "receipt_sha256": sha256_file(copy / ENVELOPE),
@@ -300,7 +233,7 @@ def _daily_snapshot(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _swap_process(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledger,
                   window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    launch = _candidate_launch(copy, cand, previous)
+    launch = candidate_launch(copy, cand, previous)
     log = ledger.path.parent / "daily.log"
     try:
         incumbent.stop(previous)

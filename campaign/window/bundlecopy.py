@@ -1,6 +1,7 @@
 """What a window copies into its bundle once, at its first start: the frozen contract, its freeze record,
 the effective contract it is judged by, its inputs, and each pinned lane file (or only its digest, past the
-contract's file_copy_limit). Every read is bounded; a file changed since the freeze check is refused."""
+contract's file_copy_limit); each lane as meant (spec.json) and the tool's source. Every read is bounded;
+a file changed since the freeze check is refused."""
 
 from __future__ import annotations
 
@@ -17,8 +18,18 @@ from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES
 from campaign.errors import FrozenChanged
 from campaign.fsutil import MAX_JSON_BYTES, atomic_write_bytes, atomic_write_json, open_regular, read_bounded
 from campaign.window.judge import input_copies
+from campaign.window.source import source_snapshot
 
-__all__ = ["copy_contract"]
+__all__ = ["copy_contract", "copy_once"]
+
+
+def copy_once(loaded: LoadedContract, record_path: Path, bundle: Path, *, accepted: list[str]) -> None:
+    """Everything a window copies at its first start; source.json last, so a start killed before it is
+    known to have measured nothing."""
+    copy_contract(loaded, record_path, bundle, accepted=accepted)
+    for lane in loaded.lanes.values():  # every lane as meant, booted or not (a rejudge reads them all)
+        atomic_write_json(bundle / "lanes" / lane.name / "spec.json", lane.model_dump(mode="json"))
+    atomic_write_json(bundle / "source.json", source_snapshot())
 
 
 def copy_contract(loaded: LoadedContract, record_path: Path, bundle: Path, *, accepted: list[str]) -> None:

@@ -14,8 +14,8 @@ from campaign.contracts.freeze import check_frozen, default_record_path
 from campaign.contracts.load import load_contract
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim
+from campaign.window.context import new_window_id
 from campaign.window.preflight import preflight
-from campaign.window.run import _window_id
 
 __all__ = ["detach_window"]
 
@@ -27,7 +27,7 @@ def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted
     loaded = load_contract(contract)
     record = record or default_record_path(loaded.path)
     check_frozen(loaded, record, trusted, accept_tool_defaults=accept_tool_defaults)
-    window = _window_id(loaded)
+    window = new_window_id(loaded)
     held = claim(window, boxes_of(loaded))  # refused here, before the model is hashed on a busy box
     try:
         if not preflighted:

@@ -109,23 +109,33 @@ def _rejudge_verified(copy: Path, source: Path, *, key: SigningKey, out_dir: Pat
     shutil.rmtree(partial, ignore_errors=True)
     try:
         with errors_named_as(partial, source):  # judged from copies of the source; errors name the source
-            rules, changes, other, read_as = _build(copy, source, partial, before, key, current)
+            judged = _build(copy, source, partial, before, key, current)
         partial.rename(target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     after = load_json_strict(target / "SUMMARY.json")
     signed = {(c.gate, c.candidate): c.after for c in _compare(before, after)}
     what_if = [VerdictChange(gate=gate, candidate=candidate, before=signed.get((gate, candidate)), after=verdict)
-               for (gate, candidate), verdict in other.items()]
-    return Rejudged(bundle=target, source=source, verdicts=_compare(before, after), rule_changes=changes,
-                    under_current_defaults=what_if, rules=rules, read_as=read_as)
+               for (gate, candidate), verdict in judged.other.items()]
+    return Rejudged(bundle=target, source=source, verdicts=_compare(before, after), rule_changes=judged.changes,
+                    under_current_defaults=what_if, rules=judged.rules, read_as=judged.read_as)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """What ``_build`` signed: which rules, how this tool's defaults differ from the recorded ones, the
+    verdicts under whichever rules were not signed (this tool's defaults, or with ``current`` the recorded
+    ones) by (gate, candidate), and how older fields were read."""
+
+    rules: str
+    changes: list[str]
+    other: dict[tuple[str, str], str]
+    read_as: list[str]
 
 
 def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: SigningKey,
-           current: bool) -> tuple[str, list[str], dict[tuple[str, str], str], list[str]]:
-    """Judge the copied measurement into ``bundle`` and sign it; returns which rules were signed, how this
-    tool's defaults differ from the recorded rules, the verdicts under whichever rules were not signed
-    (this tool's defaults, or with ``current`` the recorded ones), and how older fields were read."""
+           current: bool) -> _Judged:
+    """Judge the copied measurement into ``bundle`` and sign it (what was signed: ``_Judged``)."""
     started = time.time()
     _copy_measurement(copy, bundle)
     freeze_record = load_json_strict(bundle / "contract" / "freeze.json")
@@ -170,7 +180,7 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
                           "read_as": as_written.read_as}
     atomic_write_json(bundle / "SUMMARY.json", summary)
     sign_bundle(bundle, key, {**predicate(loaded, window), "rejudge_of": summary["rejudge"]["source"]})
-    return rules, changes, other, as_written.read_as
+    return _Judged(rules=rules, changes=changes, other=other, read_as=as_written.read_as)
 
 
 def _copy_measurement(copy: Path, bundle: Path) -> None:

@@ -2,30 +2,29 @@
 
 Refused, before anything is touched, when what made the first records is no longer what would make the
 next: the tool's source, a lane's executable or image, or the tool defaults the window accepted at its
-start. The killed runner's lanes are stopped before the resumed visits boot (``run._open``).
+start. The killed runner's lanes are stopped before the resumed visits boot (``takedown.stop_lanes_left``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from campaign.contracts.effective import EFFECTIVE_FILE, read_document
 from campaign.contracts.freeze import check_frozen
-from campaign.contracts.hashing import sha256_file
-from campaign.contracts.load import LoadedContract, load_contract
-from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.load import load_contract
 from campaign.daily.restore import restore
 from campaign.daily.state import WindowState, process_start_time, windows_dir
 from campaign.errors import FrozenChanged, InputError, RunError
 from campaign.fsutil import UnreadableFile, load_json_strict, read_jsonl
-from campaign.lanes.session import launch_command, resolve_refs
 from campaign.receipts.bundle import ENVELOPE
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.boxes import boxes_of, claim
+from campaign.window.context import Window, WindowOutcome
+from campaign.window.identity import refuse_a_mixed_resume
 from campaign.window.preflight import preflight
-from campaign.window.run import Window, WindowOutcome, first_inspect, lane_redacted, refuse_another_launch, run_async
+from campaign.window.run import run_async
 from campaign.window.source import source_changes
 
 __all__ = ["resume_window"]
@@ -60,7 +59,7 @@ def resume_window(target: str, *, key: SigningKey, trusted: TrustedKeys,
                             "tool's defaults differ from the ones the window accepted at its start; start a new window")
     held = claim(window_id, boxes_of(loaded))
     model_paths = preflight(loaded, ports=False)
-    _refuse_a_mixed_resume(bundle, loaded, model_paths)
+    refuse_a_mixed_resume(bundle, loaded, model_paths)
     done = {(r.get("gate"), r.get("lane")) for r in records if r.get("event") == "done" and r.get("step") == "gate"}
     with state.locked():
         state = state.reload()
@@ -90,28 +89,3 @@ def _accepted_at_start(bundle: Path) -> list[str]:
     document = read_document(bundle / "contract") or {}
     accepted = document.get("accepted_tool_defaults")
     return [str(line) for line in accepted] if isinstance(accepted, list) else []
-
-
-def _refuse_a_mixed_resume(bundle: Path, loaded: LoadedContract, model_paths: dict[str, str]) -> None:
-    """A resumed window adds records to its first start's: refused when a lane's executable or image is no
-    longer what made them (the tool's source is checked first, by the caller), or one signed bundle would hold
-    two experiments as one. Checked before anything is touched, so the daily stays as the interruption left it."""
-    for lane in loaded.lanes.values():
-        first = first_inspect(bundle, lane.name)
-        if first is not None:
-            refuse_another_launch(bundle, lane, first, _launch_identity(lane, model_paths[lane.name]))
-
-
-def _launch_identity(lane: EffectiveLane, model_path: str) -> dict[str, Any]:
-    """What boot_lane will record as the lane's executable sha256 and image id, found without starting it."""
-    from campaign.lanes.engines.registry import adapter_for
-
-    _argv, executable = launch_command(resolve_refs(lane), adapter_for(lane.engine), model_path)
-    identity: dict[str, Any] = {"executable_sha256": sha256_file(executable) if executable is not None else None}
-    if lane.runtime == "docker":
-        from campaign.lanes.runtimes.docker import resolve_image
-        from campaign.lanes.runtimes.dockerhost import client_for
-
-        identity["image_id"] = resolve_image(client_for(lane.docker_host), lane.image or "",
-                                             where=f"lane {lane.name}: ")["Id"]
-    return lane_redacted(identity, lane)  # recorded snapshots went through the redactor: compare like with like

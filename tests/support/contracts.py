@@ -1,5 +1,6 @@
 """Contracts and constants the tests share: the model, free ports, a contract file written with its
-prompts, and the demo-like two-lane contract most windows start from."""
+prompts, the demo-like two-lane contract most windows start from, and the builders a window of its own
+writes its contract with (``contract_yaml`` over ``process_defaults``, ``control`` and ``candidate``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import os
 import socket
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 if TYPE_CHECKING:
     from campaign.contracts.resolve import EffectiveLane
 
-__all__ = ["DEFAULT_PYTHON", "EXAMPLES", "MODEL", "MODEL_SHA256", "PROMPTS", "REPO", "demo_like", "free_port",
-           "llama_server_lane", "write_contract"]
+__all__ = ["DEFAULT_PYTHON", "EXAMPLES", "MODEL", "MODEL_SHA256", "PROMPTS", "QUIET_ARGS", "REPO", "candidate",
+           "contract_yaml", "control", "demo_like", "free_port", "llama_server_lane", "process_defaults",
+           "write_contract"]
 
 REPO = Path(__file__).resolve().parent.parent.parent
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,3 +104,60 @@ def llama_server_lane(name: str, port: int, role: str = "control", **fields: obj
         "name": name, "role": role, "control": None if role == "control" else "c", "runtime": "process",
         "engine": "llamacpp", "executable": executable, "port": port,
         "args": ["--threads", "2", "--ctx-size", "512"], "model": {"path": str(MODEL)}, **fields})
+
+
+# one llama-server thread, one slot, a fixed seed, no web UI: what a quality window's lanes share
+QUIET_ARGS = ["--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--seed", "0", "--no-webui"]
+
+
+class _NoAliases(yaml.SafeDumper):
+    """A contract refuses anchors and aliases: a value used twice is written out twice."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def contract_yaml(name: str, *, defaults: dict[str, Any], lanes: list[dict[str, Any]], inputs: dict[str, Any],
+                  gates: list[dict[str, Any]], requires: list[str] | None = None, **more: Any) -> str:
+    """A contract's YAML text: ``defaults`` are its lane_defaults, ``requires`` its promotion's gates,
+    ``more`` any other top-level field (incumbent, failsafe). Paths become strings; numbers stay what
+    they are, so an argv value is given as a string."""
+    body: dict[str, Any] = {"contract": name, "version": 1, "lane_defaults": defaults, "lanes": lanes,
+                            "inputs": inputs, "gates": gates}
+    if requires is not None:
+        body["promotion"] = {"requires": requires}
+    body.update(more)
+    return yaml.dump(_plain(body), Dumper=_NoAliases, sort_keys=False, width=120)
+
+
+def process_defaults(port: int, *, args: list[str] | None = None, budget: str | None = "120s",
+                     engine: str = "llamacpp", executable: str | Path = "llama-server",
+                     model: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """lane_defaults of a process lane serving the small model (llama-server unless ``engine`` says
+    otherwise); ``budget`` None leaves readiness to its default, ``fields`` add the rest (env, files)."""
+    defaults: dict[str, Any] = {"runtime": "process", "engine": engine, "executable": executable, "port": port,
+                                "model": model if model is not None else {"path": MODEL, "sha256": MODEL_SHA256}}
+    if args is not None:
+        defaults["args"] = args
+    if budget is not None:
+        defaults["readiness"] = {"budget": budget}
+    return {**defaults, **fields}
+
+
+def control(name: str = "base") -> dict[str, Any]:
+    return {"name": name, "role": "control"}
+
+
+def candidate(name: str, axis: list[str], **changes: Any) -> dict[str, Any]:
+    """A candidate lane: ``changes`` is its ``set`` (args, env, files, ...), ``axis`` the fields it declares."""
+    return {"name": name, "role": "candidate", "axis": axis, "set": changes}

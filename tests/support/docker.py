@@ -8,10 +8,11 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.contracts import MODEL, REPO
+from tests.support.contracts import MODEL, MODEL_SHA256, REPO
 
 TEST_IMAGE = os.environ.get("CAMPAIGN_TEST_IMAGE", "campaign-test-base:2")
 CACHE = Path(os.environ.get("CAMPAIGN_CACHE", Path.home() / ".cache" / "campaign"))
@@ -46,6 +47,18 @@ def need_docker() -> str:
 def need_engine_files() -> None:
     if not LLAMA_SERVER.is_file() or not (MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file():
         pytest.fail(f"{LLAMA_SERVER} or the model under {MODELS_DIR} missing: run `make engine model`")
+
+
+def docker_defaults(image: str, port: int, *, args: list[str], budget: str = "120s",
+                    executable: str = "/opt/llama-server/bin/llama-server", mounts: tuple[dict[str, Any], ...] = (),
+                    **fields: Any) -> dict[str, Any]:
+    """lane_defaults of a docker lane of ``image`` serving the small model with this machine's
+    llama-server, both bind-mounted; ``mounts`` adds more, ``fields`` the rest (env, files, shm_size)."""
+    return {"runtime": "docker", "engine": "llamacpp", "image": image, "executable": executable,
+            "mounts": [{"host": ENGINE_DIR, "container": "/opt/llama-server"},
+                       {"host": MODELS_DIR, "container": "/models"}, *mounts],
+            "port": port, "model": {"path": MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf", "sha256": MODEL_SHA256},
+            "args": args, "readiness": {"budget": budget}, **fields}
 
 
 def pinned_demo_docker(directory: Path, image_id: str, port: int | None = None) -> Path:

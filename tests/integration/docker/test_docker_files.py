@@ -13,8 +13,8 @@ import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import frozen_window
-from tests.support.contracts import MODEL_SHA256, free_port, write_contract
-from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
+from tests.support.contracts import candidate, contract_yaml, control, free_port, write_contract
+from tests.support.docker import docker_defaults, need_docker, need_engine_files
 
 pytestmark = pytest.mark.integration
 
@@ -25,54 +25,27 @@ TEMPLATE = """{%- for message in messages %}<|im_start|>{{ message.role }}
 # the same ChatML, with a system line first: a change a user might try, and one the model reads
 BRIEF = "<|im_start|>system\nAnswer in as few words as you can.<|im_end|>\n" + TEMPLATE
 
-CONTRACT = """\
-    contract: t-docker-files
-    version: 1
-    lane_defaults:
-      runtime: docker
-      engine: llamacpp
-      image: {image}
-      executable: /opt/llama-server/bin/llama-server
-      mounts:
-        - {{host: {engine}, container: /opt/llama-server}}
-        - {{host: {models}, container: /models}}
-      port: {port}
-      model: {{path: {model}, sha256: {sha}}}
-      args: [--ctx-size, "1024", --threads, "1", --parallel, "1", --seed, "0", --no-webui, --jinja,
-             --chat-template-file, "${{file:chat_template}}"]
-      files:
-        - {{name: chat_template, path: templates/chatml.jinja, sha256: {plain}}}
-        - {{name: slotmap, path: slots.json, sha256: {slots}, mount: /etc/campaign/slots.json}}
-      readiness: {{budget: 120s}}
-    lanes:
-      - name: base
-        role: control
-      - name: brief
-        role: candidate
-        axis: [files.chat_template]
-        set:
-          files: [{{name: chat_template, path: templates/brief.jinja, sha256: {brief}}}]
-      - name: more-slots
-        role: candidate
-        axis: [files.slotmap]
-        set:
-          files: [{{name: slotmap, path: slots-more.json, sha256: {more}}}]
-    inputs:
-      p: {{file: prompts/p.jsonl}}
-    gates:
-      - kind: screen
-        id: cache
-        files: [{{name: trace, path: trace.jsonl, sha256: {trace}}}]
-        cache_replay: {{trace: trace, slot_map: slotmap}}
-        rule: {{require: ["hit_rate >= 0.5"]}}
-      - kind: greedy
-        input: p
-        repeats: 2
-        max_tokens: 8
-        rule: {{self_identical: "2/2"}}
-    promotion:
-      requires: [cache, greedy]
-    """
+
+
+def files_contract(image: str, port: int, digests: dict[str, str]) -> str:
+    def file(name: str, path: str, digest: str, **more: str) -> dict[str, str]:
+        return {"name": name, "path": path, "sha256": digests[digest], **more}
+
+    return contract_yaml(
+        "t-docker-files",
+        defaults=docker_defaults(image, port, args=["--ctx-size", "1024", "--threads", "1", "--parallel", "1", "--seed",
+                                                    "0", "--no-webui", "--jinja", "--chat-template-file",
+                                                    "${file:chat_template}"],
+                                 files=[file("chat_template", "templates/chatml.jinja", "plain"),
+                                        file("slotmap", "slots.json", "slots", mount="/etc/campaign/slots.json")]),
+        lanes=[control(),
+               candidate("brief", ["files.chat_template"], files=[file("chat_template", "templates/brief.jinja", "brief")]),
+               candidate("more-slots", ["files.slotmap"], files=[file("slotmap", "slots-more.json", "more")])],
+        inputs={"p": {"file": "prompts/p.jsonl"}},
+        gates=[{"kind": "screen", "id": "cache", "files": [file("trace", "trace.jsonl", "trace")],
+                "cache_replay": {"trace": "trace", "slot_map": "slotmap"}, "rule": {"require": ["hit_rate >= 0.5"]}},
+               {"kind": "greedy", "input": "p", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "2/2"}}],
+        requires=["cache", "greedy"])
 
 
 def _write(path: Path, text: str) -> str:
@@ -93,8 +66,7 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> dict:
                "brief": _write(root / "templates" / "brief.jinja", BRIEF),
                "slots": _write(root / "slots.json", "[2]\n"), "more": _write(root / "slots-more.json", "[3]\n"),
                "trace": _write(root / "trace.jsonl", trace)}
-    body = CONTRACT.format(image=image, engine=ENGINE_DIR, models=MODELS_DIR, port=free_port(), sha=MODEL_SHA256,
-                           model=MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf", **digests)
+    body = files_contract(image, free_port(), digests)
     contract = write_contract(root, body, prompts=[("capital", "What is the capital of France?"),
                                                    ("count", "Count from one to five.")])
     bundle, verified = frozen_window(contract, root / "runs", env={"XDG_CONFIG_HOME": str(root / "xdg")})

@@ -14,10 +14,10 @@ import pytest
 
 from campaign.contracts.hashing import sha256_file
 from campaign.fsutil import load_json_strict
-from tests.support.contracts import MODEL_SHA256, REPO, free_port, write_contract
+from tests.support.contracts import REPO, candidate, contract_yaml, control, free_port, write_contract
 from tests.support.cli import campaign, frozen_window
-from tests.support.docker import (CACHE, ENGINE_DIR, LLAMA_SERVER, MODELS_DIR, leftovers, need_docker, need_engine_files,
-                             pinned_demo_docker)
+from tests.support.docker import (CACHE, ENGINE_DIR, LLAMA_SERVER, MODELS_DIR, docker_defaults, leftovers, need_docker,
+                                  need_engine_files, pinned_demo_docker)
 
 pytestmark = pytest.mark.integration
 
@@ -65,65 +65,32 @@ def test_demo_docker_inspect_is_the_receipt_of_what_ran(demo: dict) -> None:
     assert inspect["labels"]["campaign.window"] == demo["bundle"].name
 
 
-FAILURES = """\
-    contract: t-docker-failures
-    version: 1
-    lane_defaults:
-      runtime: docker
-      engine: llamacpp
-      image: {image}
-      executable: /opt/fixtures/launch.sh
-      mounts:
-        - {{host: {engine}, container: /opt/llama-server}}
-        - {{host: {models}, container: /models}}
-        - {{host: {fixtures}, container: /opt/fixtures}}
-      shm_size: 64m
-      port: {port}
-      model: {{path: {model}, sha256: {sha}}}
-      env: {{LLAMA_SERVER: /opt/llama-server/bin/llama-server, HF_TOKEN: "${{env:CAMPAIGN_T_HF}}"}}
-      args: [--ctx-size, "1024", --threads, "1", --parallel, "1", --seed, "0", --no-webui,
-             --api-key, "${{env:CAMPAIGN_T_KEY}}"]
-      readiness: {{budget: 180s}}
-    lanes:
-      - name: base
-        role: control
-      - name: badflag
-        role: candidate
-        axis: [args.no-such-flag]
-        set: {{args: {{--no-such-flag: "1"}}}}
-      - name: shm-tiny
-        role: candidate
-        axis: [env.STAGE_MODEL_IN_SHM, shm_size]
-        set: {{env: {{STAGE_MODEL_IN_SHM: "1"}}, shm_size: 1m}}
-      - name: shm-roomy
-        role: candidate
-        axis: [env.STAGE_MODEL_IN_SHM, shm_size]
-        set: {{env: {{STAGE_MODEL_IN_SHM: "1"}}, shm_size: 256m}}
-      - name: slow
-        role: candidate
-        axis: [args.ctx-size]
-        set: {{args: {{--ctx-size: "2048"}}, readiness: {{budget: 500ms}}}}
-      - name: gpu
-        role: candidate
-        axis: [gpus]
-        set: {{gpus: all}}
-    inputs:
-      p: {{file: prompts/p.jsonl}}
-    gates:
-      - kind: greedy
-        input: p
-        repeats: 2
-        max_tokens: 8
-        rule: {{self_identical: "2/2"}}
-    """
+def failures_contract(image: str, port: int) -> str:
+    return contract_yaml(
+        "t-docker-failures",
+        defaults=docker_defaults(
+            image, port, executable="/opt/fixtures/launch.sh", budget="180s",
+            mounts=({"host": REPO / "tests" / "fixtures", "container": "/opt/fixtures"},), shm_size="64m",
+            env={"LLAMA_SERVER": "/opt/llama-server/bin/llama-server", "HF_TOKEN": "${env:CAMPAIGN_T_HF}"},
+            args=["--ctx-size", "1024", "--threads", "1", "--parallel", "1", "--seed", "0", "--no-webui",
+                  "--api-key", "${env:CAMPAIGN_T_KEY}"]),
+        lanes=[control(),
+               candidate("badflag", ["args.no-such-flag"], args={"--no-such-flag": "1"}),
+               candidate("shm-tiny", ["env.STAGE_MODEL_IN_SHM", "shm_size"], env={"STAGE_MODEL_IN_SHM": "1"},
+                         shm_size="1m"),
+               candidate("shm-roomy", ["env.STAGE_MODEL_IN_SHM", "shm_size"], env={"STAGE_MODEL_IN_SHM": "1"},
+                         shm_size="256m"),
+               candidate("slow", ["args.ctx-size"], args={"--ctx-size": "2048"}, readiness={"budget": "500ms"}),
+               candidate("gpu", ["gpus"], gpus="all")],
+        inputs={"p": {"file": "prompts/p.jsonl"}},
+        gates=[{"kind": "greedy", "input": "p", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "2/2"}}])
 
 
 @pytest.fixture(scope="module")
 def failures(image_id: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("docker-failures")
     planted = {"CAMPAIGN_T_HF": "hf_" + secrets.token_hex(16), "CAMPAIGN_T_KEY": "sk-" + secrets.token_hex(14)}
-    body = FAILURES.format(image=image_id, engine=ENGINE_DIR, models=MODELS_DIR, fixtures=REPO / "tests" / "fixtures",
-                           port=free_port(), model=MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf", sha=MODEL_SHA256)
+    body = failures_contract(image_id, free_port())
     contract = write_contract(root, body, prompts=[("capital", "What is the capital of France?"),
                                                    ("count", "Count from one to five.")])
     with pytest.MonkeyPatch.context() as patch:

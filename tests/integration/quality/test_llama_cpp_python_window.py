@@ -16,7 +16,8 @@ import pytest
 
 from campaign.fsutil import read_jsonl, load_json_strict
 from tests.support.windows import window_bundle
-from tests.support.contracts import DEFAULT_PYTHON, EXAMPLES, MODEL, MODEL_SHA256, free_port
+from tests.support.contracts import (DEFAULT_PYTHON, EXAMPLES, candidate, contract_yaml, control, free_port,
+                                     process_defaults)
 
 pytestmark = pytest.mark.integration
 
@@ -29,52 +30,23 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not python.exists():
         pytest.fail(f"{python} missing: run scripts/build-llama-cpp-python.sh (make test does)")
     root = tmp_path_factory.mktemp("lcp")
-    body = f"""\
-contract: t-lcp
-version: 1
-lane_defaults:
-  runtime: process
-  engine: llama-cpp-python
-  executable: {python}
-  port: {free_port()}
-  model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
-  args: [--n_ctx, "2048", --n_threads, "1", --seed, "0", --chat_format, chatml-function-calling]
-  readiness: {{budget: 120s}}
-lanes:
-  - name: base
-    role: control
-  - name: fa
-    role: candidate
-    axis: [args.flash_attn]
-    set: {{args: {{--flash_attn: "true"}}}}
-inputs:
-  chatml: {{file: {EXAMPLES}/prompts/chatml2.jsonl}}
-  raw: {{file: {EXAMPLES}/prompts/raw2.jsonl}}
-  structured: {{file: {EXAMPLES}/structured/structured4.jsonl}}
-  tools: {{file: {EXAMPLES}/tools/tools2.jsonl}}
-gates:
-  - id: tf-chatml
-    kind: teacher_forced
-    input: chatml
-    max_tokens: 12
-    top_k: 10
-    # an instrument self-check with no site rule: nothing to weigh, and this contract says PASS to that
-    rule: {{instrument_tolerance: 0.01, nothing_to_weigh: PASS}}
-  - id: tf-raw
-    kind: teacher_forced
-    input: raw
-    max_tokens: 8
-    top_k: 10
-    rule: {{instrument_tolerance: 0.01}}
-  - kind: structured
-    input: structured
-    max_tokens: 32
-    rule: {{correct: "1/4"}}
-  - kind: tools
-    input: tools
-    max_tokens: 32
-    rule: {{passed: "1/2"}}
-"""
+    body = contract_yaml(
+        "t-lcp",
+        defaults=process_defaults(free_port(), engine="llama-cpp-python", executable=python,
+                                  args=["--n_ctx", "2048", "--n_threads", "1", "--seed", "0", "--chat_format",
+                                        "chatml-function-calling"]),
+        lanes=[control(), candidate("fa", ["args.flash_attn"], args={"--flash_attn": "true"})],
+        inputs={"chatml": {"file": EXAMPLES / "prompts/chatml2.jsonl"}, "raw": {"file": EXAMPLES / "prompts/raw2.jsonl"},
+                "structured": {"file": EXAMPLES / "structured/structured4.jsonl"},
+                "tools": {"file": EXAMPLES / "tools/tools2.jsonl"}},
+        gates=[
+            # an instrument self-check with no site rule: nothing to weigh, and this contract says PASS to that
+            {"id": "tf-chatml", "kind": "teacher_forced", "input": "chatml", "max_tokens": 12, "top_k": 10,
+             "rule": {"instrument_tolerance": 0.01, "nothing_to_weigh": "PASS"}},
+            {"id": "tf-raw", "kind": "teacher_forced", "input": "raw", "max_tokens": 8, "top_k": 10,
+             "rule": {"instrument_tolerance": 0.01}},
+            {"kind": "structured", "input": "structured", "max_tokens": 32, "rule": {"correct": "1/4"}},
+            {"kind": "tools", "input": "tools", "max_tokens": 32, "rule": {"passed": "1/2"}}])
     path = root / "c.yaml"
     path.write_text(body)
     return window_bundle(root, path, allow=EXAMPLES)[0]

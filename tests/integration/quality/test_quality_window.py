@@ -20,7 +20,8 @@ import pytest
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign
 from tests.support.windows import window_bundle
-from tests.support.contracts import EXAMPLES, MODEL, MODEL_SHA256, free_port
+from tests.support.contracts import (EXAMPLES, QUIET_ARGS, candidate, contract_yaml, control, free_port,
+                                     process_defaults)
 
 pytestmark = pytest.mark.integration
 
@@ -28,80 +29,32 @@ pytestmark = pytest.mark.integration
 
 
 def contract(port: int) -> str:
-    return f"""\
-contract: t-quality
-version: 1
-lane_defaults:
-  runtime: process
-  engine: llamacpp
-  executable: llama-server
-  port: {port}
-  model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
-  args: [--ctx-size, "2048", --threads, "1", --parallel, "1", --seed, "0", --no-webui, --metrics]
-  readiness: {{budget: 120s}}
-lanes:
-  - name: base
-    role: control
-  - name: kvq8
-    role: candidate
-    axis: [args.cache-type-k]
-    set: {{args: {{--cache-type-k: q8_0}}}}
-  - name: fa-off
-    role: candidate
-    axis: [args.flash-attn]
-    set: {{args: {{--flash-attn: "off"}}}}
-  - name: draft8
-    role: candidate
-    axis: [args.spec-draft-n-max]
-    set: {{args: {{--spec-draft-n-max: "8"}}}}
-  - name: rope
-    role: candidate
-    axis: [args.override-kv]
-    set: {{args: {{--override-kv: "llama.rope.freq_base=float:20000"}}}}
-inputs:
-  tf: {{file: {EXAMPLES}/prompts/tf4.jsonl}}
-  refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
-  kl-refs: {{file: {EXAMPLES}/prompts/refs1.jsonl}}  # one text: KL is weighed per position, 12 of them here
-  structured: {{file: {EXAMPLES}/structured/structured4.jsonl}}
-  tools: {{file: {EXAMPLES}/tools/tools2.jsonl}}
-gates:
-  - kind: teacher_forced
-    input: tf
-    references: refs
-    max_tokens: 10  # rope diverges within 6 tokens on 3 of the 4 prompts; each token scored costs a prefill
-    top_k: 10
-    rule: {{instrument_tolerance: 0.01, max_site_delta: 1.0, noninferiority_max: 2.0}}
-  - kind: kl
-    input: kl-refs
-    top_k: 10
-    rule: {{max_mean: 0.5}}
-  - kind: structured
-    input: structured
-    max_tokens: 32
-    rule: {{correct: "1/4"}}
-  - id: structured-free
-    kind: structured
-    input: structured
-    constrained: false
-    max_tokens: 40
-    rule: {{correct: "1/4"}}
-  - kind: tools
-    input: tools
-    max_tokens: 32
-    rule: {{passed: "2/2"}}
-  - kind: ruler
-    input: tf
-    probes: 2
-    max_tokens: 8
-  - id: tf-bare
-    kind: teacher_forced
-    input: tf
-    max_tokens: 6
-    top_k: 10
-    rule: {{instrument_tolerance: 0.01, max_site_delta: 1.0}}
-promotion:
-  requires: [ruler]
-"""
+    return contract_yaml(
+        "t-quality",
+        defaults=process_defaults(port, args=[*QUIET_ARGS, "--metrics"]),
+        lanes=[control(),
+               candidate("kvq8", ["args.cache-type-k"], args={"--cache-type-k": "q8_0"}),
+               candidate("fa-off", ["args.flash-attn"], args={"--flash-attn": "off"}),
+               candidate("draft8", ["args.spec-draft-n-max"], args={"--spec-draft-n-max": "8"}),
+               candidate("rope", ["args.override-kv"], args={"--override-kv": "llama.rope.freq_base=float:20000"})],
+        inputs={"tf": {"file": EXAMPLES / "prompts/tf4.jsonl"}, "refs": {"file": EXAMPLES / "prompts/refs2.jsonl"},
+                # one text: KL is weighed per position, 12 of them here
+                "kl-refs": {"file": EXAMPLES / "prompts/refs1.jsonl"},
+                "structured": {"file": EXAMPLES / "structured/structured4.jsonl"},
+                "tools": {"file": EXAMPLES / "tools/tools2.jsonl"}},
+        gates=[
+            # rope diverges within 6 tokens on 3 of the 4 prompts; each token scored costs a prefill
+            {"kind": "teacher_forced", "input": "tf", "references": "refs", "max_tokens": 10, "top_k": 10,
+             "rule": {"instrument_tolerance": 0.01, "max_site_delta": 1.0, "noninferiority_max": 2.0}},
+            {"kind": "kl", "input": "kl-refs", "top_k": 10, "rule": {"max_mean": 0.5}},
+            {"kind": "structured", "input": "structured", "max_tokens": 32, "rule": {"correct": "1/4"}},
+            {"id": "structured-free", "kind": "structured", "input": "structured", "constrained": False,
+             "max_tokens": 40, "rule": {"correct": "1/4"}},
+            {"kind": "tools", "input": "tools", "max_tokens": 32, "rule": {"passed": "2/2"}},
+            {"kind": "ruler", "input": "tf", "probes": 2, "max_tokens": 8},
+            {"id": "tf-bare", "kind": "teacher_forced", "input": "tf", "max_tokens": 6, "top_k": 10,
+             "rule": {"instrument_tolerance": 0.01, "max_site_delta": 1.0}}],
+        requires=["ruler"])
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.contracts import MODEL, MODEL_SHA256, free_port, write_contract
+from tests.support.contracts import candidate, contract_yaml, control, free_port, process_defaults, write_contract
 
 pytestmark = pytest.mark.integration
 
@@ -45,34 +45,15 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("thinking")
     template = root / "thinking.jinja"
     template.write_text(THINKING_TEMPLATE)
-    body = f"""\
-        contract: t-thinking
-        version: 1
-        lane_defaults:
-          runtime: process
-          engine: llamacpp
-          executable: llama-server
-          port: {free_port()}
-          model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
-          args: [--ctx-size, "2048", --threads, "1", --jinja, --metrics, --seed, "0", --no-webui]
-          readiness: {{budget: 120s}}
-        lanes:
-          - {{name: plain, role: control}}
-          - name: thinks
-            role: candidate
-            axis: [args.chat-template-file]
-            set: {{args: {{--chat-template-file: {template}}}}}
-        inputs:
-          p: {{file: prompts/p.jsonl}}
-        gates:
-          - kind: ruler
-            input: p
-            probes: 2
-            max_tokens: 8
-            thinking: {{max_tokens: 24}}
-        promotion:
-          requires: [ruler]
-        """
+    body = contract_yaml(
+        "t-thinking",
+        defaults=process_defaults(free_port(), args=["--ctx-size", "2048", "--threads", "1", "--jinja", "--metrics",
+                                                     "--seed", "0", "--no-webui"]),
+        lanes=[control("plain"), candidate("thinks", ["args.chat-template-file"],
+                                           args={"--chat-template-file": template})],
+        inputs={"p": {"file": "prompts/p.jsonl"}},
+        gates=[{"kind": "ruler", "input": "p", "probes": 2, "max_tokens": 8, "thinking": {"max_tokens": 24}}],
+        requires=["ruler"])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
         contract = write_contract(root, body)

@@ -10,50 +10,22 @@ import pytest
 
 from campaign.fsutil import load_json_strict
 from tests.support.windows import window_bundle
-from tests.support.contracts import EXAMPLES, MODEL, MODEL_SHA256, free_port
+from tests.support.contracts import (EXAMPLES, QUIET_ARGS, candidate, contract_yaml, control, free_port,
+                                     process_defaults)
 
 pytestmark = pytest.mark.integration
 
 
 def contract(port: int) -> str:
-    return f"""\
-contract: t-ruler
-version: 1
-lane_defaults:
-  runtime: process
-  engine: llamacpp
-  executable: llama-server
-  port: {port}
-  model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
-  args: [--ctx-size, "2048", --threads, "1", --parallel, "1", --seed, "0", --no-webui, --metrics]
-  readiness: {{budget: 120s}}
-lanes:
-  - name: base
-    role: control
-  - name: ngram
-    role: candidate
-    axis: [args.spec-type]
-    set: {{args: {{--spec-type: ngram-simple}}}}
-  - name: defrag
-    role: candidate
-    axis: [args.defrag-thold]
-    set: {{args: {{--defrag-thold: "0.1"}}}}
-inputs:
-  tf: {{file: {EXAMPLES}/prompts/tf4.jsonl}}
-gates:
-  - kind: ruler
-    input: tf
-    probes: 2
-    max_tokens: 8
-  - id: ruler-plain
-    kind: ruler
-    input: tf
-    probes: 2
-    max_tokens: 8
-    exercise: []
-promotion:
-  requires: [ruler]
-"""
+    ruler = {"kind": "ruler", "input": "tf", "probes": 2, "max_tokens": 8}
+    return contract_yaml(
+        "t-ruler",
+        defaults=process_defaults(port, args=[*QUIET_ARGS, "--metrics"]),
+        lanes=[control(), candidate("ngram", ["args.spec-type"], args={"--spec-type": "ngram-simple"}),
+               candidate("defrag", ["args.defrag-thold"], args={"--defrag-thold": "0.1"})],
+        inputs={"tf": {"file": EXAMPLES / "prompts/tf4.jsonl"}},
+        gates=[ruler, {"id": "ruler-plain", **ruler, "exercise": []}],
+        requires=["ruler"])
 
 
 @pytest.fixture(scope="module")

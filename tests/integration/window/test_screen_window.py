@@ -14,7 +14,7 @@ import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign, frozen_window
-from tests.support.contracts import MODEL, MODEL_SHA256, free_port, write_contract
+from tests.support.contracts import candidate, contract_yaml, control, free_port, process_defaults, write_contract
 from tests.support.daily import daily_pid, serves
 
 pytestmark = pytest.mark.integration
@@ -32,49 +32,21 @@ def _screened_contract(tmp_path: Path, port: int, *, daily: bool = True) -> Path
     trace = "".join(json.dumps({"layers": [[(2 * s) % 6, (2 * s + 1) % 6]] * 2}) + "\n" for s in range(300))
     digests = {"trace": _write(tmp_path / "trace.jsonl", json.dumps({"n_experts": 6}) + "\n" + trace),
                "a": _write(tmp_path / "slots-a.json", "[2, 2]\n"), "b": _write(tmp_path / "slots-b.json", "[4, 4]\n")}
-    incumbent = f"""\
-        incumbent:
-          runtime: process
-          endpoint: http://127.0.0.1:{port}
-          pidfile: daily.pid
-          lane: base
-        failsafe: {{deadline: 10m}}
-        """ if daily else ""
-    return write_contract(tmp_path, f"""\
-        contract: t-screen-window
-        version: 1
-        lane_defaults:
-          runtime: process
-          engine: llamacpp
-          executable: llama-server
-          port: {port}
-          model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
-          env: {{SLOT_CACHE_PER_LAYER: "${{file:slotmap}}"}}
-          files: [{{name: slotmap, path: slots-a.json, sha256: {digests['a']}}}]
-        lanes:
-          - name: base
-            role: control
-          - name: wide
-            role: candidate
-            axis: [files.slotmap]
-            set:
-              files: [{{name: slotmap, path: slots-b.json, sha256: {digests['b']}}}]
-        inputs:
-          p: {{file: prompts/p.jsonl}}
-        gates:
-          - kind: screen
-            id: cache
-            files: [{{name: trace, path: trace.jsonl, sha256: {digests['trace']}}}]
-            cache_replay: {{trace: trace, slot_map: slotmap}}
-            rule: {{require: ["hit_rate >= 0.5"]}}
-          - kind: greedy
-            input: p
-            repeats: 2
-            max_tokens: 8
-            rule: {{self_identical: "3/3"}}
-        promotion:
-          requires: [cache, greedy]
-""" + incumbent)
+    daily_fields = {"incumbent": {"runtime": "process", "endpoint": f"http://127.0.0.1:{port}", "pidfile": "daily.pid",
+                                  "lane": "base"},
+                    "failsafe": {"deadline": "10m"}} if daily else {}
+    return write_contract(tmp_path, contract_yaml(
+        "t-screen-window",
+        defaults=process_defaults(port, budget=None, env={"SLOT_CACHE_PER_LAYER": "${file:slotmap}"},
+                                  files=[{"name": "slotmap", "path": "slots-a.json", "sha256": digests["a"]}]),
+        lanes=[control(), candidate("wide", ["files.slotmap"],
+                                    files=[{"name": "slotmap", "path": "slots-b.json", "sha256": digests["b"]}])],
+        inputs={"p": {"file": "prompts/p.jsonl"}},
+        gates=[{"kind": "screen", "id": "cache", "files": [{"name": "trace", "path": "trace.jsonl",
+                                                           "sha256": digests["trace"]}],
+                "cache_replay": {"trace": "trace", "slot_map": "slotmap"}, "rule": {"require": ["hit_rate >= 0.5"]}},
+               {"kind": "greedy", "input": "p", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "3/3"}}],
+        requires=["cache", "greedy"], **daily_fields))
 
 
 def test_a_window_ends_at_a_failing_screen_with_its_exact_figure_signed(tmp_path: Path, llama_server: str) -> None:

@@ -24,7 +24,7 @@ def test_a_candidate_that_fails_to_start_puts_the_previous_daily_back(monkeypatc
             raise OSError("exec format error")
         return 1
 
-    monkeypatch.setattr(promote, "_candidate_launch", lambda copy, cand, previous: {"argv": ["candidate"],
+    monkeypatch.setattr(promote, "candidate_launch", lambda copy, cand, previous: {"argv": ["candidate"],
                                                                                      "pidfile": "daily.pid"})
     monkeypatch.setattr(incumbent, "stop", lambda snap, **_: calls.append(("stop", snap["argv"][0])))
     monkeypatch.setattr(incumbent, "start", start)
