@@ -24,16 +24,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.gates.base import Gate, each_plot
 from campaign.gates.common.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict
-from campaign.presentation import (
-    Bars,
-    BarSeries,
-    Bound,
-    Headline,
-    Interval,
-    Intervals,
-    Plot,
-    Presentation,
-)
+from campaign.presentation import Bars, BarSeries, Bound, Headline, Interval, Intervals, Plot, Presentation
 
 __all__ = ["LengthGate", "ratio_ci"]
 

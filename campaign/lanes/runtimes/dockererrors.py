@@ -26,14 +26,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from campaign.errors import (
-    CampaignError,
-    DockerError,
-    DockerNotFound,
-    DockerRefused,
-    DockerTLSError,
-    DockerUnreachable,
-)
+from campaign.errors import CampaignError, DockerError, DockerNotFound, DockerRefused, DockerTLSError, DockerUnreachable
 
 __all__ = ["DEFAULT_ENGINE", "classify", "default_engine", "docker_errors", "why"]
 
