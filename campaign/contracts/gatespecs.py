@@ -491,10 +491,13 @@ class LengthRule(StrictModel):
                                                             "long as the control's).")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence of the paired bootstrap CI "
                                                               "(over items, seeded: a rejudge gives the same).")
-    max_cut: float = Field(0.2, ge=0, lt=1, description="Largest share of items with a reply cut at max_tokens "
-                                                        "on either lane: a cut reply's length is censored (it "
-                                                        "says only 'at least'). More: INCONCLUSIVE.")
-    min_pairs: int = Field(5, ge=2, le=MAX_COUNT, description="Fewest items measured on both lanes (cut ones "
+    max_left_out: float = Field(0.2, ge=0, lt=1, description="Largest share of items left out of the comparison: "
+                                                             "a reply cut at max_tokens on both lanes (its length "
+                                                             "censored), a failed request, an item one lane did "
+                                                             "not answer. More: INCONCLUSIVE. A reply cut on one "
+                                                             "lane only bounds the change: FAIL or INCONCLUSIVE, "
+                                                             "never PASS.")
+    min_pairs: int = Field(5, ge=2, le=MAX_COUNT, description="Fewest items weighed (measured on both lanes, none "
                                                               "left out) for a verdict.")
 
 

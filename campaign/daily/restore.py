@@ -16,7 +16,7 @@ from typing import Any
 
 from campaign.daily import incumbent
 from campaign.daily.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
-from campaign.errors import DockerNotFound, RunError
+from campaign.errors import DockerNotFound, DockerRefused, RunError
 from campaign.fsutil import JsonlAppender
 
 __all__ = ["restore", "stop_window_lanes"]
@@ -33,8 +33,8 @@ def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> 
     from campaign.lanes.runtimes.dockererrors import docker_errors
     from campaign.lanes.runtimes.dockerhost import client_for, describe
 
-    host = DockerHost.model_validate(lane.docker_host) if lane.docker_host else None
     try:
+        host = DockerHost.model_validate(lane.docker_host) if lane.docker_host else None
         client = client_for(host)
         with docker_errors(f"inspecting lane container {lane.container[:12]}", describe(host)):
             labels = client.api.inspect_container(lane.container)["Config"].get("Labels") or {}
@@ -43,7 +43,12 @@ def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> 
         remove_container(client, lane.container)
     except DockerNotFound:
         return False  # the engine says it is gone: nothing of ours to stop
-    except RunError as exc:  # DockerUnreachable, DockerTLSError, DockerRefused, or no client at all
+    except DockerRefused as exc:  # the engine answered and said no
+        not_stopped.append(f"{lane.visit}: its engine refused ({str(exc)[:200]}); "
+                           "`campaign cleanup --remove` finds it and tries again")
+        return False
+    except Exception as exc:  # top level of one lane's stop: whatever broke (unreachable, TLS, no client, a
+        # state an older version wrote, the ssh tunnel), the other lanes and the daily's start still run
         not_stopped.append(f"{lane.visit}: its engine could not be asked ({type(exc).__name__}: {str(exc)[:200]}); "
                            "`campaign cleanup --remove` finds it once the engine answers")
         return False

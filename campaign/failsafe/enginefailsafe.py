@@ -295,7 +295,8 @@ def box_report(state: WindowState) -> str:
             said = client.api.logs(container, tail=1).decode(errors="replace").strip()
     except DockerNotFound:  # the engine answered: no such container (removed by hand, or by cleanup)
         return "box watchdog: gone from its engine"
-    except CampaignError as exc:  # status must say "unknown" (never "gone") when the box did not answer
-        return f"box watchdog: unknown ({exc})"
+    except Exception as exc:  # top level of a status line: `campaign status` says "unknown" (never "gone")
+        # whatever kept the box from answering, and never ends in a traceback
+        return f"box watchdog: unknown ({type(exc).__name__}: {str(exc)[:200]})"
     running = (attrs.get("State") or {}).get("Running")
     return f"box watchdog {'running' if running else 'stopped'}: {said[21:] or 'nothing said yet'}"

@@ -164,7 +164,8 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey | None, trusted: Tr
              "record the promotion in the ledger (a failed smoke rolls back automatically)"]
     if dry_run:
         return decision, steps, None
-    assert key is not None  # for mypy: only a dry run goes without the signing key
+    if key is None:  # only a dry run goes without the signing key (a check, not an assert: -O keeps it)
+        raise InputError("promote needs the signing key to record the promotion (only --dry-run goes without)")
     ledger = ledger or Ledger()
     unfinished = unfinished_promotion(ledger.entries())
     if unfinished is not None:

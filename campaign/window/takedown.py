@@ -13,7 +13,7 @@ from typing import Any
 from campaign.daily import incumbent
 from campaign.daily.restore import restore, stop_window_lanes
 from campaign.daily.state import WindowState
-from campaign.errors import CampaignError, RunError
+from campaign.errors import RunError
 from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run
 from campaign.fsutil import atomic_write_json
 from campaign.lanes.redact import Redactor, lane_secrets, launch_secrets
@@ -37,7 +37,9 @@ async def heartbeat(state: WindowState) -> None:
 
             try:  # a box that does not hear us for the grace restores its daily: the failsafe doing its job
                 await asyncio.to_thread(enginefailsafe.beat, fresh, beats)
-            except CampaignError as exc:  # a DockerError kind, or no client: any failure to reach the box is news
+            except Exception as exc:  # top level of the heartbeat: nothing awaits this task, so an error that
+                # ended it would go unseen and the box would restore its daily mid-window; every failure to
+                # reach the box (a DockerError kind, the ssh tunnel's OSError, a timeout) is written down
                 _note_beat_failure(fresh, exc)
         await asyncio.sleep(2.0)
 

@@ -302,7 +302,12 @@ class DockerLane:
                 for chunk in self._client.api.logs(self.container.id, stream=True, follow=True):
                     self._log.write(chunk)
         except DockerError as exc:  # the stream ends with the container; a broken stream is noted, not fatal
-            self._log.write(f"\n[campaign] log stream ended: {type(exc).__name__}: {exc}\n".encode())
+            try:
+                self._log.write(f"\n[campaign] log stream ended: {type(exc).__name__}: {exc}\n".encode())
+            except (OSError, ValueError):
+                pass  # the log was closed by stop() after its drain: nothing left to write to
+        except (OSError, ValueError):
+            pass  # the same: a chunk that came after stop() closed the log
 
     def _state(self) -> dict[str, Any]:
         try:

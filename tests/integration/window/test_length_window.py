@@ -29,7 +29,7 @@ PROMPTS = [("france", "What is the capital of France? Answer in one word."),
 LENGTH = """\
           - kind: length
             source: greedy
-            rule: {max_mean_change: 0.25, min_pairs: 4, max_cut: 0.34}
+            rule: {max_mean_change: 0.25, min_pairs: 4, max_left_out: 0.34}
         promotion:"""
 
 

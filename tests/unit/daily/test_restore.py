@@ -104,6 +104,22 @@ def test_a_lane_whose_engine_does_not_answer_is_not_stopped_never_gone() -> None
                                      f"{engine}: inspecting lane container cccccccccccc: connection refused")
 
 
+def test_a_lane_whose_recorded_engine_no_longer_reads_is_named_and_the_next_lane_is_still_stopped() -> None:
+    """A state an older version wrote (its docker_host no longer a valid host) breaks that lane's stop only:
+    it is named in not_stopped and the lanes after it are still stopped, so the daily's start is reached."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        lanes = [LaneProcess(visit="old", container="d" * 64, docker_host={"url": "tcp://x", "nosuch": 1}),
+                 LaneProcess(visit="spec", pid=child.pid, start_time=process_start_time(child.pid))]
+        stopped, not_stopped = stop_window_lanes(_state("w-old-host", lanes), grace=0.5)
+        assert stopped == ["spec"] and child.wait(timeout=5) is not None
+        assert len(not_stopped) == 1 and not_stopped[0].startswith("old: its engine could not be asked "
+                                                                   "(ValidationError"), not_stopped
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
 def test_a_daily_on_an_engine_that_does_not_answer_is_a_failed_restore_never_a_success() -> None:
     from campaign.daily.restore import restore
     from campaign.errors import DockerUnreachable, RunError

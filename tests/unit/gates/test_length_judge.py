@@ -90,12 +90,60 @@ def test_replies_twice_as_long_fail_and_the_report_shows_it(tmp_path: Path) -> N
     assert "max_mean_change" in plots[0].svg
 
 
-def test_replies_cut_at_max_tokens_are_censored_and_too_many_are_inconclusive(tmp_path: Path) -> None:
+def test_replies_cut_at_max_tokens_on_both_lanes_are_censored_and_too_many_are_inconclusive(tmp_path: Path) -> None:
     lengths = {pid: [24, 24] for pid, _ in PROMPTS}
     _, result = _judge(tmp_path, lengths, lengths, cut={"p0", "p1", "p2"})
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert "3/8 items have a reply cut at max_tokens" in result.reasons[0] and "censored" in result.reasons[0]
-    assert result.metrics["cut"].value == 3
+    assert "3/8 items are left out" in result.reasons[0] and "3 cut at max_tokens on both lanes" in result.reasons[0]
+    assert result.metrics["cut_on_both"].value == 3
+
+
+def test_a_runaway_on_the_candidate_only_never_passes_on_the_replies_left(tmp_path: Path) -> None:
+    """One item in eight runs to max_tokens on the candidate alone (under max_left_out), the rest unchanged:
+    weighing only the clean seven would PASS a length regression. The cut reply bounds the change instead."""
+    (_, length), contract = _gates(tmp_path)
+    control = {pid: [20, 20] for pid, _ in PROMPTS}
+    candidate = {**control, "p0": [64, 64]}
+    _write(length, "base", control)
+    _write(length, "spec", candidate, cut={"p0"})
+    result = length.judge(contract.lanes["spec"], contract.lanes["base"])
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
+    assert "1 cut on the candidate only" in result.reasons[0] and "bound of the change" in result.reasons[0]
+    assert result.metrics["cut_on_candidate"].value == 1 and result.metrics["pairs"].value == 7
+
+
+def test_a_candidate_cut_often_enough_to_be_past_the_bound_fails_on_the_bound(tmp_path: Path) -> None:
+    (_, length), contract = _gates(tmp_path)
+    control = {pid: [20, 20] for pid, _ in PROMPTS}
+    candidate = {pid: [64, 64] if i < 3 else [20, 20] for i, (pid, _) in enumerate(PROMPTS)}
+    _write(length, "base", control)
+    _write(length, "spec", candidate, cut={"p0", "p1", "p2"})
+    result = length.judge(contract.lanes["spec"], contract.lanes["base"])
+    assert result.verdict is Verdict.FAIL, result.reasons
+    assert "already with the cut replies at their cut length" in result.reasons[0]
+
+
+def test_failures_on_the_candidate_beyond_max_left_out_are_inconclusive_not_a_pass_on_the_survivors(
+        tmp_path: Path) -> None:
+    """The candidate's long generations time out: only its short replies are left. Never a PASS on those."""
+    (_, length), contract = _gates(tmp_path)
+    lengths = {pid: [10, 10] for pid, _ in PROMPTS}
+    _write(length, "base", lengths)
+    _write(length, "spec", {pid: n for pid, n in lengths.items() if pid not in ("p0", "p1")})
+    with JsonlAppender(length.ctx.raw_path("greedy", "spec")) as sink:
+        for pid in ("p0", "p1"):
+            sink.append({"tags": {"prompt": pid, "repeat": 0}, "error": "read timed out"})
+    result = length.judge(contract.lanes["spec"], contract.lanes["base"])
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
+    assert "2/8 items are left out" in result.reasons[0] and "2 failed on a lane" in result.reasons[0]
+    assert result.details["left_out"]['{"prompt": "p0"}'] == ["read timed out"]
+
+
+def test_items_answered_on_one_lane_only_count_as_left_out(tmp_path: Path) -> None:
+    lengths = {pid: [10, 10] for pid, _ in PROMPTS}
+    _, result = _judge(tmp_path, lengths, {pid: n for pid, n in lengths.items() if pid not in ("p0", "p1", "p2")})
+    assert result.verdict is Verdict.INCONCLUSIVE and "3/8 items are left out" in result.reasons[0], result.reasons
+    assert result.details["left_out"]['{"prompt": "p1"}'] == ["answered on one lane only"]
 
 
 def test_a_source_that_gathered_nothing_on_a_lane_is_inconclusive(tmp_path: Path) -> None:
@@ -122,7 +170,8 @@ def test_a_failed_request_is_left_out_and_said(tmp_path: Path) -> None:
         sink.append({"tags": {"prompt": "p9", "repeat": 0}, "error": "connection reset"})
     result = length.judge(contract.lanes["spec"], contract.lanes["base"])
     assert result.verdict is Verdict.PASS
-    assert any("1 replies left out" in c and "connection reset" in c for c in result.caveats), result.caveats
+    assert any("1 items left out" in c and "connection reset" in c for c in result.caveats), result.caveats
+    assert result.metrics["left_out"].value == 1 and result.metrics["left_out"].denominator == 9
 
 
 @pytest.mark.parametrize("gates, message", [
