@@ -297,6 +297,7 @@ def box_report(state: WindowState) -> str:
         return "box watchdog: gone from its engine"
     except Exception as exc:  # top level of a status line: `campaign status` says "unknown" (never "gone")
         # whatever kept the box from answering, and never ends in a traceback
-        return f"box watchdog: unknown ({type(exc).__name__}: {str(exc)[:200]})"
+        why = str(exc) if isinstance(exc, CampaignError) else f"{type(exc).__name__}: {str(exc)[:200]}"
+        return f"box watchdog: unknown ({why})"
     running = (attrs.get("State") or {}).get("Running")
     return f"box watchdog {'running' if running else 'stopped'}: {said[21:] or 'nothing said yet'}"
