@@ -34,7 +34,9 @@ from rich.text import Text  # noqa: E402
 from campaign.errors import CampaignError, InputError  # noqa: E402
 from campaign.terminal import console, shown, styled  # noqa: E402
 
+# -h as well as --help, on every command (a click context passes its help option names to its children)
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Frozen-contract experiment windows for LLM inference serving.")
 keys_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Signing keys.")
 app.add_typer(keys_app, name="keys")
@@ -310,6 +312,20 @@ def resume(window: str,
         raise typer.Exit(1)
 
 
+def _print_version(shown_now: bool) -> None:
+    if shown_now:
+        from campaign import __version__
+
+        out.print(f"campaign {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                          help="Print the version and exit.")) -> None:
+    """Frozen-contract experiment windows for LLM inference serving."""
+
+
 @app.command()
 @one_line_errors
 def status(window: Optional[str] = typer.Argument(None),
@@ -325,6 +341,11 @@ def status(window: Optional[str] = typer.Argument(None),
     rows = window_status(window)
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    if not rows:
+        from campaign.daily.state import windows_dir
+
+        out.print(f"no windows yet under {windows_dir()}")
         return
     if not watch:
         out.print(_status_table(rows))

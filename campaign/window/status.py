@@ -29,8 +29,7 @@ def _states(window: str | None) -> list[WindowState]:
     # lstat: a state.json that is a dangling link or a loop sorts (and is then refused by its load), never a traceback
     found = windows_dir().glob("*/state.json") if windows_dir().exists() else []
     dirs = sorted(found, key=lambda p: p.lstat().st_mtime)
-    if not dirs:
-        raise InputError(f"no windows under {windows_dir()}")
+    # none yet is an answer, not an error: `campaign status` exits 0 with nothing to show (cron, scripts)
     # every window still running or still holding a daily down (one per box), else the newest
     states = [WindowState.load(d.parent.name) for d in dirs]
     live = [s for s in states if s.armed or process_start_time(s.runner_pid) == s.runner_start_time]

@@ -34,3 +34,35 @@ def test_help_is_plain_and_every_option_is_described(command: str) -> None:
 def test_verify_offers_one_trust_switch() -> None:
     text = help_text("verify")
     assert "--no-local-trust" in text and "Do not trust the local key" in text
+
+
+def _campaign(*args: str, state: str = "") -> subprocess.CompletedProcess[str]:
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", **({"XDG_STATE_HOME": state} if state else {})}
+    return subprocess.run([sys.executable, "-m", "campaign.cli", *args], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+@pytest.mark.parametrize("command", ["", "status", "daily", "daily start", "keys init"])
+def test_dash_h_is_help_on_every_level(command: str) -> None:
+    short, long = _campaign(*command.split(), "-h"), _campaign(*command.split(), "--help")
+    assert short.returncode == 0 and short.stdout == long.stdout and "Usage: " in short.stdout, short.stderr
+
+
+def test_version_prints_the_tool_version_and_exits_zero() -> None:
+    from campaign import __version__
+
+    for flag in ("--version", "-V"):
+        done = _campaign(flag)
+        assert done.returncode == 0 and done.stdout.strip() == f"campaign {__version__}", done.stderr
+
+
+def test_status_with_no_window_yet_is_an_answer_not_an_error(tmp_path) -> None:  # noqa: ANN001
+    """cron and scripts ask before any window has run: exit 0, and JSON that parses to an empty list."""
+    import json
+
+    shown = _campaign("status", state=str(tmp_path))
+    assert shown.returncode == 0 and shown.stdout.startswith("no windows yet under "), shown.stderr
+    as_json = _campaign("status", "--json", state=str(tmp_path))
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == [], as_json.stderr
+    named = _campaign("status", "nosuch", state=str(tmp_path))  # a window asked for by name must exist
+    assert named.returncode == 2 and "no window 'nosuch'" in named.stderr
