@@ -343,7 +343,7 @@ def status(window: Optional[str] = typer.Argument(None),
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
     if not rows:
-        from campaign.daily.state import windows_dir
+        from campaign.window.status import windows_dir
 
         out.print(f"no windows yet under {windows_dir()}")
         return
