@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence, get_type_hints
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane
@@ -117,7 +117,7 @@ class Gate(ABC):
         try:
             rule_type = get_type_hints(cls)["spec"].model_fields["rule"].annotation
             return rule_type.model_validate(raw if isinstance(raw, dict) else {})
-        except Exception:  # a rule of an older shape: the plots are drawn without its bounds
+        except (KeyError, AttributeError, ValidationError):  # a rule of an older shape: drawn without its bounds
             return None
 
     def bundle_tables(self) -> dict[str, list[dict[str, Any]]]:

@@ -143,8 +143,13 @@ def ratio_ci(control: list[float], candidate: list[float], confidence: float) ->
     paired items (a seeded generator: the same records give the same interval). None when a resample's
     control replies are all empty (no relative change is defined)."""
     ctrl, cand = np.asarray(control, dtype=float), np.asarray(candidate, dtype=float)
-    picks = np.random.default_rng(0).integers(0, ctrl.size, size=(RESAMPLES, ctrl.size))
-    ctrl_sums, cand_sums = ctrl[picks].sum(axis=1), cand[picks].sum(axis=1)
+    rng, n = np.random.default_rng(0), ctrl.size
+    ctrl_sums, cand_sums = np.empty(RESAMPLES), np.empty(RESAMPLES)
+    chunk = max(1, 2_000_000 // n)  # bounded memory for many items, as stats.bootstrap_mean_ci draws
+    for start in range(0, RESAMPLES, chunk):
+        stop = min(RESAMPLES, start + chunk)
+        picks = rng.integers(0, n, size=(stop - start, n))
+        ctrl_sums[start:stop], cand_sums[start:stop] = ctrl[picks].sum(axis=1), cand[picks].sum(axis=1)
     if ctrl.sum() <= 0 or np.any(ctrl_sums <= 0):
         return None
     ratios = cand_sums / ctrl_sums - 1.0

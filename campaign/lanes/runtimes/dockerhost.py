@@ -31,7 +31,7 @@ from campaign.fsutil import UnreadableFile, open_regular
 from campaign.lanes.runtimes.dockererrors import default_engine, docker_errors, why
 
 __all__ = ["API_VERSION", "EngineUnreachable", "client_for", "client_kwargs", "describe", "engine_identity",
-           "is_local", "ssh_command", "why_unreachable"]
+           "is_local", "ssh_command"]
 
 # Pinned rather than negotiated: negotiation costs a round trip per client and would make constructing a
 # client for an unreachable box fail before pre-flight can say which box it was. 1.41 is Docker 20.10's
@@ -44,8 +44,6 @@ class EngineUnreachable(DockerUnreachable, PreflightError):
     its images or containers. Before a window that is a refusal (a PreflightError); mid-window a lane's
     `engine_unreachable`; to a restore, a lane it could not stop (a DockerUnreachable, never "gone")."""
 
-
-why_unreachable = why  # the words for an engine that did not answer live with the boundary
 
 
 _clients: dict[str, Any] = {}

@@ -216,7 +216,7 @@ def test_demo_docker_contract_is_valid_and_pins_a_placeholder() -> None:
 
 
 def test_an_unreachable_engine_is_said_in_words_a_person_can_act_on() -> None:
-    from campaign.lanes.runtimes.dockerhost import why_unreachable
+    from campaign.lanes.runtimes.dockererrors import why as why_unreachable
 
     assert "not signed by the given ca_cert" in why_unreachable(Exception(
         "SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed')"))
