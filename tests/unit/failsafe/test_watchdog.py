@@ -222,7 +222,10 @@ def test_unreadable_state_is_reported_not_swallowed(state: WindowState, monkeypa
     while time.monotonic() < deadline and not ack.exists():
         time.sleep(0.02)
     assert ack.exists(), _log(state)
-    (state.directory / "state.json").write_text('{"window": "half a state')
+    # replaced whole, as the product writes it: a write_text in place is read empty first at this poll rate
+    half = state.directory / "state.json.half"
+    half.write_text('{"window": "half a state')
+    os.replace(half, state.directory / "state.json")
     thread.join(15)
     assert not thread.is_alive() and result == [watchdog.EXIT_STATE_UNREADABLE]
     log = _log(state)
