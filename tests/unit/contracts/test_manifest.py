@@ -11,13 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign.contracts.manifest import (
-    ManifestError,
-    manifest_problems,
-    parse_manifest,
-    render_manifest,
-    tree_digests,
-)
+from campaign.contracts.manifest import ManifestError, manifest_problems, parse_manifest, render_manifest, tree_digests
 from tests.support.cli import campaign
 
 
