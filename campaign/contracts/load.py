@@ -189,7 +189,7 @@ def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None
         _check_models(loaded)
     _check_literal_secrets(loaded)
     _check_file_refs(loaded)
-    _check_model_refs(loaded)
+    _check_model_refs(loaded, draft_flags=not bundle_copy)
     _check_roles(loaded)
     _check_incumbent(loaded)
     _check_gates(loaded)
@@ -269,10 +269,11 @@ def _arg_place(loaded: LoadedContract, index: int, kind: str, name: str) -> tupl
                  if token == name or token.startswith(name + "=")), ("lanes", index))
 
 
-def _check_model_refs(loaded: LoadedContract) -> None:
+def _check_model_refs(loaded: LoadedContract, *, draft_flags: bool = True) -> None:
     """Every ${model:ROLE} names one of its lane's models and stands where it may (``modelrefs``), and every
     draft model an engine is handed is a pinned one: a drafter path written as such is refused, naming
-    the option and the line."""
+    the option and the line. ``draft_flags`` False: a signed bundle's copy, measured before drafters had to
+    be pinned, is judged again as it was run (its receipt says what it pinned)."""
     for index, lane in enumerate(loaded.contract.lanes):
         effective = loaded.lanes[lane.name]
         roles = set(effective.models)
@@ -288,7 +289,8 @@ def _check_model_refs(loaded: LoadedContract) -> None:
                     raise loaded.error(_arg_place(loaded, index, kind, name),
                                        f"${{model:{role}}} names no model of lane {lane.name!r} (its models: "
                                        f"{', '.join(sorted(roles)) or 'none'})")
-        for kind, name, why in draft_problems(effective.engine, effective.args, effective.env, roles):
+        for kind, name, why in draft_problems(effective.engine, effective.args, effective.env, roles) if draft_flags \
+                else []:
             raise loaded.error(_arg_place(loaded, index, kind, name), why)
 
 

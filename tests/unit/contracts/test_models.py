@@ -18,6 +18,7 @@ from campaign.contracts.resolve import axis_difference
 from campaign.errors import AxisError, ContractError, FrozenChanged
 from campaign.lanes.session import resolve_refs
 from campaign.signing import init_keys, load_signing_key, load_trusted
+from tests.support.cli import campaign
 from tests.support.contracts import EXAMPLES, MODEL, MODEL_SHA256, write_contract
 
 
@@ -284,3 +285,23 @@ def test_the_vllm_drafter_example_pins_both_models_and_the_drafter_is_its_one_ax
                                             r"that is not pinned") as caught:
         load_contract(copy, check_files=False)
     assert caught.value.field == "lanes[1].set.args.--speculative-config" and caught.value.line == 65
+
+
+def test_the_strangers_unpinned_drafter_is_one_line_exit_2_and_an_old_bundles_copy_still_loads(tmp_path: Path) -> None:
+    """The issue's contract as written: the EAGLE-3 directory named inside --speculative-config, no `models:`."""
+    shutil.copytree(EXAMPLES / "prompts", tmp_path / "prompts")
+    text = (EXAMPLES / "vllm-drafter.yaml").read_text().replace("${model:draft}", "/models/EAGLE3-LLaMA3.1-Instruct-8B")
+    head, _, tail = text.partition("      models:\n")
+    text = head + tail[tail.index("      args:"):]
+    (tmp_path / "manifests").mkdir()  # the served model's manifest, as `campaign manifest` would write it
+    (tmp_path / "manifests" / "llama-3.1-8b-instruct.sha256").write_text(f"{'a' * 64}  model.safetensors\n")
+    path = tmp_path / "stranger.yaml"
+    path.write_text(text.replace("axis: [models.draft]", "axis: [args.speculative-config]"))
+    ran = campaign("validate", str(path))
+    assert ran.returncode == 2 and ran.stdout == ""
+    assert ran.stderr.strip() == (
+        f"error: {path}:60: lanes[1].set.args.--speculative-config: --speculative-config key 'model' "
+        "'/models/EAGLE3-LLaMA3.1-Instruct-8B' is a draft model that is not pinned: pin it under `models:` (path, "
+        "sha256; a directory also sha256_manifest) and write ${model:ROLE} (pinned roles: none)")
+    # a bundle measured before drafters had to be pinned is judged again as it ran
+    assert load_contract(path, check_files=False, bundle_copy=True).lanes["eagle3-k3"].models == {}
