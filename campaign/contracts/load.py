@@ -19,7 +19,7 @@ from campaign.contracts.args import parse_args
 from campaign.contracts.gatespecs import BUNDLE_COPY
 from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.manifest import MANIFEST_BYTES, ManifestError, parse_manifest
-from campaign.contracts.model import INPUT_FILE_BYTES
+from campaign.contracts.model import INPUT_FILE_BYTES, SERVED_ROLE
 from campaign.contracts.modelrefs import draft_problems, model_refs
 from campaign.contracts.resolve import (
     FILE_REF,
@@ -285,6 +285,10 @@ def _check_model_refs(loaded: LoadedContract, *, draft_flags: bool = True) -> No
             except ValueError as exc:
                 raise loaded.error(_arg_place(loaded, index, kind, name), str(exc)) from None
             for role, _key in refs:
+                if role == SERVED_ROLE and role not in roles:
+                    raise loaded.error(_arg_place(loaded, index, kind, name),
+                                       f"${{model:{role}}}: the served model is the lane's `model:`, which the engine "
+                                       "adapter passes itself; `models:` holds the others")
                 if role not in roles:
                     raise loaded.error(_arg_place(loaded, index, kind, name),
                                        f"${{model:{role}}} names no model of lane {lane.name!r} (its models: "

@@ -101,7 +101,10 @@ def _walk(folder: Path, prefix: str, depth: int, names: list[str]) -> None:
         rel = f"{prefix}{entry.name}"
         if "\n" in entry.name or "\\" in entry.name:
             raise ManifestError(f"{folder}: a file name with a newline or a backslash ({entry.name[:60]!r})")
-        mode = entry.stat(follow_symlinks=False).st_mode
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError as exc:  # gone meanwhile, or unreadable: said as it is
+            raise ManifestError(f"{folder / entry.name}: {exc.strerror}") from None
         if stat.S_ISLNK(mode):
             raise ManifestError(f"{folder / entry.name}: a link; a pinned directory holds its files itself "
                                 "(a link would dangle inside a container, or read something else later): "

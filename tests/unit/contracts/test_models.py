@@ -154,6 +154,7 @@ def test_a_draft_env_variable_must_name_a_pinned_model(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("value", "message"), [
     ("${model:drafter}", r"\$\{model:drafter\} names no model of lane 'cand' \(its models: draft\)"),
+    ("${model:served}", r"the served model is the lane's `model:`"),
     ("${model:draft}.gguf", r"must be a whole value"),
     ('{"model":"x/${model:draft}"}', r"must be the whole string"),
     ('{"${model:draft}":"x"}', r"JSON key"),
