@@ -211,6 +211,34 @@ def _side_by_side(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, 
     return [(k, show(a.get(k)), show(b.get(k))) for k in sorted(set(a) | set(b), key=str) if a.get(k) != b.get(k)]
 
 
+@app.command()
+@one_line_errors
+def manifest(directory: Path,
+             out_file: Optional[Path] = typer.Option(None, "--out", help="Write the manifest here (atomically) and "
+                                                                          "print the sha256 to pin; default: stdout.")
+             ) -> None:
+    """Write a sha256sum-format manifest of a directory's files, to pin it as a model.
+
+    Files in one stable order; a link, a special file or more than 40,000 files are refused. Pin the result:
+    models: {draft: {path: DIR, sha256_manifest: FILE, sha256: <printed>}}.
+
+    Example: campaign manifest /srv/models/EAGLE3-LLaMA3.1-8B --out manifests/eagle3.sha256
+    """
+    from campaign.contracts.freeze import directory_manifest
+    from campaign.fsutil import atomic_write_bytes
+
+    if out_file is not None and out_file.resolve().is_relative_to(directory.resolve()):
+        raise InputError(f"--out {out_file} lies inside {directory}: the manifest would be a file it does not list")
+    text, digest, count = directory_manifest(directory)
+    if out_file is None:
+        sys.stdout.write(text)
+        err.print(f"{count} files; sha256 of this manifest: {digest}")
+        return
+    atomic_write_bytes(out_file, text.encode())
+    out.print(f"wrote {out_file}: {count} files of {directory}; pin it as sha256_manifest: {out_file}, "
+              f"sha256: {digest}")
+
+
 ACCEPT_DEFAULTS_HELP = ("Run a contract whose left-out fields this tool's defaults resolve otherwise than when it "
                         "was frozen; the differences are recorded in the bundle and shown in its report.")
 

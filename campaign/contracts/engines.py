@@ -22,16 +22,38 @@ class EngineFacts:
     dtype_options: tuple[str, ...] = ()  # options that set the compute dtype (none: the model file's)
     context_split_by_slots: bool = False  # the context is shared by --parallel slots unless --kv-unified
     build_hint: str = ""  # how this project makes the engine's executable, shown by `campaign doctor`
+    # A draft model's path, where the engine takes one: it must be a pinned `${model:ROLE}`
+    # (contracts.modelrefs). Options whose value is the path; (option, key) of a JSON object option whose key
+    # holds it; env variables the engine reads it from; options and variables that fetch one from a hub.
+    draft_options: tuple[str, ...] = ()
+    draft_json_keys: tuple[tuple[str, str], ...] = ()
+    draft_env: tuple[str, ...] = ()
+    hub_draft_options: tuple[str, ...] = ()
+    hub_draft_env: tuple[str, ...] = ()
+    underscores_are_dashes: bool = False  # its parser reads --a_b as --a-b
 
 
 # llama.cpp splits its context between the --parallel slots unless the KV cache is unified; its dtype is
 # the GGUF's and its kernels' (no flag).
+# Draft flags, from each engine's own source or --help: llama-server 0.5.0-dev (`--help`, build 0c1e570);
+# vLLM 0.32.0 (engine/arg_utils.py: `--speculative-config`/`-sc` JSON with `model`, `--spec-model`; its
+# FlexibleArgumentParser also reads `--speculative-config.model X` and `--a_b` as `--a-b`; there is no
+# `--speculative-model` any more); SGLang from its documented server arguments (no source on this machine).
 ENGINES: dict[str, EngineFacts] = {
     "llamacpp": EngineFacts(context_options=("--ctx-size", "-c"), context_split_by_slots=True,
-                            build_hint="make engine"),
+                            build_hint="make engine",
+                            draft_options=("--spec-draft-model", "--model-draft", "-md"),
+                            draft_env=("LLAMA_ARG_SPEC_DRAFT_MODEL",),
+                            hub_draft_options=("--spec-draft-hf", "--hf-repo-draft", "-hfd", "-hfrd"),
+                            hub_draft_env=("LLAMA_ARG_SPEC_DRAFT_HF_REPO",)),
     "llama-cpp-python": EngineFacts(context_options=("--n_ctx",), build_hint="make engine-python"),
-    "vllm": EngineFacts(context_options=("--max-model-len",), dtype_options=("--dtype",), build_hint="make vllm"),
-    "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",)),
+    "vllm": EngineFacts(context_options=("--max-model-len",), dtype_options=("--dtype",), build_hint="make vllm",
+                        draft_options=("--spec-model", "--speculative-config.model", "-sc.model"),
+                        draft_json_keys=(("--speculative-config", "model"), ("-sc", "model")),
+                        underscores_are_dashes=True),
+    "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",),
+                          draft_options=("--speculative-draft-model-path", "--speculative-draft"),
+                          underscores_are_dashes=True),
 }
 # the schema's engine field accepts exactly the kinds above (spelled out for mypy; tests/unit/test_architecture.py
 # keeps it in step with ENGINES)

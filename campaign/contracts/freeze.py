@@ -20,9 +20,10 @@ from campaign import __version__
 from campaign.contracts.effective import effective_contract
 from campaign.contracts.hashing import canonical_json, canonical_sha256, sha256_bytes
 from campaign.contracts.load import LoadedContract, file_problem
+from campaign.contracts.manifest import ManifestError, manifest_problems, read_manifest, render_manifest, tree_digests
 from campaign.contracts.model import INPUT_FILE_BYTES
 from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES, without_gc
-from campaign.errors import FrozenChanged
+from campaign.errors import FrozenChanged, InputError
 from campaign.fsutil import (
     UnreadableFile,
     atomic_write_bytes,
@@ -33,8 +34,8 @@ from campaign.fsutil import (
 )
 from campaign.signing import SigningKey, TrustedKeys
 
-__all__ = ["FREEZE_SCHEMA", "ToolDefaultsChanged", "check_frozen", "default_record_path", "freeze", "freeze_record",
-           "tool_default_changes"]
+__all__ = ["FREEZE_SCHEMA", "ToolDefaultsChanged", "check_frozen", "default_record_path", "directory_manifest",
+           "freeze", "freeze_record", "tool_default_changes"]
 
 FREEZE_SCHEMA = "campaign.freeze/v1"
 
@@ -66,8 +67,50 @@ def _file_digests(loaded: LoadedContract) -> dict[str, str]:
     return files
 
 
+def directory_manifest(directory: Path) -> tuple[str, str, int]:
+    """What pins a directory model (``campaign manifest``): its ``sha256sum`` manifest text, that text's
+    sha256 (the pin a contract writes) and its number of files. A directory that cannot be pinned (a link
+    in it, a special file, too many files) is an InputError naming the path."""
+    try:
+        digests = tree_digests(directory)
+    except ManifestError as exc:
+        raise InputError(str(exc)) from None
+    text = render_manifest(digests)
+    return text, sha256_bytes(text.encode()), len(digests)
+
+
+def _model_digests(loaded: LoadedContract) -> dict[str, str]:
+    """Each pinned model's digest by the path the contract writes (a file's own; a directory's manifest's),
+    checked against its pin; a directory's files are hashed and checked against its manifest (no file
+    missing, changed or unlisted). Run calls this again (``check_frozen``): the models are re-hashed."""
+    digests: dict[str, str] = {}
+    walked: set[tuple[str, str]] = set()  # a directory pinned by one manifest in several places: walked once
+    for where, _role, model in loaded.written_models():
+        written = model.sha256_manifest or model.path
+        try:
+            if written not in digests:
+                digests[written] = hash_regular_file(loaded.resolve(written), what="model manifest" if
+                                                     model.sha256_manifest else "model")
+            if model.sha256_manifest is not None and (model.path, written) not in walked:
+                walked.add((model.path, written))
+                problems = manifest_problems(read_manifest(loaded.resolve(model.sha256_manifest)),
+                                             tree_digests(loaded.resolve(model.path)))
+                if problems:
+                    raise loaded.error((*where, "path"), f"{model.path} is not the directory "
+                                                         f"{model.sha256_manifest} lists: {problems}")
+        except UnreadableFile as exc:
+            raise loaded.error((*where, "sha256_manifest" if model.sha256_manifest else "path"),
+                               file_problem(loaded, written, exc)) from None
+        except ManifestError as exc:
+            raise loaded.error((*where, "path"), str(exc)) from None
+        if digests[written] != model.sha256:
+            raise loaded.error((*where, "sha256"), f"{written} has sha256 {digests[written]}, not the pinned "
+                                                   f"{model.sha256}")
+    return digests
+
+
 def freeze_record(loaded: LoadedContract) -> dict[str, Any]:
-    files = _file_digests(loaded)
+    files = {**_model_digests(loaded), **_file_digests(loaded)}
     for input_name, spec in loaded.contract.inputs.items():
         if spec.sha256 and files[spec.file] != spec.sha256:
             raise loaded.error(("inputs", input_name, "sha256"),

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 from campaign.contracts.args import parse_args
 from campaign.contracts.gatespecs import BUNDLE_COPY
 from campaign.contracts.hashing import canonical_sha256
-from campaign.contracts.model import INPUT_FILE_BYTES
+from campaign.contracts.manifest import MANIFEST_BYTES, ManifestError, parse_manifest
+from campaign.contracts.model import INPUT_FILE_BYTES, SERVED_ROLE
+from campaign.contracts.modelrefs import draft_problems, model_refs
 from campaign.contracts.resolve import (
     FILE_REF,
     EffectiveLane,
@@ -26,13 +28,14 @@ from campaign.contracts.resolve import (
     contract_docker_host,
     effective_lane,
     flatten_serving,
+    implied_by_models,
     normalize_axis,
 )
-from campaign.contracts.schema import Contract, LaneFile
+from campaign.contracts.schema import Contract, LaneFile, LaneModel
 from campaign.contracts.secretrefs import literal_secrets, refuse_secrets_in_text, secrets_anywhere
 from campaign.contracts.yamlsafe import LocatedDocument, dotted, load_located, shown_path, without_gc
 from campaign.errors import AxisError, ContractError
-from campaign.fsutil import UnreadableFile, open_regular
+from campaign.fsutil import UnreadableFile, open_regular, read_text_bounded
 
 __all__ = ["INPUT_FILE_BYTES", "LoadedContract", "dotted", "file_problem", "load_contract"]
 
@@ -90,6 +93,16 @@ class LoadedContract:
             if script := getattr(gate, "script", None):
                 found.append((("gates", index, "script"), LaneFile(name="script", path=script.path,
                                                                     sha256=script.sha256)))
+        return found
+
+    def written_models(self) -> list[tuple[tuple[Any, ...], str, LaneModel]]:
+        """Every pinned model (besides the served ones) as the contract writes it, with its YAML path and role:
+        a lane's ``models`` and each lane's ``set.models`` (a null there removes a role: nothing to pin)."""
+        found: list[tuple[tuple[Any, ...], str, LaneModel]] = [(("lane_defaults", "models", role), role, model)
+                 for role, model in (self.contract.lane_defaults.models or {}).items()]
+        for index, lane in enumerate(self.contract.lanes):
+            found += [(("lanes", index, "set", "models", role), role, model)
+                      for role, model in (lane.set.models or {}).items() if model is not None]
         return found
 
     def read_whole(self) -> set[str]:
@@ -153,6 +166,11 @@ def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None
             merged = effective_lane(contract, lane, defaults)
             if "files" in merged:  # a process engine reads them from wherever it runs: absolute paths
                 merged["files"] = [{**file, "path": absolute(file["path"])} for file in merged["files"]]
+            if "models" in merged:  # the same for models and their manifests (read back at run)
+                merged["models"] = {role: {**model, "path": absolute(model["path"]),
+                                           **({"sha256_manifest": absolute(model["sha256_manifest"])}
+                                              if model.get("sha256_manifest") else {})}
+                                    for role, model in merged["models"].items()}
             lanes[lane.name] = EffectiveLane.model_validate(merged)
         except ValidationError as exc:
             first = exc.errors()[0]
@@ -168,8 +186,10 @@ def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None
     if check_files:  # a contract only described (diff, status, a bundle's copy) reads no file
         _check_confined(loaded)
         _check_files(loaded)
+        _check_models(loaded)
     _check_literal_secrets(loaded)
     _check_file_refs(loaded)
+    _check_model_refs(loaded, draft_flags=not bundle_copy)
     _check_roles(loaded)
     _check_incumbent(loaded)
     _check_gates(loaded)
@@ -208,6 +228,74 @@ def _check_file_refs(loaded: LoadedContract) -> None:
                     raise loaded.error(("lanes", index, "set"), f"{value!r}: ${{file:{name}}} must be a whole value "
                                        "(an argument, the value after '=', an env value): a path built around it "
                                        "names a file nobody pinned")
+
+
+def _check_models(loaded: LoadedContract) -> None:
+    """Each pinned model is what its pin says it is: a file opens as a regular file; a directory is a
+    directory whose manifest is a readable ``sha256sum`` listing within its cap. Hashing is freeze's and
+    run's (a model may be gigabytes); models are never copied into a bundle, so they may lie anywhere."""
+    for where, _role, model in loaded.written_models():
+        path = loaded.resolve(model.path)
+        if model.sha256_manifest is None:
+            try:
+                with open_regular(path, what="model"):
+                    pass
+            except UnreadableFile as exc:
+                why = file_problem(loaded, model.path, exc)
+                raise loaded.error((*where, "path"), why + (" (a directory is pinned by sha256_manifest)"
+                                                            if path.is_dir() else "")) from None
+            continue
+        if not path.is_dir():
+            raise loaded.error((*where, "path"), f"{model.path!r} is not a directory (a sha256_manifest pins "
+                                                 "a directory; a file is pinned by sha256 alone)")
+        try:
+            parse_manifest(read_text_bounded(loaded.resolve(model.sha256_manifest), MANIFEST_BYTES,
+                                             what="model manifest"), model.sha256_manifest)
+        except UnreadableFile as exc:
+            raise loaded.error((*where, "sha256_manifest"), file_problem(loaded, model.sha256_manifest, exc)) from None
+        except ManifestError as exc:
+            raise loaded.error((*where, "sha256_manifest"), str(exc)) from None
+
+
+def _arg_place(loaded: LoadedContract, index: int, kind: str, name: str) -> tuple[Any, ...]:
+    """Where a lane's argument (or env variable) ``name`` is written: its ``set``, else ``lane_defaults``."""
+    changes = getattr(loaded.contract.lanes[index].set, kind) or {}
+    if name in changes:
+        return ("lanes", index, "set", kind, name)
+    defaults = getattr(loaded.contract.lane_defaults, kind) or ([] if kind == "args" else {})
+    if kind == "env":
+        return ("lane_defaults", "env", name) if name in defaults else ("lanes", index)
+    return next((("lane_defaults", "args", i) for i, token in enumerate(defaults)
+                 if token == name or token.startswith(name + "=")), ("lanes", index))
+
+
+def _check_model_refs(loaded: LoadedContract, *, draft_flags: bool = True) -> None:
+    """Every ${model:ROLE} names one of its lane's models and stands where it may (``modelrefs``), and every
+    draft model an engine is handed is a pinned one: a drafter path written as such is refused, naming
+    the option and the line. ``draft_flags`` False: a signed bundle's copy, measured before drafters had to
+    be pinned, is judged again as it was run (its receipt says what it pinned)."""
+    for index, lane in enumerate(loaded.contract.lanes):
+        effective = loaded.lanes[lane.name]
+        roles = set(effective.models)
+        written = [("args", name, value) for name, value in parse_args(effective.args) if value is not None]
+        written += [("env", name, value) for name, value in effective.env.items()]
+        for kind, name, value in written:
+            try:
+                refs = model_refs(value)
+            except ValueError as exc:
+                raise loaded.error(_arg_place(loaded, index, kind, name), str(exc)) from None
+            for role, _key in refs:
+                if role == SERVED_ROLE and role not in roles:
+                    raise loaded.error(_arg_place(loaded, index, kind, name),
+                                       f"${{model:{role}}}: the served model is the lane's `model:`, which the engine "
+                                       "adapter passes itself; `models:` holds the others")
+                if role not in roles:
+                    raise loaded.error(_arg_place(loaded, index, kind, name),
+                                       f"${{model:{role}}} names no model of lane {lane.name!r} (its models: "
+                                       f"{', '.join(sorted(roles)) or 'none'})")
+        for kind, name, why in draft_problems(effective.engine, effective.args, effective.env, roles) if draft_flags \
+                else []:
+            raise loaded.error(_arg_place(loaded, index, kind, name), why)
 
 
 def _check_confined(loaded: LoadedContract) -> None:
@@ -434,6 +522,8 @@ def _check_axes(loaded: LoadedContract) -> None:
             flat[control.name] = flatten_serving(control)
         computed = axis_difference(control, effective, flat[control.name])
         declared = {normalize_axis(entry) for entry in lane.axis}
+        for key in implied_by_models(control, effective, set(computed), declared):
+            del computed[key]  # the arguments that hand an added (or removed) model to the engine
         if set(computed) != declared:
             undeclared = sorted(set(computed) - declared)
             unchanged = sorted(declared - set(computed))

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 __all__ = ["ENV_NAME_PATTERN", "FILE_REF", "INPUT_FILE_BYTES", "FILES_MOUNT_ROOT", "MAX_CONTEXT_TOKENS", "MAX_COUNT",
-           "MAX_SEED", "NAME_PATTERN", "LaneFile", "SHA256_PATTERN", "CountRule", "EnvName", "StrDict", "StrList",
+           "MAX_SEED", "MODEL_REF", "MODELS_MOUNT_ROOT", "MODELS_SINCE", "NAME_PATTERN", "SERVED_ROLE", "LaneFile", "LaneModel", "SHA256_PATTERN", "CountRule", "EnvName", "StrDict", "StrList",
            "StrictModel", "parse_fraction", "stringify_scalars", "unique_file_names", "valid_regexes"]
 
 # names become file names in the bundle: identifiers, never paths (no '@', which visit keys use)
@@ -197,3 +197,37 @@ class LaneFile(StrictModel):
     mount: str | None = Field(None, pattern=r"^/\S*$",
                               description="docker runtime: where the container sees it (read-only); default "
                                           f"{FILES_MOUNT_ROOT}/<name>. A process lane sees the file's own path.")
+
+
+MODELS_MOUNT_ROOT = "/campaign/models"
+MODELS_SINCE = "0.3.0"  # the release that pins every model a lane reads (the reference's "since" column)
+_SINCE: dict[str, Any] = {"since": MODELS_SINCE}
+# ${model:draft} in args and env: the path the engine sees that role's model at
+MODEL_REF = re.compile(r"\$\{model:([A-Za-z0-9][A-Za-z0-9_.-]*+)\}")
+# the served model is the lane's `model:` (passed by the engine adapter); `models:` holds every other role
+SERVED_ROLE = "served"
+
+
+class LaneModel(StrictModel):
+    """A model the lane's engine reads besides the one it serves (a drafter, a tokenizer, an adapter), by
+    role, pinned: a file by its sha256, a directory by a ``sha256sum``-format manifest of its files and the
+    manifest's own sha256. Part of what the lane is, so a candidate may change it as its one axis
+    (``models.<role>``: drafter A against drafter B is one digest against another)."""
+
+    path: str = Field(description="The model file or directory on this box; relative paths are relative to "
+                                  "the contract.", json_schema_extra=_SINCE)
+    sha256: str = Field(pattern=SHA256_PATTERN, json_schema_extra=_SINCE,
+                        description="Pinned digest: of the file, or of the manifest for a directory. Checked at "
+                                    "freeze, at run, and read back inside the running lane.")
+    sha256_manifest: str | None = Field(
+        None, json_schema_extra=_SINCE,
+        description="A directory: its files in `sha256sum` format (`campaign manifest DIR --out FILE` writes one), "
+                    "relative to the contract. Every file it lists must match, and the directory may hold no "
+                    "other file.")
+    mount: str | None = Field(None, pattern=r"^/\S*$", json_schema_extra=_SINCE,
+                              description="docker runtime: where the container sees it (read-only); default "
+                                          f"{MODELS_MOUNT_ROOT}/<role>. A process lane sees its own path.")
+
+    @property
+    def is_directory(self) -> bool:
+        return self.sha256_manifest is not None

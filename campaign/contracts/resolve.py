@@ -14,7 +14,8 @@ from pydantic import Field, field_validator
 
 from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
 from campaign.contracts.engines import EngineKind
-from campaign.contracts.model import FILE_REF, StrictModel, unique_file_names
+from campaign.contracts.model import FILE_REF, MODEL_REF, MODELS_MOUNT_ROOT, LaneModel, StrictModel, unique_file_names
+from campaign.contracts.modelrefs import substitute_arg, substitute_value
 from campaign.contracts.schema import (
     FILES_MOUNT_ROOT,
     BootLogRules,
@@ -29,8 +30,8 @@ from campaign.contracts.schema import (
 )
 from campaign.contracts.units import format_cpuset, parse_cpuset
 
-__all__ = ["FILE_REF", "EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane", "flatten_serving",
-           "normalize_axis"]
+__all__ = ["FILE_REF", "MODEL_REF", "EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane",
+           "flatten_serving", "implied_by_models", "normalize_axis"]
 
 _NOT_AXES = {"readiness", "boot_log", "stop"}
 
@@ -49,6 +50,7 @@ class EffectiveLane(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     mounts: list[Mount] = Field(default_factory=list)
     files: list[LaneFile] = Field(default_factory=list)
+    models: dict[str, LaneModel] = Field(default_factory=dict)
     shm_size: int | None = None
     gpus: str | int | None = None
     cpus: str | None = None
@@ -84,15 +86,24 @@ class EffectiveLane(StrictModel):
             return file.mount or f"{FILES_MOUNT_ROOT}/{file.name}"
         return file.path
 
+    def model_seen_at(self, role: str) -> str:
+        """The path the engine reads a role's model at: its mount inside a container, its own path otherwise."""
+        model = self.models[role]
+        if self.runtime == "docker":
+            return model.mount or f"{MODELS_MOUNT_ROOT}/{role}"
+        return model.path
+
     def with_file_paths(self) -> "EffectiveLane":
-        """The lane with every ${file:NAME} replaced by the path its engine reads that file at."""
+        """The lane with every ${file:NAME} and ${model:ROLE} replaced by the path its engine reads that file
+        or model at (a ${model:ROLE} inside a JSON argument JSON-escaped)."""
         seen = {f.name: self.file_seen_at(f) for f in self.files}
+        models = {role: self.model_seen_at(role) for role in self.models}
 
         def one(value: str) -> str:
             return FILE_REF.sub(lambda match: seen[match.group(1)], value)
 
-        return self.model_copy(update={"args": [one(a) for a in self.args],
-                                       "env": {k: one(v) for k, v in self.env.items()}})
+        return self.model_copy(update={"args": [substitute_arg(one(a), models) for a in self.args],
+                                       "env": {k: substitute_value(one(v), models) for k, v in self.env.items()}})
 
     @property
     def options(self) -> dict[str, str | None]:
@@ -116,6 +127,15 @@ def effective_lane(contract: Contract, lane: Lane, defaults: dict[str, Any] | No
             for file in value:  # a new path and digest; the default's mount stays unless given
                 by_name[file.name] = {**by_name.get(file.name, {}), **file.model_dump(exclude_none=True)}
             merged["files"] = list(by_name.values())
+        elif key == "models":
+            roles = dict(merged.get("models", {}))
+            for role, model in value.items():  # a new path and digest; the default's mount stays unless given
+                if model is None:
+                    roles.pop(role, None)
+                else:
+                    kept = {"mount": roles[role]["mount"]} if roles.get(role, {}).get("mount") else {}
+                    roles[role] = {**kept, **model.model_dump(exclude_none=True)}
+            merged["models"] = roles
         elif key == "env":
             env = dict(merged.get("env", {}))
             for name, val in value.items():
@@ -180,7 +200,7 @@ def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
     """The lane as dotted keys, for diffing. Repeated options keep all their values."""
     flat: dict[str, Any] = {}
     data = lane.model_dump(exclude={"name", "role", "control", "axis", "args", "env", "mounts", "model", "files",
-                                    *_NOT_AXES})
+                                    "models", *_NOT_AXES})
     flat.update({k: v for k, v in data.items()})
     flat.update(arg_axis_keys(lane.args))
     for name, value in lane.env.items():
@@ -192,7 +212,30 @@ def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
     for file in lane.files:  # the bytes and where the engine sees them, not where they lie on this box
         flat[f"files.{file.name}"] = f"sha256:{file.sha256}" + (f" at {lane.file_seen_at(file)}"
                                                                 if lane.runtime == "docker" else "")
+    for role, model in lane.models.items():  # likewise: a drafter is its digest (a directory: its manifest's)
+        flat[f"models.{role}"] = (f"{'manifest ' if model.is_directory else ''}sha256:{model.sha256}"
+                                  + (f" at {lane.model_seen_at(role)}" if lane.runtime == "docker" else ""))
     return flat
+
+
+def implied_by_models(control: EffectiveLane, candidate: EffectiveLane, computed: set[str],
+                      declared: set[str]) -> set[str]:
+    """Argument and env keys a declared ``models.<role>`` covers: where one lane has the role and the other
+    has not (a drafter added or removed), the arguments that hand it to the engine (whose value holds
+    ``${model:ROLE}``) necessarily appear or go with it. Where both lanes have the role, nothing is implied:
+    a changed argument beside a changed drafter is a second axis."""
+    added = {key[len("models."):] for key in declared & computed if key.startswith("models.")
+             and (key[len("models."):] in control.models) != (key[len("models."):] in candidate.models)}
+    if not added:
+        return set()
+    implied = set()
+    for lane in (control, candidate):
+        keyed: dict[str, list[str | None]] = {**arg_axis_keys(lane.args), **{f"env.{k}": [v] for k, v in lane.env.items()}}
+        for key, values in keyed.items():
+            if key in computed and any(role in added for value in values if value
+                                       for role in MODEL_REF.findall(value)):
+                implied.add(key)
+    return implied
 
 
 def axis_difference(control: EffectiveLane, candidate: EffectiveLane,

@@ -20,10 +20,13 @@ from campaign.contracts.model import (
     ENV_NAME_PATTERN,
     FILES_MOUNT_ROOT,
     MAX_CONTEXT_TOKENS,
+    MODELS_SINCE,
     NAME_PATTERN,
+    SERVED_ROLE,
     SHA256_PATTERN,
     EnvName,
     LaneFile,
+    LaneModel,
     StrictModel,
     StrList,
     stringify_scalars,
@@ -46,6 +49,8 @@ __all__ = [
     "Lane",
     "LaneFile",
     "LaneChanges",
+    "LaneModel",
+    "ModelRole",
     "LaneFields",
     "ModelSpec",
     "Mount",
@@ -59,6 +64,8 @@ Role = Literal["control", "candidate"]
 _IMAGE = re.compile(r"^(?:[^@\s]++@)?+sha256:[0-9a-f]{64}$")  # possessive: linear
 MAX_GPUS = 1024  # a GPU count: past the largest single host (a docker device request counts one host's)
 MAX_VERSION = 2**31 - 1
+# a model's role names its mount (/campaign/models/<role>) and its axis key (models.<role>): an identifier
+ModelRole = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
 class Mount(StrictModel):
@@ -164,7 +171,12 @@ class LaneFields(StrictModel):
                                                "container. Keeps the engine off the speed client's cores.")
     host: str | None = Field(None, description="Address the lane listens on.")
     port: int | None = Field(None, ge=1, le=65535, description="Port the lane listens on.")
-    model: ModelSpec | None = Field(None, description="The served model and its identity.")
+    model: ModelSpec | None = Field(None, description="The served model and its identity (role `served`).")
+    models: dict[ModelRole, LaneModel] | None = Field(
+        None, description="Every other model the engine reads, by role (draft, tokenizer, adapter, ...): a file "
+                          "or a directory, pinned, referenced in args and env as ${model:<role>}; in `set`, an "
+                          "entry replaces the default's role (its mount kept unless given), null removes it.",
+        json_schema_extra={"since": MODELS_SINCE})
     readiness: ReadinessSpec | None = Field(None, description="Readiness budget.")
     boot_log: BootLogRules | None = Field(None, description="Patterns required or forbidden in the boot log.")
     stop: Literal["remove", "keep"] | None = Field(None, description="After its gates: remove the lane or keep it.")
@@ -185,10 +197,32 @@ class LaneFields(StrictModel):
             raise ValueError("two files share one mount path")
         return files
 
+    @field_validator("models")
+    @classmethod
+    def _model_roles(cls, models: dict[str, LaneModel | None] | None) -> dict[str, LaneModel | None] | None:
+        return model_roles(models)
+
     @field_validator("image")
     @classmethod
     def _pinned(cls, image: str | None) -> str | None:
         return pinned_image(image)
+
+
+def model_roles(models: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Roles are not ``served`` (that is the lane's ``model:``), differ also ignoring case (each is a folder
+    name in a container), and no two share a mount path."""
+    if SERVED_ROLE in (models or {}):
+        raise ValueError(f"role {SERVED_ROLE!r} is the lane's `model:` (the model the engine serves); "
+                         "`models:` holds the others (draft, tokenizer, adapter, ...)")
+    folded: dict[str, str] = {}
+    for role in models or {}:
+        earlier = folded.setdefault(role.casefold(), role)
+        if earlier != role:
+            raise ValueError(f"model roles {earlier!r} and {role!r} differ only in case")
+    mounts = [m.mount for m in (models or {}).values() if m is not None and m.mount]
+    if len(set(mounts)) != len(mounts):
+        raise ValueError("two models share one mount path")
+    return models
 
 
 class LaneChanges(LaneFields):
@@ -199,6 +233,9 @@ class LaneChanges(LaneFields):
         None, description="Options to change: value, null to remove, true for a bare flag.")
     env: dict[EnvName, str | None] | None = Field(  # type: ignore[assignment]
         None, description="Variables to set, or null to unset.")
+    models: dict[ModelRole, LaneModel | None] | None = Field(  # type: ignore[assignment]
+        None, description="Models to add or replace by role, or null to remove one.",
+        json_schema_extra={"since": MODELS_SINCE})
 
     @field_validator("args", "env", mode="before")
     @classmethod

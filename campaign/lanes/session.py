@@ -22,6 +22,7 @@ from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanecheck import check_lane, is_local, local_model, model_sha256, port_is_free
 from campaign.lanes.lanerun import LaneRun
+from campaign.lanes.modelcheck import models_unchanged, read_back_models
 from campaign.lanes.redact import redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime
 from campaign.lanes.runtimes.process import ProcessRuntime
@@ -89,6 +90,8 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
         snapshot["executable_sha256"] = (await asyncio.to_thread(sha256_file, executable)
                                          if executable is not None else None)
         snapshot["files"] = await asyncio.to_thread(read_back_files, running, resolved)
+        if lane.models:  # a lane without models keeps the snapshot older bundles have
+            snapshot["models"] = await asyncio.to_thread(read_back_models, running, resolved)
         if snapshot.get("launched_gpus") and snapshot.get("gpu_use") == []:
             # nvidia-smi lists other processes' GPU memory but none of this one's: it serves on the CPU
             raise LaunchError(f"lane {lane.name}: asked for GPUs {snapshot['launched_gpus']} but holds no GPU "
@@ -121,8 +124,9 @@ def read_back_files(running: RunningLane, lane: EffectiveLane) -> dict[str, dict
 
 
 def files_unchanged(lane: EffectiveLane) -> None:
-    """Each lane file still holds the bytes the window measured (promotion starts the daily on them later):
-    RunError naming the first that moved or changed."""
+    """Each lane file and pinned model still holds the bytes the window measured (promotion starts the
+    daily on them later): RunError naming the first that moved or changed."""
+    models_unchanged(lane)
     for file in lane.files:
         try:
             digest = sha256_file(Path(file.path))

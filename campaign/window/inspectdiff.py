@@ -3,8 +3,9 @@
 The contract check proved the intended launches differ only on the declared axis; here the launches
 read back from the runtime (``/proc`` for processes, ``docker inspect`` for containers) are diffed the
 same way, so a flag dropped by a wrapper or an env var the runtime injected shows up as a mismatch.
-Lane files are compared by the digest read back inside the running lane (``files.<name>``), and their
-paths in argv and env are put back as ``${file:NAME}``, as the contract wrote them.
+Lane files and pinned models are compared by the digest read back inside the running lane
+(``files.<name>``, ``models.<role>``), and their paths in argv and env are put back as ``${file:NAME}``
+and ``${model:ROLE}`` (inside a JSON argument too), as the contract wrote them.
 Container snapshots add the image id, mounts, /dev/shm size, cpuset, device requests and network,
 compared as launched (``launched``) and as the engine reports them; process snapshots add the CPUs the
 kernel lets the lane run on. Keys a contract names directly (``env.X``, ``image``, ``mounts.<path>``,
@@ -15,6 +16,7 @@ when the runtime was asked to inject it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +27,17 @@ from campaign.fsutil import load_json_strict
 
 __all__ = ["container_keys", "file_keys", "launch_keys", "runtime_axis_difference"]
 
-_DIRECT = ("env.", "image", "mounts.", "files.", "shm_size", "gpus", "cpus", "network", "docker_host")
+_DIRECT = ("env.", "image", "mounts.", "files.", "models.", "shm_size", "gpus", "cpus", "network", "docker_host")
 
 
 def file_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any]:
-    """Each lane file as pinned (launched) or as read back inside the running lane: ``files.<name>``."""
+    """Each lane file and model as pinned (launched) or as read back inside the running lane: ``files.<name>``,
+    ``models.<role>``."""
+    which = "pinned_sha256" if launched else "sha256"
     files = snapshot.get("files") or {}
-    return {f"files.{name}": entry.get("pinned_sha256" if launched else "sha256") for name, entry in files.items()}
+    keys = {f"files.{name}": entry.get(which) for name, entry in files.items()}
+    keys.update({f"models.{role}": entry.get(which) for role, entry in (snapshot.get("models") or {}).items()})
+    return keys
 
 
 def _as_written(snapshot: dict[str, Any], values: list[str] | dict[str, str]) -> Any:
@@ -39,14 +45,21 @@ def _as_written(snapshot: dict[str, Any], values: list[str] | dict[str, str]) ->
     maps through the same reference differ in ``files.<name>``, not in every argument that names it."""
     paths = {entry["path"]: f"${{file:{name}}}" for name, entry in (snapshot.get("files") or {}).items()
              if entry.get("path")}
+    models = {entry["path"]: f"${{model:{role}}}" for role, entry in (snapshot.get("models") or {}).items()
+              if entry.get("path")}
+    paths.update(models)
     if not paths:
         return values
 
-    def one(value: str) -> str:  # whole values only, as the contract may write them
+    def one(value: str) -> str:  # whole values, as the contract may write them; a model's also inside JSON
         if value in paths:
             return paths[value]
         option, eq, rest = value.partition("=")
-        return f"{option}={paths[rest]}" if eq and option.startswith("-") and rest in paths else value
+        if eq and option.startswith("-") and rest in paths:
+            return f"{option}={paths[rest]}"
+        for path, ref in models.items():
+            value = value.replace(json.dumps(path), f'"{ref}"')
+        return value
 
     if isinstance(values, dict):
         return {k: one(v) for k, v in values.items()}
@@ -67,10 +80,11 @@ def container_keys(snapshot: dict[str, Any], *, launched: bool) -> dict[str, Any
     source = (snapshot.get("launched") or {}) if launched else snapshot
     flat: dict[str, Any] = {"image": source.get("image_id"), "shm_size": source.get("shm_size"),
                             "cpus": _cpus(source.get("cpuset_cpus")), "docker_host": snapshot.get("docker_host")}
-    file_paths = {entry.get("path") for entry in (snapshot.get("files") or {}).values()}
+    file_paths = {entry.get("path") for entry in [*(snapshot.get("files") or {}).values(),
+                                                  *(snapshot.get("models") or {}).values()]}
     for mount in source.get("mounts") or []:
         if mount.get("destination") in file_paths:
-            continue  # a lane file: compared by the digest read back inside (files.<name>), not its host path
+            continue  # a lane file or model: compared by the digest read back inside, not its host path
         flat[f"mounts.{mount.get('destination')}"] = (mount.get("source"), bool(mount.get("read_only")))
     requests = source.get("device_requests") or []
     flat["gpus"] = sorted(((r.get("Count"), tuple(r.get("DeviceIDs") or ()),

@@ -53,6 +53,11 @@ class RunningLane(Protocol):
         """The sha256 of a file as the running lane sees it at ``path`` (a lane file read back)."""
         ...
 
+    def tree_sha256s(self, path: str) -> dict[str, str]:
+        """{relative path: sha256} of every file of a directory as the running lane sees it at ``path`` (a
+        directory model read back); a link or a special file in it is an error."""
+        ...
+
     def failure_facts(self) -> dict[str, Any]:
         """What the runtime itself knows about a death (e.g. ``oom_killed``, an engine ``error``)."""
         ...

@@ -158,8 +158,9 @@ def check_lane(lane: EffectiveLane, model_host_path: str) -> dict[str, Any]:
         for mount in lane.mounts:
             if not os.path.exists(mount.host):
                 raise PreflightError(f"{where}mount source {mount.host} does not exist")
-    elif lane.files:  # the pinned bytes are on this box; another box's engine would mount its own
-        raise PreflightError(f"{where}files ({', '.join(f.name for f in lane.files)}) need a docker engine on this "
+    elif lane.files or lane.models:  # the pinned bytes are on this box; another box's engine would mount its own
+        pinned = [*(f.name for f in lane.files), *(f"models.{role}" for role in lane.models)]
+        raise PreflightError(f"{where}files and models ({', '.join(pinned)}) need a docker engine on this "
                              f"box: {describe(lane.docker_host)} would mount whatever lies at those paths there")
     inside = container_path(lane, model_host_path)
     if inside is None:
@@ -238,7 +239,9 @@ def create_kwargs(lane: EffectiveLane, spec: LaunchSpec, image_id: str, name: st
         "mounts": [*(types.Mount(target=m.container, source=_mount_source(lane, m.host), type="bind",
                                  read_only=m.read_only) for m in lane.mounts),
                    *(types.Mount(target=lane.file_seen_at(f), source=_mount_source(lane, f.path), type="bind",
-                                 read_only=True) for f in lane.files)],
+                                 read_only=True) for f in lane.files),
+                   *(types.Mount(target=lane.model_seen_at(role), source=_mount_source(lane, m.path), type="bind",
+                                 read_only=True) for role, m in lane.models.items())],
         "device_requests": device_requests(lane.gpus),
         "restart_policy": {"Name": "no"},
         "detach": True,
@@ -395,6 +398,40 @@ class DockerLane:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
+
+    def tree_sha256s(self, path: str) -> dict[str, str]:
+        """{relative path: sha256} of every file of a directory as the running container sees it, from one
+        archive streamed out through the engine: the same rules as the manifest's walker (regular files and
+        folders only, a bounded count)."""
+        with docker_errors(f"reading {path} out of container {self.container.id[:12]}", self._engine):
+            return self._tree_of_archive(path)
+
+    def _tree_of_archive(self, path: str) -> dict[str, str]:
+        from campaign.contracts.manifest import MAX_MANIFEST_FILES
+
+        top, found = PurePosixPath(path).name, dict[str, str]()
+        stream, _ = self.container.get_archive(path)
+        try:
+            with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as archive:
+                for member in archive:
+                    if member.name == top and member.isdir():
+                        continue
+                    if not member.name.startswith(top + "/") or not (member.isfile() or member.isdir()):
+                        raise LaunchError(f"lane {self.lane.name}: {path} holds {member.name!r}, which is not a "
+                                          "regular file or a folder", cause="file_mismatch")
+                    if member.isfile():
+                        digest, handle = hashlib.sha256(), archive.extractfile(member)
+                        while handle is not None and (block := handle.read(1 << 20)):
+                            digest.update(block)
+                        found[member.name[len(top) + 1:]] = digest.hexdigest()
+                        if len(found) > MAX_MANIFEST_FILES:
+                            raise LaunchError(f"lane {self.lane.name}: {path} holds more than "
+                                              f"{MAX_MANIFEST_FILES:,} files", cause="file_mismatch")
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        return found
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, SIGKILL after ``timeout``; then the container is kept or removed, per the lane."""

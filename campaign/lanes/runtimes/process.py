@@ -143,6 +143,12 @@ class ProcessLane:
 
         return sha256_file(Path(f"/proc/{self.pid}/root") / path.lstrip("/"))
 
+    def tree_sha256s(self, path: str) -> dict[str, str]:
+        """A directory's files as the running lane sees them (through its root), by the manifest's walker."""
+        from campaign.contracts.manifest import tree_digests
+
+        return tree_digests(Path(f"/proc/{self.pid}/root") / path.lstrip("/"))
+
     def stop(self, timeout: float = 20.0) -> int | None:
         try:
             if self._popen.poll() is None:

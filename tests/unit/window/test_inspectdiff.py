@@ -97,3 +97,29 @@ def test_a_file_read_back_as_the_controls_makes_the_declared_difference_absent(t
     assert check(tmp_path, a, b, {"files.slotmap"}) == ""
     assert check(tmp_path, a, same, {"files.slotmap"}) == "declared differences absent from what ran files.slotmap"
 
+
+
+def _with_draft(digest: str, read_back: str | None = None, *, host: str = "/host/a") -> dict:
+    """A container snapshot whose vLLM drafter is a pinned model mounted at /campaign/models/draft."""
+    shot = snapshot()
+    config = '{"model":"/campaign/models/draft","num_speculative_tokens":3}'
+    for key in ("argv", "launched_argv"):
+        shot[key] = [*shot[key], "--speculative-config", config]
+    mount = {"source": host, "destination": "/campaign/models/draft", "read_only": True, "type": "bind"}
+    shot["mounts"].append(mount)
+    shot["launched"]["mounts"].append(dict(mount))
+    shot["models"] = {"draft": {"path": "/campaign/models/draft", "kind": "directory", "pinned_sha256": digest,
+                                "sha256": read_back or digest}}
+    return shot
+
+
+def test_a_drafter_is_compared_by_the_digest_read_back_not_its_host_path(tmp_path: Path) -> None:
+    a, b = "1" * 64, "2" * 64
+    assert check(tmp_path, _with_draft(a), _with_draft(b, host="/host/b"), {"models.draft"}) == ""
+    # the same drafter bytes from another folder: no axis at all
+    assert check(tmp_path, _with_draft(a), _with_draft(a, host="/host/b"), {"args.k"}) == ""
+    assert check(tmp_path, _with_draft(a), _with_draft(b), {"args.k"}) == \
+        "ran with undeclared differences models.draft"
+    # what ran was not the pinned drafter: the read-back digest is another one
+    assert "declared differences absent from what ran models.draft" in \
+        check(tmp_path, _with_draft(a), _with_draft(b, read_back=a), {"models.draft"})
