@@ -56,6 +56,7 @@ __all__ = ["SpeedGate"]
 
 _UNITS = {"decode_tok_s": "tok/s", "effective_tok_s": "tok/s", "ttft_s": "s"}
 _FOREIGN = "another client on the port"
+_BUSY_HOST = "other processes used"  # a row's reason when other tenants used the host's CPUs (rows.py)
 _POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include other traffic
 
 
@@ -301,7 +302,8 @@ class SpeedGate(LiveGate):
             if final is None or est is None:
                 entry["verdict"] = "INCONCLUSIVE"
                 entry["reason"] = (f"{tag}: after {seq.pairs} boot pair(s), too few boots count at this level "
-                                   "(the caveats say why); the comparison needs 2 pairs, 2 counted boots of each "
+                                   f"({_not_counted(seq, tag) or 'the caveats say why'}); the comparison needs 2 "
+                                   "pairs, 2 counted boots of each "
                                    "lane and 4 in all: a single pair leaves no degree of freedom for the "
                                    f"boot-to-boot noise{self._stopped_early(seq)}")
                 entries[str(level)] = entry
@@ -331,10 +333,11 @@ class SpeedGate(LiveGate):
         more = (f"{target:+.0%} needs about {needed} boot pairs in all (max_boot_pairs) or a quieter host"
                 if needed else f"{target:+.0%} is out of reach while the change varies this much from prompt to "
                                "prompt: more prompts, or a quieter host")
+        excluded = _not_counted(seq, tag)
         return {"verdict": "INCONCLUSIVE",
                 "reason": f"{text}: undecided; this window could detect >= {detectable:+.1%} with "
-                          f"{POWER:.0%} power at the noise measured; {more}{self._stopped_early(seq)}"
-                          f"{self._futility_words(seq)}"}
+                          f"{POWER:.0%} power at the noise measured; {more}{'; ' + excluded if excluded else ''}"
+                          f"{self._stopped_early(seq)}{self._futility_words(seq)}"}
 
     @staticmethod
     def _futility_words(seq: _Sequence) -> str:
@@ -544,6 +547,18 @@ def _prompt_rows(prompts: list[Prompt], values: dict[str, dict[str, float]],
             row["win"] = row["change"] > 0
         rows.append(row)
     return rows
+
+
+def _not_counted(seq: _Sequence, tag: str) -> str:
+    """Why boots did not count at this level, in words, leading with the cause a person acts on first:
+    other processes on the host (a busy host voids rows whatever the window's length); "" when every boot
+    counted."""
+    boots = {role: texts for role, levels in seq.excluded.items() for level, texts in levels.items() if level == tag}
+    texts = [text for found in boots.values() for text in found]
+    if not texts:
+        return ""
+    first = next((text for text in texts if _BUSY_HOST in text), texts[0])
+    return f"{len(boots)} boot(s) not counted at {tag}: {first}"
 
 
 def _control_drift(boots: list[BootValues], *, higher: bool) -> dict[str, Any] | None:
