@@ -29,7 +29,7 @@ class CandidateDecision:
     next_step: str
     also: list[str]  # gates reported but not required that did not PASS: shown, never deciding
     # the figure the decision rests on, e.g. "speed C1 +12.0% [97.5% CI +4.1%, +20.3%] decode_tok_s, 3 pairs, ...":
-    # the deciding gate's headlines (a promotable candidate: every required gate's); "" when none is carried
+    # the deciding gate's headlines (decided by no gate: every required gate's); "" when none is carried
     figure: str = field(default="")
 
     def as_dict(self) -> dict[str, Any]:
@@ -47,8 +47,9 @@ def decisions(summary: dict[str, Any], gates: Iterable[dict[str, Any]] = ()) -> 
     out = []
     for name, entry in (summary.get("candidates") or {}).items():
         decided = _decide(name, entry, summary)
+        # a window-level fact (no daily, no promotion rule, an unproven restore) leaves what was measured valid
         shown = [decided.gate] if decided.gate else list(entry.get("promotion_gates") or [])
-        if decided.decision == PROMOTABLE or decided.gate:
+        if summary.get("status") == "complete":
             decided.figure = "; ".join(text for gate in shown for text in figures.get((name, gate), []))
         out.append(decided)
     return out

@@ -103,12 +103,14 @@ GATES = [_gate("greedy", ("self_identical", 2, "prompts")),
          _gate("tools")]
 
 
-def test_the_figure_is_the_deciding_gates_headlines_and_every_required_one_when_promotable() -> None:
+def test_the_figure_is_the_deciding_gates_headlines_else_every_required_gates() -> None:
     (d,) = decisions(SUMMARY, GATES)
     assert d.figure == ("greedy self_identical 2 prompts; speed C1 +12.0% [97.5% CI +4.1%, +20.3%] decode_tok_s, "
                         "3 pairs, 7 boots, 6 prompts")
     (d,) = decisions(_with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": [BUSY]}), GATES)
     assert d.figure.startswith("speed C1 +12.0% [97.5% CI") and "greedy" not in d.figure
+    (d,) = decisions(_with(restore={"incumbent": None}), GATES)  # measured only: what it measured is the point
+    assert d.decision == "REFUSED" and d.figure.startswith("greedy self_identical 2 prompts; speed C1")
     (d,) = decisions(_with(status="interrupted"), GATES)
-    assert d.figure == ""  # a window-level reason decides: no gate's figure stands for it
+    assert d.figure == ""  # an unfinished window: no figure stands for it
     assert decisions(SUMMARY)[0].figure == ""  # SUMMARY.json alone carries no headlines

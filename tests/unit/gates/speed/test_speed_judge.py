@@ -357,3 +357,13 @@ def test_a_decided_change_shows_its_ci_and_the_boot_pairs_it_rests_on(tmp_path: 
     first = gate.presentation(gate.judge(cand, ctrl)).headlines[0]
     assert first.label == "C1" and "97.5% CI" in str(first.value)
     assert first.unit == "decode_tok_s, 2 pairs, 5 boots, 6 prompts"
+
+
+def test_an_undecided_change_names_the_boots_a_busy_host_kept_out(tmp_path: Path) -> None:
+    gate, cand, ctrl = make_gate(tmp_path)
+    write_boots(gate, [rates(1.02, wobble=0.004), rates(0.98), rates(1.01), rates(0.97)],
+                [rates(1.08, wobble=0.004), rates(0.96), rates(1.03)], always_void=True, host_busy=0.5)
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE and ": undecided; " in result.reasons[0], result.reasons
+    assert "; 1 boot(s) not counted at C1: candidate (cand) row C1/prose stayed VOID after 3 attempt(s): other " \
+           "processes used 50% of the host's CPUs during rep 0" in result.reasons[0], result.reasons[0]
