@@ -367,3 +367,27 @@ def test_an_undecided_change_names_the_boots_a_busy_host_kept_out(tmp_path: Path
     assert result.verdict is Verdict.INCONCLUSIVE and ": undecided; " in result.reasons[0], result.reasons
     assert "; 1 boot(s) not counted at C1: candidate (cand) row C1/prose stayed VOID after 3 attempt(s): other " \
            "processes used 50% of the host's CPUs during rep 0" in result.reasons[0], result.reasons[0]
+
+
+def test_rows_a_busy_host_voided_and_re_ran_are_named_before_the_time_budget_they_cost(tmp_path: Path) -> None:
+    """Every boot counted in the end, but the first candidate boot's rows went VOID once on a busy host and
+    were measured again; the window then ran out of time for a third pair. The busy host is the cause to act
+    on, and the decision says it before the deadline."""
+    from campaign.gates.base import PAIRS_STOPPED
+    from campaign.receipts.decision import decisions
+
+    gate, cand, ctrl = make_gate(tmp_path, pairs=4)
+    write_boots(gate, [rates(), rates(1.01), rates(0.99)], [rates(1.03, wobble=0.04), rates(1.02, wobble=-0.04)],
+                void_attempts=1, host_busy=0.5)
+    with JsonlAppender(gate.ctx.bundle / "journal.jsonl") as journal:
+        journal.append({"step": PAIRS_STOPPED, "event": "done", "after_pairs": 2,
+                        "reason": "the window's time budget: the next pair ... before the failsafe deadline"})
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE and not result.details["schedule"]["excluded"]
+    assert "; 4 row attempt(s) went VOID: other processes used 50% of the host's CPUs during rep 0" in result.reasons[0]
+    summary = {"status": "complete", "restore": {"incumbent": "http://x", "proved": True},
+               "candidates": {"cand": {"control": "base", "promotion_gates": ["speed"],
+                                       "gates": {"speed": {"verdict": "INCONCLUSIVE", "reasons": result.reasons}}}}}
+    (decided,) = decisions(summary)
+    assert decided.next_step.startswith("other processes used 50% of the CPUs: run on a quiet host or pin lanes "
+                                        "(cpus:); then a longer failsafe deadline"), decided.next_step
