@@ -564,26 +564,11 @@ def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"),
 
 
 def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:
-    table = Table("candidate", "gate", "verdict", "evidence", title=Text(shown(f"window {summary['window']}")))
-    for candidate, entry in summary["candidates"].items():
-        required = entry.get("promotion_gates") or list(entry["gates"])
-        for gate, result in entry["gates"].items():
-            evidence = "; ".join(result["reasons"][:3])
-            colour = {"PASS": "green", "FAIL": "red"}.get(result["verdict"], "yellow")
-            name = styled(gate) if gate in required else styled(gate, " ", ("(reported, not required)", "dim"))
-            table.add_row(*_cells(candidate, name, styled((result["verdict"], colour)), evidence))
-        # the one reason that decides: the first required gate that did not pass
-        deciding = next((f"{g}: {entry['gates'][g]['verdict']}" for g in required
-                         if entry["gates"].get(g, {}).get("verdict") != "PASS"), f"all of {', '.join(required)} PASS")
-        table.add_row(*_cells(candidate, styled(("promotion gates", "bold")), styled((entry["overall"], "bold")),
-                              deciding))
-    out.print(table)
-    for name, lane in summary["lanes"].items():
-        if lane["status"] != "ran":
-            out.print(f"lane {name}: {lane['status']} ({lane['cause']}): {lane['message']}")
-    for warning in summary.get("warnings", []):
-        out.print(styled(("WARNING:", "bold red"), " ", warning))
-    out.print(f"bundle: {bundle}")
+    # one line for the daily, one per candidate (decision, figure, what to do first), then the bundle
+    from campaign.window.progress import outcome_lines
+
+    for line in outcome_lines(summary, bundle):
+        out.print(line)
 
 
 @app.command()

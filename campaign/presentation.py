@@ -9,12 +9,12 @@ the candidate's, a win's ...), chosen by the renderer, so every gate's plots sha
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["Bars", "BarSeries", "Bound", "Headline", "Interval", "Intervals", "Marker", "Panel", "Plot", "PointSeries",
-           "Points", "Presentation", "Role"]
+           "Points", "Presentation", "Role", "quantity"]
 
 # A series' colour, by what it is; None leaves it to the renderer's cycle (several series of one kind).
 Role = Literal["control", "candidate", "other", "win", "tie", "loss"]
@@ -129,3 +129,18 @@ class Plot(_Strict):
 class Presentation(_Strict):
     headlines: list[Headline] = []
     plots: list[Plot] = []
+
+
+def quantity(figure: Mapping[str, Any]) -> str:
+    """A headline or a metric (as its file holds it: value, unit, denominator) as a person reads it: "7/8
+    prompts" for a count, "0.0161 nats (n = 28)" for a measure, a figure in words as it is. One wording for
+    the report, SUMMARY.md and the console."""
+    value, unit, n = figure.get("value"), figure.get("unit") or "", figure.get("denominator")
+    if value is None:
+        return f"not measured ({unit})" if unit else "not measured"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value} {unit}".strip()
+    if isinstance(value, int) and n is not None:
+        return f"{value}/{n} {unit}".strip()
+    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{shown} {unit}".strip() + (f" (n = {n})" if n is not None else "")

@@ -1,12 +1,18 @@
 """The decision a person reads first: per candidate PROMOTABLE, REFUSED or INCONCLUSIVE, the one reason
-that decides it, and what would change it. Read from SUMMARY.json only, with the rules `campaign promote`
-applies to the same file (a window that completed, a proven restore, every required gate PASS); promote
-also verifies the signature and the freeze record, which a report cannot do for its reader."""
+that decides it, the figure it rests on, and what would change it (the cause to act on first). Decided
+from SUMMARY.json only, with the rules `campaign promote` applies to the same file (a window that
+completed, a proven restore, every required gate PASS); promote also verifies the signature and the freeze
+record, which a report cannot do for its reader. The figure is the deciding gate's headlines, as its
+result carries them (given with the gate results; without them a decision has no figure)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from campaign.presentation import quantity
 
 __all__ = ["CandidateDecision", "decisions"]
 
@@ -22,13 +28,31 @@ class CandidateDecision:
     reason: str
     next_step: str
     also: list[str]  # gates reported but not required that did not PASS: shown, never deciding
+    # the figure the decision rests on, e.g. "speed C1 +12.0% [97.5% CI +4.1%, +20.3%] decode_tok_s, 3 pairs, ...":
+    # the deciding gate's headlines (decided by no gate: every required gate's); "" when none is carried
+    figure: str = field(default="")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def decisions(summary: dict[str, Any]) -> list[CandidateDecision]:
-    return [_decide(name, entry, summary) for name, entry in (summary.get("candidates") or {}).items()]
+def decisions(summary: dict[str, Any], gates: Iterable[dict[str, Any]] = ()) -> list[CandidateDecision]:
+    """Each candidate's decision; ``gates``, the bundle's gate results with their presentation (as the report
+    reads them), give each its figure."""
+    figures: dict[tuple[str, str], list[str]] = {}
+    for gate in gates:
+        headlines = (gate.get("presentation") or {}).get("headlines") or []
+        figures[(str(gate.get("candidate")), str(gate.get("gate")))] = [
+            f"{gate.get('gate')} {h.get('label')} {quantity(h)}" for h in headlines if isinstance(h, dict)]
+    out = []
+    for name, entry in (summary.get("candidates") or {}).items():
+        decided = _decide(name, entry, summary)
+        # a window-level fact (no daily, no promotion rule, an unproven restore) leaves what was measured valid
+        shown = [decided.gate] if decided.gate else list(entry.get("promotion_gates") or [])
+        if summary.get("status") == "complete":
+            decided.figure = "; ".join(text for gate in shown for text in figures.get((name, gate), []))
+        out.append(decided)
+    return out
 
 
 def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> CandidateDecision:
@@ -70,7 +94,7 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
                         "run the window again; the journal says why the gate did not run")
         if result.get("verdict") != "PASS":
             reason = _first(result)
-            return made(INCONCLUSIVE, gate, reason, _remedy(gate, reason))
+            return made(INCONCLUSIVE, gate, reason, _next_step(gate, reason, result))
     return made(PROMOTABLE, None, f"every required gate passed ({', '.join(required)})",
                 f"campaign promote BUNDLE --candidate {name} (it verifies the bundle first)")
 
@@ -82,6 +106,21 @@ def _first(result: dict[str, Any]) -> str:
     if reasons[0].startswith("instrument:") and len(reasons) > 1:  # a heading: the problem is the next line
         return f"{reasons[0]}; {reasons[1]}"
     return reasons[0]
+
+
+# A measurement's own words when other processes used the host's CPUs while it measured (a VOID row's reason)
+_BUSY_HOST = re.compile(r"other processes used (\d+(?:\.\d+)?%) of the host's CPUs")
+
+
+def _next_step(gate: str, reason: str, result: dict[str, Any]) -> str:
+    """The cause to act on first, then the rest: a busy host (rows voided, boots not counted) comes before
+    any advice on the window's length or size, which a quiet host may make needless."""
+    busy = next((found for text in [reason, *map(str, result.get("reasons") or [])]
+                 if (found := _BUSY_HOST.search(text))), None)
+    remedy = _remedy(gate, reason)
+    if busy is None:
+        return remedy
+    return f"other processes used {busy.group(1)} of the CPUs: run on a quiet host or pin lanes (cpus:); then {remedy}"
 
 
 def _remedy(gate: str, reason: str) -> str:

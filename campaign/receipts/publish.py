@@ -25,6 +25,7 @@ from jinja2 import Environment, PackageLoader
 
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import atomic_write_bytes, fsync_dir, load_json_strict, open_regular
+from campaign.presentation import quantity
 from campaign.receipts.bundle import (
     MAX_BUNDLE_BYTES,
     MAX_BUNDLE_FILES,
@@ -98,19 +99,6 @@ def md_escape(value: Any) -> Any:
     return value.translate(_MD_ESCAPES) if isinstance(value, str) else value
 
 
-def quantity(metric: dict[str, Any]) -> str:
-    """A metric as a person reads it: "7/8 prompts" for a count, "0.0161 nats (n = 28)" for a measure."""
-    value, unit, n = metric.get("value"), metric.get("unit") or "", metric.get("denominator")
-    if value is None:
-        return f"not measured ({unit})" if unit else "not measured"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"{value} {unit}".strip()
-    if isinstance(value, int) and n is not None:
-        return f"{value}/{n} {unit}".strip()
-    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-    return f"{shown} {unit}".strip() + (f" (n = {n})" if n is not None else "")
-
-
 def _environment(*, html: bool = True) -> Environment:
     # autoescape is on for HTML unconditionally: bundle text (model output, boot logs) is untrusted; in
     # Markdown every value printed is escaped the Markdown way
@@ -123,12 +111,12 @@ def _environment(*, html: bool = True) -> Environment:
 def render_html(data: dict[str, Any]) -> str:
     gates = [{**g, "tables": _detail_tables(g.get("details") or {}), "plots": plots_for(g)} for g in data["gates"]]
     return _environment().get_template("report.html.j2").render(**data, gate_views=gates,
-                                                                  decisions=decisions(data["summary"]))
+                                                                  decisions=decisions(data["summary"], data["gates"]))
 
 
 def render_markdown(data: dict[str, Any]) -> str:
     return _environment(html=False).get_template("summary.md.j2").render(
-        **data, decisions=decisions(data["summary"]), headlines=_headlines(data["gates"]))
+        **data, decisions=decisions(data["summary"], data["gates"]), headlines=_headlines(data["gates"]))
 
 
 def _headlines(gates: list[dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:

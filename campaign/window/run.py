@@ -30,6 +30,7 @@ from campaign.window.bundlecopy import copy_once
 from campaign.window.context import Progress, Window, WindowOutcome, say
 from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
 from campaign.window.lanevisit import visit_lane
+from campaign.window.progress import daily_words
 from campaign.window.schedule import PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget, step_seconds
 from campaign.window.screening import live_part, run_screens
 
@@ -89,8 +90,7 @@ async def _execute(w: Window) -> WindowOutcome:
             screens_run = len(screens(gates)) * len(w.loaded.candidates())
             await _visit_lanes(w, live, live_gates(gates), journal, progress.lanes, screens_run)
             if w.loaded.contract.incumbent is not None:
-                progress.restore_record = await asyncio.to_thread(takedown.bring_back_incumbent, w, journal,
-                                                                  "window finished")
+                progress.restore_record = await _bring_back(w, journal, "window finished")
         journal.intent("judge")
         progress.results = judge_bundle(w.loaded, gates, progress.lanes, w.bundle)
         journal.done("judge", verdicts={f"{r.gate}/{r.candidate}": r.verdict.value for r in progress.results})
@@ -162,6 +162,14 @@ def _pair_past_budget(w: Window, planned: list[tuple[Visit, list[LiveGate]]]) ->
                             restore_s=spec.readiness.budget)
 
 
+async def _bring_back(w: Window, journal: Any, reason: str) -> dict[str, Any]:
+    """The daily restored with proof, and said as it happens: the journal's restore record is written by the
+    restore itself (the failsafe's too), so the console hears of it here."""
+    record = await asyncio.to_thread(takedown.bring_back_incumbent, w, journal, reason)
+    say(w, f"{time.strftime('%H:%M:%S')} {daily_words(record)}")
+    return record
+
+
 async def _close(w: Window, journal: Any, progress: Progress) -> dict[str, Any]:
     """Whatever happened: the daily back if nothing brought it back yet, SUMMARY.json, the end record."""
     loaded = w.loaded
@@ -170,8 +178,7 @@ async def _close(w: Window, journal: Any, progress: Progress) -> dict[str, Any]:
             progress.restore_record = {"event": "done", "action": takedown.NEVER_STOPPED}
     if loaded.contract.incumbent is not None and progress.restore_record is None:
         try:
-            progress.restore_record = await asyncio.to_thread(takedown.bring_back_incumbent, w, journal,
-                                                              f"window {progress.status}")
+            progress.restore_record = await _bring_back(w, journal, f"window {progress.status}")
         except RunError as exc:
             progress.restore_record = {"event": "failed", "error": str(exc)}
     summary = summarize(loaded, w.freeze_record, w.window_id, w.state.started_at, progress.status, progress.lanes,

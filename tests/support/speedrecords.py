@@ -67,8 +67,10 @@ def request(pid: str, cls: str, level: int, rep: int, user: int, attempt: int, r
 
 
 def write_visit(gate, key: str, rates: dict[str, float], *, levels=(1, 2), void_attempts: int = 0,
-                always_void: bool = False, text: str | None = None, cut_level: int | None = None) -> None:
-    """One lane visit: every row measured with reps whose durations agree (or spread 60% when void)."""
+                always_void: bool = False, text: str | None = None, cut_level: int | None = None,
+                host_busy: float | None = None) -> None:
+    """One lane visit: every row measured with reps whose durations agree (or spread 60% when void);
+    ``host_busy``: other processes used that share of the host's 2 CPUs during every rep of a void attempt."""
     with JsonlAppender(gate.ctx.raw_path(gate.gate_id, key)) as sink:
         sink.append({"kind": "instrument", "engine": "llamacpp", "token_counter": "timings.predicted_n",
                      "tokens_per_chunk": None})
@@ -84,8 +86,10 @@ def write_visit(gate, key: str, rates: dict[str, float], *, levels=(1, 2), void_
                             sink.append(request(pid, cls, level, rep, position % level, attempt, rates[pid], text,
                                                 cut=cut_level == level and rep == 1))
                         duration = (1.0 if rep == 0 else (1.6 if void else 1.02)) * len(pids)
+                        host = {} if host_busy is None or not void else {"host_cpus": 2, "lane_cpu_s": 0.0,
+                                                             "host_busy_s": host_busy * duration * 2 + 0.01}
                         sink.append({"kind": "rep", "level": level, "class": cls, "attempt": attempt, "rep": rep,
-                                     "duration_s": duration, "client_cpu_s": 0.01})
+                                     "duration_s": duration, "client_cpu_s": 0.01, **host})
 
 
 def rates(scale: float = 1.0, wobble: float = 0.0) -> dict[str, float]:

@@ -56,6 +56,7 @@ __all__ = ["SpeedGate"]
 
 _UNITS = {"decode_tok_s": "tok/s", "effective_tok_s": "tok/s", "ttft_s": "s"}
 _FOREIGN = "another client on the port"
+_BUSY_HOST = "other processes used"  # a row's reason when other tenants used the host's CPUs (rows.py)
 _POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include other traffic
 
 
@@ -291,6 +292,7 @@ class SpeedGate(LiveGate):
             self._lane_level_metrics(result, views, level, values, _UNITS[self.spec.rule.metric])
             final = looks[-1] if looks else None
             est = final["estimate"] if final else None
+            why = _why_fewer(seq, tag, views)
             entry["prompts"] = _prompt_rows(self.prompts(), values, est)
             if final and final["drift"]:
                 entry["control_drift"] = final["drift"]
@@ -301,18 +303,20 @@ class SpeedGate(LiveGate):
             if final is None or est is None:
                 entry["verdict"] = "INCONCLUSIVE"
                 entry["reason"] = (f"{tag}: after {seq.pairs} boot pair(s), too few boots count at this level "
-                                   "(the caveats say why); the comparison needs 2 pairs, 2 counted boots of each "
+                                   f"({why or 'the caveats say why'}); the comparison needs 2 "
+                                   "pairs, 2 counted boots of each "
                                    "lane and 4 in all: a single pair leaves no degree of freedom for the "
                                    f"boot-to-boot noise{self._stopped_early(seq)}")
                 entries[str(level)] = entry
                 continue
             entry["estimate"] = est.as_dict()
             self._change_metrics(result, tag, est, seq)
-            entry.update(self._level_verdict(tag, est, final["look"], seq))
+            entry.update(self._level_verdict(tag, est, final["look"], seq, why))
             entries[str(level)] = entry
         return entries
 
-    def _level_verdict(self, tag: str, est: Estimate, decided: Look | None, seq: _Sequence) -> dict[str, str]:
+    def _level_verdict(self, tag: str, est: Estimate, decided: Look | None, seq: _Sequence,
+                       why: str) -> dict[str, str]:
         rule = self.spec.rule
         wins = sum(1 for change in est.per_prompt.values() if change > 0)
         text = (f"{tag} {rule.metric}: {est.change:+.2%} [{est.confidence:.2%} CI {est.low:+.2%}, {est.high:+.2%}] "
@@ -333,8 +337,8 @@ class SpeedGate(LiveGate):
                                "prompt: more prompts, or a quieter host")
         return {"verdict": "INCONCLUSIVE",
                 "reason": f"{text}: undecided; this window could detect >= {detectable:+.1%} with "
-                          f"{POWER:.0%} power at the noise measured; {more}{self._stopped_early(seq)}"
-                          f"{self._futility_words(seq)}"}
+                          f"{POWER:.0%} power at the noise measured; {more}{'; ' + why if why else ''}"
+                          f"{self._stopped_early(seq)}{self._futility_words(seq)}"}
 
     @staticmethod
     def _futility_words(seq: _Sequence) -> str:
@@ -544,6 +548,25 @@ def _prompt_rows(prompts: list[Prompt], values: dict[str, dict[str, float]],
             row["win"] = row["change"] > 0
         rows.append(row)
     return rows
+
+
+def _why_fewer(seq: _Sequence, tag: str, views: Mapping[str, _LaneView]) -> str:
+    """Why this level rests on fewer boots than the window booted, or the window on fewer pairs than it might
+    have: boots not counted here, and row attempts a busy host voided (each re-run costs the window time).
+    Other processes on the host lead: the cause a person acts on first, whatever the window's length; ""
+    when nothing was lost."""
+    boots = {role: texts for role, levels in seq.excluded.items() for level, texts in levels.items() if level == tag}
+    texts = [text for found in boots.values() for text in found]
+    words = []
+    if texts:
+        first = next((text for text in texts if _BUSY_HOST in text), texts[0])
+        words.append(f"{len(boots)} boot(s) not counted at {tag}: {first}")
+    if not any(_BUSY_HOST in text for text in words):
+        busy = [reason for view in views.values() for attempts in view.rows.values() for row in attempts
+                for reason in row.reasons if _BUSY_HOST in reason]
+        if busy:
+            words.insert(0, f"{len(busy)} row attempt(s) went VOID: {busy[0]}")
+    return "; ".join(words)
 
 
 def _control_drift(boots: list[BootValues], *, higher: bool) -> dict[str, Any] | None:

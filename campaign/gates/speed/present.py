@@ -61,17 +61,59 @@ def present(rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
     """Raises pydantic's ValidationError when a level's estimate is not numbers (a hand-made or damaged
     result): the report says so in one line rather than print a figure it cannot read."""
     _Shape.model_validate(result)
-    metric = rule.metric if rule else "decode_tok_s"
+    stored = result.get("rule")
+    metric = rule.metric if rule else str((stored if isinstance(stored, dict) else {}).get("metric") or "decode_tok_s")
     headlines = []
     for level, entry in ((result.get("details") or {}).get("levels") or {}).items():
-        est = entry.get("estimate")
-        if est:
-            headlines.append(Headline(
-                label=f"C{level}",
-                value=f"{est['change']:+.1%} [{est['confidence']:.1%} CI {est['low']:+.1%}, {est['high']:+.1%}]",
-                unit=f"{metric}, {est.get('boots')} boots, {est.get('prompts')} prompts"))
+        headline = _headline(metric, level, entry, result)
+        if headline is not None:
+            headlines.append(headline)
     plots = each_plot([_change, _boots, _prompts, _acceptance, _rows], rule, result)
     return Presentation(headlines=headlines, plots=plots)
+
+
+def _pairs(count: Any) -> str:
+    return "one pair" if count == 1 else f"{count} pairs"
+
+
+def _headline(metric: str, level: str, entry: dict[str, Any], result: dict[str, Any]) -> Headline | None:
+    """The change with its CI and the boot pairs it rests on; with no estimate (one pair, or too few boots
+    counted), what each lane measured, so an undecided comparison still shows its numbers."""
+    est = entry.get("estimate")
+    if est:
+        looks = entry.get("looks")
+        pairs = looks[-1].get("pairs") if isinstance(looks, list) and looks and isinstance(looks[-1], dict) else None
+        rests_on = f"{_pairs(pairs)}, " if isinstance(pairs, int) else ""
+        return Headline(
+            label=f"C{level}",
+            value=f"{est['change']:+.1%} [{est['confidence']:.1%} CI {est['low']:+.1%}, {est['high']:+.1%}]",
+            unit=f"{metric}, {rests_on}{est.get('boots')} boots, {est.get('prompts')} prompts")
+    measured = {role: _measured(result, f"C{level}", role, metric) for role in _ROLES}
+    if all(value is None for value, _ in measured.values()):
+        return None
+    unit = next((unit for _, unit in measured.values() if unit), "")
+    (candidate, _), (control, _) = measured["candidate"], measured["control"]
+    schedule = (result.get("details") or {}).get("schedule")
+    pairs = schedule.get("pairs") if isinstance(schedule, dict) else None
+    rests_on = f", {_pairs(pairs)}" if isinstance(pairs, int) and pairs > 0 else ""
+
+    def figure(value: float | None) -> str:
+        return "none counted" if value is None else f"{value:.4g}"
+
+    return Headline(label=f"C{level}", value=f"{figure(candidate)} vs {figure(control)} {unit}".strip(),
+                    unit=f"{metric}, candidate vs control{rests_on}, no CI")
+
+
+def _measured(result: dict[str, Any], tag: str, role: str, metric: str) -> tuple[float | None, str]:
+    """The mean over a lane's counted boots of its median per prompt (``C1.control_rerun1.decode_tok_s``),
+    and the metric's unit; None when no boot of the lane counted at this level."""
+    metrics = result.get("metrics")
+    found = [m for name, m in (metrics.items() if isinstance(metrics, dict) else [])
+             if isinstance(m, dict) and name.startswith(f"{tag}.{role}") and name.endswith(f".{metric}")
+             and name.count(".") == 2 and isinstance(m.get("value"), (int, float))]
+    if not found:
+        return None, ""
+    return sum(float(m["value"]) for m in found) / len(found), str(found[0].get("unit") or "")
 
 
 def _change(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:

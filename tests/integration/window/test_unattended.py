@@ -49,6 +49,24 @@ def test_window_stops_and_restores_the_daily_with_proof(daily: dict) -> None:
     # the daily's env never enters the bundle: each value a keyed digest, except harmless ones (PATH...)
     assert all(v.startswith("<redacted hmac:") for k, v in snapshot["env"].items() if k not in ENV_ALLOW)
     assert campaign("verify", str(bundle)).returncode == 0
+    _console_says_the_daily_and_each_decision(ran.stdout, bundle)
+
+
+def _console_says_the_daily_and_each_decision(stdout: str, bundle: Path) -> None:
+    """The console says the daily came back, as it happens and at the end, in the time the restore's record
+    measured; then one line per candidate: the report's decision, its figure and its first step."""
+    from campaign.receipts.decision import decisions
+    from campaign.window.report import load_report_data
+
+    record = json.loads((bundle / "incumbent" / "restore.json").read_text())
+    said = f"daily restored and proved in {record['proof']['proved_at'] - record['t']:.1f} s"
+    lines = stdout.strip().splitlines()
+    assert any(line.endswith(f" {said}") and line[:8].count(":") == 2 for line in lines), stdout  # HH:MM:SS, as it happens
+    data = load_report_data(bundle)
+    (spec,) = decisions(data["summary"], data["gates"])
+    assert spec.figure.startswith("greedy self_identical 2/2 prompts"), spec.figure
+    # the end: the daily, one line per candidate, the bundle
+    assert lines[-3:] == [said, f"spec: {spec.decision}: {spec.figure}; next: {spec.next_step}", f"bundle: {bundle}"]
 
 
 def test_kill_at_each_kind_of_journal_step_leaves_the_daily_serving(daily: dict) -> None:

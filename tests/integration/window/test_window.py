@@ -51,9 +51,15 @@ def test_window_writes_complete_bundle(window: dict) -> None:
     texts = {r["response"]["choices"][0]["message"]["content"] for r in records}
     assert len(texts) >= 2  # the prompts got different answers from the real model
     assert "bundle:" in window["run_stdout"]
-    # written to a pipe (a log, CI): the verdict table keeps whole names, and the window shows progress
+    # written to a pipe (a log, CI): the end lines keep whole names, and the window shows progress
     assert "…" not in window["run_stdout"]
     assert "elapsed" in window["run_stdout"] and "gate done lane=spec gate=greedy [" in window["run_stdout"]
+    # the end: the daily (none declared), one line per candidate (its decision, the figure, the first step), the bundle
+    same = gate["metrics"]["self_identical"]["value"]
+    assert window["run_stdout"].strip().splitlines()[-3:] == [
+        "no daily declared: nothing was stopped",
+        f"spec: REFUSED: greedy self_identical {same}/3 prompts; next: declare the daily (incumbent) in a new contract "
+        "version; this window measured only", f"bundle: {bundle}"]
 
 
 def test_runtime_inspect_shows_the_axis(window: dict) -> None:

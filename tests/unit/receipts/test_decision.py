@@ -69,3 +69,48 @@ def test_window_level_facts_decide_before_any_gate() -> None:
     assert no_daily.decision == "REFUSED" and "no incumbent" in no_daily.reason
     (missing,) = decisions(_with(candidates__spec__promotion_gates=["greedy", "needle"]))
     assert missing.decision == "INCONCLUSIVE" and missing.gate == "needle"
+
+
+BUSY = ("C1: after 1 boot pair(s), too few boots count at this level (1 boot(s) not counted at C1: control_rerun1 "
+        "(base@rerun1) row C1/prose stayed VOID after 3 attempt(s): other processes used 50% of the host's CPUs during "
+        "rep 0 (limit 25%): another tenant on the host); the comparison needs 2 pairs ...; the window booted no more "
+        "pairs after pair 1: the window's time budget: the next pair ...")
+
+
+def test_a_busy_host_is_the_first_step_before_any_deadline_advice() -> None:
+    (d,) = decisions(_with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": [BUSY]}))
+    assert d.next_step.startswith("other processes used 50% of the CPUs: run on a quiet host or pin lanes (cpus:); "
+                                  "then a longer failsafe deadline"), d.next_step
+    # the busy host of another level than the one shown still comes first
+    later = {"verdict": "INCONCLUSIVE", "reasons": ["C1 ...: undecided; +5% needs about 6 boot pairs in all "
+                                                    "(max_boot_pairs) or a quieter host", BUSY.replace("C1", "C2")]}
+    (d,) = decisions(_with(candidates__spec__gates__speed=later))
+    assert d.next_step.startswith("other processes used 50% of the CPUs") and "more boot pairs" in d.next_step
+    # a quiet host: the deadline advice alone
+    quiet = BUSY.replace("other processes used 50% of the host's CPUs", "spread 31% over reps")
+    (d,) = decisions(_with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": [quiet]}))
+    assert d.next_step.startswith("a longer failsafe deadline"), d.next_step
+
+
+def _gate(gate: str, *headlines: tuple[str, object, str]) -> dict:
+    return {"gate": gate, "candidate": "spec",
+            "presentation": {"headlines": [{"label": label, "value": value, "unit": unit, "denominator": None}
+                                           for label, value, unit in headlines]}}
+
+
+GATES = [_gate("greedy", ("self_identical", 2, "prompts")),
+         _gate("speed", ("C1", "+12.0% [97.5% CI +4.1%, +20.3%]", "decode_tok_s, 3 pairs, 7 boots, 6 prompts")),
+         _gate("tools")]
+
+
+def test_the_figure_is_the_deciding_gates_headlines_else_every_required_gates() -> None:
+    (d,) = decisions(SUMMARY, GATES)
+    assert d.figure == ("greedy self_identical 2 prompts; speed C1 +12.0% [97.5% CI +4.1%, +20.3%] decode_tok_s, "
+                        "3 pairs, 7 boots, 6 prompts")
+    (d,) = decisions(_with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": [BUSY]}), GATES)
+    assert d.figure.startswith("speed C1 +12.0% [97.5% CI") and "greedy" not in d.figure
+    (d,) = decisions(_with(restore={"incumbent": None}), GATES)  # measured only: what it measured is the point
+    assert d.decision == "REFUSED" and d.figure.startswith("greedy self_identical 2 prompts; speed C1")
+    (d,) = decisions(_with(status="interrupted"), GATES)
+    assert d.figure == ""  # an unfinished window: no figure stands for it
+    assert decisions(SUMMARY)[0].figure == ""  # SUMMARY.json alone carries no headlines

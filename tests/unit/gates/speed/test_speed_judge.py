@@ -324,3 +324,70 @@ def test_a_client_that_was_the_bottleneck_voids_the_row(tmp_path: Path, measured
     else:
         assert row.status == "VOID" and any(r.startswith(reason) for r in row.reasons), row.reasons
         assert "rep 1" in next(r for r in row.reasons if r.startswith(reason))
+
+
+def test_boots_a_busy_host_voided_are_named_as_the_cause_and_the_measured_figure_is_a_headline(tmp_path: Path) -> None:
+    """The field's window: one pair before the window's time budget ran out, and the control's second boot
+    VOID at every attempt because other processes used half of the host's CPUs. The reason names the busy
+    host (not "the caveats say why"), and the headline shows what each lane measured, without a CI."""
+    from campaign.gates.base import PAIRS_STOPPED
+
+    gate, cand, ctrl = make_gate(tmp_path)
+    write_boots(gate, [rates()], [rates(1.3)])
+    write_visit(gate, "base@rerun1", rates(), always_void=True, host_busy=0.5)
+    with JsonlAppender(gate.ctx.bundle / "journal.jsonl") as journal:
+        journal.append({"step": PAIRS_STOPPED, "event": "done", "after_pairs": 1,
+                        "reason": "the window's time budget: the next pair ... before the failsafe deadline"})
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons[0].startswith("C1: after 1 boot pair(s), too few boots count at this level (1 boot(s) not "
+                                        "counted at C1: control_rerun1 (base@rerun1) row C1/"), result.reasons[0]
+    assert "other processes used 50% of the host's CPUs during rep 0 (limit 25%)" in result.reasons[0]
+    assert "the window booted no more pairs after pair 1: the window's time budget" in result.reasons[0]
+    first = gate.presentation(result).headlines[0]
+    assert (first.label, first.unit) == ("C1", "decode_tok_s, candidate vs control, one pair, no CI")
+    candidate, control = (float(x) for x in first.value.removesuffix(" tok/s").split(" vs "))
+    assert candidate / control == pytest.approx(1.3, rel=0.01)
+    assert candidate == pytest.approx(result.metrics["C1.candidate.decode_tok_s"].value, rel=1e-3)
+
+
+def test_a_decided_change_shows_its_ci_and_the_boot_pairs_it_rests_on(tmp_path: Path) -> None:
+    gate, cand, ctrl = make_gate(tmp_path)
+    write_boots(gate, [rates(), rates(1.01), rates(0.995)], [rates(1.10, wobble=0.01), rates(1.11, wobble=-0.01)])
+    first = gate.presentation(gate.judge(cand, ctrl)).headlines[0]
+    assert first.label == "C1" and "97.5% CI" in str(first.value)
+    assert first.unit == "decode_tok_s, 2 pairs, 5 boots, 6 prompts"
+
+
+def test_an_undecided_change_names_the_boots_a_busy_host_kept_out(tmp_path: Path) -> None:
+    gate, cand, ctrl = make_gate(tmp_path)
+    write_boots(gate, [rates(1.02, wobble=0.004), rates(0.98), rates(1.01), rates(0.97)],
+                [rates(1.08, wobble=0.004), rates(0.96), rates(1.03)], always_void=True, host_busy=0.5)
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE and ": undecided; " in result.reasons[0], result.reasons
+    assert "; 1 boot(s) not counted at C1: candidate (cand) row C1/prose stayed VOID after 3 attempt(s): other " \
+           "processes used 50% of the host's CPUs during rep 0" in result.reasons[0], result.reasons[0]
+
+
+def test_rows_a_busy_host_voided_and_re_ran_are_named_before_the_time_budget_they_cost(tmp_path: Path) -> None:
+    """Every boot counted in the end, but the first candidate boot's rows went VOID once on a busy host and
+    were measured again; the window then ran out of time for a third pair. The busy host is the cause to act
+    on, and the decision says it before the deadline."""
+    from campaign.gates.base import PAIRS_STOPPED
+    from campaign.receipts.decision import decisions
+
+    gate, cand, ctrl = make_gate(tmp_path, pairs=4)
+    write_boots(gate, [rates(), rates(1.01), rates(0.99)], [rates(1.03, wobble=0.04), rates(1.02, wobble=-0.04)],
+                void_attempts=1, host_busy=0.5)
+    with JsonlAppender(gate.ctx.bundle / "journal.jsonl") as journal:
+        journal.append({"step": PAIRS_STOPPED, "event": "done", "after_pairs": 2,
+                        "reason": "the window's time budget: the next pair ... before the failsafe deadline"})
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE and not result.details["schedule"]["excluded"]
+    assert "; 4 row attempt(s) went VOID: other processes used 50% of the host's CPUs during rep 0" in result.reasons[0]
+    summary = {"status": "complete", "restore": {"incumbent": "http://x", "proved": True},
+               "candidates": {"cand": {"control": "base", "promotion_gates": ["speed"],
+                                       "gates": {"speed": {"verdict": "INCONCLUSIVE", "reasons": result.reasons}}}}}
+    (decided,) = decisions(summary)
+    assert decided.next_step.startswith("other processes used 50% of the CPUs: run on a quiet host or pin lanes "
+                                        "(cpus:); then a longer failsafe deadline"), decided.next_step
