@@ -204,3 +204,26 @@ def test_timings_of_a_real_window_journal() -> None:
     assert found.gates[("spec", False, "speed")] == pytest.approx(3.744, abs=0.01)
     assert found.restore == pytest.approx(0.815, abs=0.01) and found.takedown == pytest.approx(2.109, abs=0.01)
     assert found.total == pytest.approx(14.569, abs=0.01)
+
+
+def test_each_gate_counts_the_requests_it_sends_on_a_visit() -> None:
+    """The demo contract's gates on its files: counted from each kind's own shape of sending."""
+    from campaign.gates.base import Visit
+    from campaign.window.plan import plan_gates
+    from tests.support.contracts import EXAMPLES
+
+    loaded = load_contract(EXAMPLES / "demo.yaml", check_files=False)
+    base, candidate_lane = loaded.lanes["baseline"], loaded.lanes["ngram-k4"]
+    counts = {g.gate_id: g.planned_requests(Visit(base)) for g in plan_gates(loaded) if hasattr(g, "planned_requests")}
+    assert counts["greedy"] == 8 * 2  # 8 prompts x 2 repeats
+    assert counts["task"] == (4 + 12 + 4) * 1  # 4 HumanEval ids, 12 arithmetic problems, 4 user tasks, 1 repeat
+    assert counts["needle"] == 3 * 3  # 3 rungs x 3 variants (first attempts)
+    assert counts["teacher_forced"] == 2 * 4 + 2  # each prompt generated and scored, each reference scored
+    assert counts["ruler"] == 2 + 1  # 2 probes and the default exercise
+    assert counts["thinking-switch"] == 2 + 1 + 2 * 2  # and each probe with the switch on and off
+    # per level and class (2 classes of 2 prompts): a warmup wave of `level` users, then 2 reps of
+    # max(prompts, level) requests: C1 (1 + 2 x 2) x 2 + C4 (4 + 2 x 4) x 2
+    assert counts["speed"] == 10 + 24
+    (tf,) = [g for g in plan_gates(loaded) if g.gate_id == "teacher_forced"]
+    assert tf.planned_requests(Visit(candidate_lane)) == 2 * 4 + 2 + 4  # and scores its sites on the control
+    assert tf.planned_requests(Visit(base, 1)) == 4 * (1 + 2)  # the rerun: again, and both candidates' sites
