@@ -3,8 +3,9 @@ deadline, before anything is stopped. Pure functions over the contract and what 
 measured (``window/timings.py``); the window reuses the same reserve and the same refusal, so a plan and a
 run never disagree.
 
-A step's seconds are measured when an earlier bundle of the family timed it (the newest that did; a gate's
-time scaled by its request count now against then), else estimated from the contract's sizes with the
+A step's seconds are measured when earlier bundles of the family timed it (the median over those that did,
+so one window slowed by a busy host does not make the next plan; a gate's time scaled by its request count
+now against then), else estimated from the contract's sizes with the
 assumed rates below, which the plan names. The deadline covers the daily's take-down, the visits and its
 restore: the minimum plan (the fixed visits, the first boot pair) is what ``run`` refuses on; each further
 pair is booted only while it and the restore reserve fit what is left, as the window decides it."""
@@ -103,18 +104,17 @@ def plan_window(loaded: LoadedContract, out_dir: Path, *, exclude: Path | None =
     """The plan of ``loaded``'s next window, from its sizes and the family's bundles under ``out_dir``."""
     bundles = family_bundles(out_dir, loaded.contract.contract, exclude=exclude)
     history = [measured(b) for b in bundles]
-    newest = history[0] if history else Measured(bundle="")
     gates = plan_gates(loaded)
     live = live_gates(gates)
-    steps = _before_steps(loaded, gates, newest)
+    steps = _before_steps(loaded, gates, history)
     fixed = first_visits(loaded, live)
-    steps += [s for visit, visit_gates in fixed for s in _visit_steps(visit, visit_gates, newest, "visit", None)]
+    steps += [s for visit, visit_gates in fixed for s in _visit_steps(visit, visit_gates, history, "visit", None)]
     # the fixed part holds the first pair when a gate re-boots the control; pairs 2.. while one is open
     at_least, most = fixed_reruns(live), max((g.max_boot_pairs for g in live), default=1)
     for pair in range(2, most + 1):
         steps += [s for visit, visit_gates in planned_pair(loaded, live, pair - 1)
-                  for s in _visit_steps(visit, visit_gates, newest, "pair", pair)]
-    steps += _end_steps(loaded, newest, history)
+                  for s in _visit_steps(visit, visit_gates, history, "pair", pair)]
+    steps += _end_steps(loaded, history)
     return _checked(loaded, steps, history, at_least, max(at_least, max((s.pair or 0 for s in steps), default=0)))
 
 
@@ -129,58 +129,72 @@ def request_counts(planned: Planned) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _before_steps(loaded: LoadedContract, gates: list[Gate], newest: Measured) -> list[PlanStep]:
+def _median(values: list[float | None]) -> float | None:
+    """The middle of what was measured (None: nothing was)."""
+    found = sorted(v for v in values if v is not None)
+    if not found:
+        return None
+    middle = len(found) // 2
+    return found[middle] if len(found) % 2 else (found[middle - 1] + found[middle]) / 2
+
+
+def _before_steps(loaded: LoadedContract, gates: list[Gate], history: list[Measured]) -> list[PlanStep]:
     steps = [_step("before", "copy the contract, its inputs and the tool's source into the bundle",
-                   newest.before, 0.0)]
+                   _median([m.before for m in history]), 0.0)]
     for candidate in loaded.candidates():
         for gate in screens(gates):
-            took = newest.gates.get((candidate.name, False, gate.gate_id))
+            took = _median([m.gates.get((candidate.name, False, gate.gate_id)) for m in history])
             steps.append(_step("before", f"screen {gate.gate_id} of {candidate.name} (offline, before the daily "
                                "is touched)", took, ASSUMED_SCREEN_S, lane=candidate.name, gate=gate.gate_id))
     if loaded.contract.incumbent is not None:
         steps.append(_step("take-down", "take the daily down behind the failsafe (snapshot, dry run, arm, stop)",
-                           newest.takedown, ASSUMED_TAKEDOWN_S))
+                           _median([m.takedown for m in history]), ASSUMED_TAKEDOWN_S))
     return steps
 
 
-def _visit_steps(visit: Visit, gates: list[LiveGate], newest: Measured, phase: Any,
+def _visit_steps(visit: Visit, gates: list[LiveGate], history: list[Measured], phase: Any,
                  pair: int | None) -> list[PlanStep]:
     lane, rerun = visit.lane, visit.index > 0
     key = str(visit.key)
     budget = lane.readiness.budget
-    steps = [_step(phase, f"boot {key} and warm it up", newest.boots.get(lane.name), min(ASSUMED_BOOT_S, budget),
+    steps = [_step(phase, f"boot {key} and warm it up", _median([m.boots.get(lane.name) for m in history]),
+                   min(ASSUMED_BOOT_S, budget),
                    lane=key, bound_s=budget, pair=pair)]
     for gate in gates:
         requests = gate.planned_requests(visit)
         sized = requests * (ASSUMED_REQUEST_S + int(getattr(gate.spec, "max_tokens", 0) or 0) / ASSUMED_TOKENS_PER_S)
         steps.append(_step(phase, f"gate {gate.gate_id} on {key}: {requests} requests",
-                           _gate_seconds(newest, lane.name, rerun, gate.gate_id, requests), sized,
+                           _median([_gate_seconds(m, lane.name, rerun, gate.gate_id, requests) for m in history]),
+                           sized,
                            lane=key, gate=gate.gate_id, requests=requests, pair=pair))
-    steps.append(_step(phase, f"stop {key}", newest.stops.get(lane.name), ASSUMED_STOP_S, lane=key, pair=pair))
+    steps.append(_step(phase, f"stop {key}", _median([m.stops.get(lane.name) for m in history]), ASSUMED_STOP_S,
+                       lane=key, pair=pair))
     return steps
 
 
-def _gate_seconds(newest: Measured, lane: str, rerun: bool, gate: str, requests: int) -> float | None:
+def _gate_seconds(one: Measured, lane: str, rerun: bool, gate: str, requests: int) -> float | None:
     """A gate's measured time on such a visit, scaled by its requests now against then (when that window
     recorded its count; else as measured). A later boot never measured (the window stopped its pairs): the
     lane's first boot stands in, per request."""
     for same in (rerun, not rerun):
-        took = newest.gates.get((lane, same, gate))
+        took = one.gates.get((lane, same, gate))
         if took is not None:
-            then = newest.requests.get(gate, {}).get(f"{lane}@rerun" if same else lane)
+            then = one.requests.get(gate, {}).get(f"{lane}@rerun" if same else lane)
             return took * requests / then if then else took
     return None
 
 
-def _end_steps(loaded: LoadedContract, newest: Measured, history: list[Measured]) -> list[PlanStep]:
+def _end_steps(loaded: LoadedContract, history: list[Measured]) -> list[PlanStep]:
     steps: list[PlanStep] = []
     spec = loaded.contract.incumbent
     if spec is not None:
-        took, why = _daily_ready(loaded, history)
-        steps.append(_step("restore", f"restore the daily and prove it (as {why})" if took is not None else
-                           "restore the daily and prove it", took, min(ASSUMED_BOOT_S, spec.readiness.budget),
-                           bound_s=spec.readiness.budget))
-    steps.append(_step("after", "disarm the failsafe, judge, sign", newest.after, ASSUMED_AFTER_S))
+        took = _median([m.restore for m in history])  # the reserve takes the slowest; the estimate the middle
+        if took is None:
+            took, _why = _daily_ready(loaded, history)
+        steps.append(_step("restore", "restore the daily and prove it", took,
+                           min(ASSUMED_BOOT_S, spec.readiness.budget), bound_s=spec.readiness.budget))
+    steps.append(_step("after", "disarm the failsafe, judge, sign", _median([m.after for m in history]),
+                       ASSUMED_AFTER_S))
     return steps
 
 

@@ -96,11 +96,12 @@ def test_from_sizes_every_step_is_estimated_and_says_so(tmp_path: Path) -> None:
 def test_an_earlier_bundle_of_the_family_times_the_steps(tmp_path: Path) -> None:
     loaded = contract(tmp_path)
     out = tmp_path / "runs"
-    journal(out, "20260101T000000Z", window_records(boot=9.0))  # older: the newest is the one read for steps
-    journal(out, "20260102T000000Z", window_records())
-    journal(out, "20260103T000000Z", window_records(boot=50.0), contract_name="another")  # not of the family
+    journal(out, "20260101T000000Z", window_records())
+    journal(out, "20260102T000000Z", window_records(boot=9.0))  # one window slowed by a busy host: the median
+    journal(out, "20260103T000000Z", window_records())
+    journal(out, "20260104T000000Z", window_records(boot=50.0), contract_name="another")  # not of the family
     plan = plan_window(loaded, out)
-    assert plan.history == ["20260102T000000Z-t-plan-v1-0123abcd", "20260101T000000Z-t-plan-v1-0123abcd"]
+    assert plan.history == [f"2026010{day}T000000Z-t-plan-v1-0123abcd" for day in (3, 2, 1)]
     by = {(s.phase, s.lane, s.gate, s.what.split()[0]): s for s in plan.steps}
     assert by[("visit", "base", None, "boot")].seconds == 4.0 and by[("visit", "base", None, "boot")].source == "measured"
     assert by[("visit", "fast", "greedy", "gate")].seconds == 6.0
