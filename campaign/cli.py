@@ -170,14 +170,13 @@ def diff(a: Path, b: Optional[Path] = typer.Argument(None),
          lanes: Optional[str] = typer.Option(None, help="Two lanes of contract A, as NAME1,NAME2.")) -> None:
     """Show two contracts, or two lanes of one contract, side by side (only what differs)."""
     from campaign.contracts.load import load_contract
-    from campaign.contracts.resolve import flatten_serving
 
     left = load_contract(a, check_files=False)
     if lanes:
         names = lanes.split(",")
         if len(names) != 2 or any(n not in left.lanes for n in names):
             raise InputError(f"--lanes needs two lane names of {a} ({', '.join(left.lanes)})")
-        rows = _side_by_side(flatten_serving(left.lanes[names[0]]), flatten_serving(left.lanes[names[1]]))
+        rows = _side_by_side(left.serving_fields(names[0]), left.serving_fields(names[1]))
         titles = names
     else:
         if b is None:
@@ -297,6 +296,66 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
         _print_outcome(outcome.summary, outcome.bundle)
     if not outcome.signed or outcome.summary.get("restore", {}).get("proved") is False:
         raise typer.Exit(1)
+
+
+@app.command()
+@one_line_errors
+def plan(contract: Path,
+         out_dir: Path = typer.Option(Path("runs"), "--out", help="Where bundles go (as `run --out`): earlier "
+                                                                 "windows of this contract there are measured."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+         allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
+    """The window's steps in order with their estimated seconds (measured by earlier windows of this contract
+    under --out, else from its sizes), the restore reserve, and the check against failsafe.deadline: `run`
+    refuses a window whose minimum cannot fit. Nothing is started or stopped.
+
+    Example: campaign plan examples/demo.yaml --out runs
+    """
+    _allow(allow_path)
+    from campaign.contracts.load import load_contract
+    from campaign.window.plan import plan_window
+
+    shown_plan = plan_window(load_contract(contract), out_dir)
+    if as_json:
+        sys.stdout.write(shown_plan.model_dump_json(indent=2) + "\n")
+        return
+    _print_plan(shown_plan)
+
+
+def _print_plan(plan: Any) -> None:
+    table = Table("#", "phase", "step", "budget", "seconds", "from")
+    rows = [s for s in plan.steps if s.pair is None]
+    for number, step in enumerate(rows, start=1):
+        table.add_row(*_cells(number, step.phase, step.what, f"{step.bound_s:g}s" if step.bound_s else "-",
+                              f"{step.seconds:.1f}", step.source))
+        if step.phase == "visit" and (rows[number:number + 1] or [step])[0].phase != "visit":
+            for pair in range(plan.pairs_at_least + 1, plan.pairs_at_most + 1):
+                steps = [s for s in plan.steps if s.pair == pair]
+                table.add_row(*_cells("", "pair", f"pair {pair}, only while a comparison is open: "
+                                      f"{', '.join(s.lane or '' for s in steps if s.what.startswith('boot'))}",
+                                      "-", f"{sum(s.seconds for s in steps):.1f}",
+                                      "measured" if all(s.source == "measured" for s in steps) else "sizes"))
+    out.print(table)
+    pairs = (f" with {plan.pairs_at_least} boot pair(s); {_clock(plan.maximum_s)} with {plan.pairs_at_most}"
+             if plan.pairs_at_most > plan.pairs_at_least else "")
+    out.print(f"estimate: {_clock(plan.minimum_s)}{pairs}, start to end"
+              + (f" (measured by {plan.history[0]})" if plan.history else " (from the contract's sizes)"))
+    if plan.reserve is not None:
+        r = plan.reserve
+        how = (f"{r.times:g} x {r.measured_s:.1f}s, at least {r.floor_s:g}s, at most the daily's readiness "
+               f"budget {r.budget_s:g}s" if r.measured_s is not None else "")
+        out.print(f"restore reserve: {r.seconds:.0f}s ({r.source}{'; ' + how if how else ''})")
+    if plan.deadline_s is not None:
+        fits = ("fits" if plan.fits_minimum else "does NOT fit: `campaign run` refuses this window" if plan.refused
+                else "does not fit by the assumed rates: `campaign run` goes ahead, and the failsafe restores the "
+                     "daily at the deadline")
+        out.print(f"deadline {_clock(plan.deadline_s)}: the minimum ({_clock(plan.deadline_minimum_s)}: take-down, "
+                  f"visits, restore) {fits}; with every pair and the reserve {_clock(plan.deadline_maximum_s)}: "
+                  f"{plan.pairs_fit} of {plan.pairs_at_most} pair(s) fit")
+    for line in plan.assumptions:
+        out.print(line)
+    if plan.promotion:
+        out.print(f"promotion: {plan.promotion}")
 
 
 def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path], detach: bool,

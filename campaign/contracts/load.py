@@ -124,6 +124,10 @@ class LoadedContract:
     def gate_ids(self) -> list[str]:
         return [gate.id or gate.kind for gate in self.contract.gates]
 
+    def serving_fields(self, lane: str) -> dict[str, Any]:
+        """A lane as dotted keys, for `campaign diff --lanes` (what the one-axis check compares)."""
+        return flatten_serving(self.lanes[lane])
+
     def error(self, path: tuple[Any, ...], message: str) -> ContractError:
         return ContractError(message, file=self.document.file, line=self.document.line_for(path), field=dotted(path))
 

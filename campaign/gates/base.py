@@ -142,6 +142,20 @@ class LiveGate(Gate):
     def wants_pair(self, candidate: EffectiveLane, control: EffectiveLane, pairs_done: int) -> bool:
         return False
 
+    def planned_requests(self, visit: Visit) -> int:
+        """How many requests this gate sends on ``visit``, from its spec and the size of its input: what
+        `campaign plan` shows and sizes its estimate by. By default one per input row, times the spec's
+        repeats; a kind that sends otherwise says so."""
+        rows = self.input_rows(self.spec.input) if self.spec.input else 0
+        return rows * int(getattr(self.spec, "repeats", 1) or 1)
+
+    def input_rows(self, name: str) -> int:
+        """Rows of an input set (its frozen copy in a window, the contract's file in a plan)."""
+        from campaign.gates.common.inputs import read_jsonl_rows
+
+        path = self.ctx.input_paths.get(name)
+        return len(read_jsonl_rows(path)) if path is not None else 0
+
     @abstractmethod
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         """Send this gate's requests to a running lane; every response goes to ``sink`` as it arrives.

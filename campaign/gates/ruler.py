@@ -98,6 +98,11 @@ class RulerGate(LiveGate):
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
         return Presentation(headlines=metric_headlines(result, ("observables_differing",)))
 
+    def planned_requests(self, visit: Visit) -> int:
+        """The probes, the exercises, and each probe with the thinking switch on and off."""
+        probes = min(self.spec.probes, self.input_rows(self.spec.input))
+        return probes + len(self.spec.exercise) + (2 * probes if self.spec.thinking else 0)
+
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         await self._metrics(run, sink, "before")
         prompts = load_prompts(self.ctx.input_paths[self.spec.input])[: self.spec.probes]

@@ -94,6 +94,16 @@ class TeacherForcedGate(LiveGate):
     control_reruns = 1  # the control's second boot scores the candidates' sites and shows drift
 
     # ---- live
+    def planned_requests(self, visit: Visit) -> int:
+        """First boot: each prompt generated and scored, each reference scored (a candidate scores its sites
+        too, about one request per prompt); the control's second boot generates each prompt again and scores
+        the candidates' sites."""
+        prompts = self.input_rows(self.spec.input)
+        references = self.input_rows(self.spec.references) if self.spec.references else 0
+        if visit.index > 0:
+            return prompts * (1 + len(self.ctx.contract.candidates()))
+        return 2 * prompts + references + (prompts if visit.lane.role == "candidate" else 0)
+
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         lane = visit.lane
         prompts = await self._prepared(run, sink, "prompt", self.spec.input, need_text=False)

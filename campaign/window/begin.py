@@ -15,6 +15,7 @@ from campaign.errors import PreflightError
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.boxes import BoxClaim, boxes_of, claim
 from campaign.window.context import Window, new_window_id
+from campaign.window.plan import refuse_unfit
 from campaign.window.preflight import preflight
 
 __all__ = ["begin_window"]
@@ -27,6 +28,7 @@ def begin_window(contract_path: Path, *, key: SigningKey, trusted: TrustedKeys, 
     loaded = load_contract(contract_path)
     record_path = record_path or default_record_path(loaded.path)
     freeze_record = check_frozen(loaded, record_path, trusted, accept_tool_defaults=accept_tool_defaults)
+    refuse_unfit(loaded, out_dir)  # a window whose minimum cannot fit its deadline: refused, the daily untouched
     window_id = window_id or new_window_id(loaded)
     boxes = boxes_of(loaded)
     # claimed before pre-flight: its model hash reads the whole model on the box, which a window measuring

@@ -15,6 +15,7 @@ from campaign.contracts.load import load_contract
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim
 from campaign.window.context import new_window_id
+from campaign.window.plan import refuse_unfit
 from campaign.window.preflight import preflight
 
 __all__ = ["detach_window"]
@@ -27,6 +28,7 @@ def detach_window(contract: Path, *, out_dir: Path, record: Path | None, trusted
     loaded = load_contract(contract)
     record = record or default_record_path(loaded.path)
     check_frozen(loaded, record, trusted, accept_tool_defaults=accept_tool_defaults)
+    refuse_unfit(loaded, out_dir)  # said here, not only in the background runner's log
     window = new_window_id(loaded)
     held = claim(window, boxes_of(loaded))  # refused here, before the model is hashed on a busy box
     try:

@@ -30,6 +30,7 @@ from campaign.window.bundlecopy import copy_once
 from campaign.window.context import Progress, Window, WindowOutcome, say
 from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
 from campaign.window.lanevisit import visit_lane
+from campaign.window.plan import request_counts, restore_reserve
 from campaign.window.progress import daily_words
 from campaign.window.schedule import PAIRS_STOPPED, first_visits, most_steps, next_pair, pair_past_budget, step_seconds
 from campaign.window.screening import live_part, run_screens
@@ -131,7 +132,8 @@ async def _visit_lanes(w: Window, loaded: LoadedContract, gates: list[LiveGate],
         await asyncio.to_thread(takedown.take_down_incumbent, w, journal)
     labels = {"campaign.window": w.window_id, "campaign.contract": loaded.canonical_sha256}
     # for the progress line: one step per boot and per gate of each visit, if every pair is needed
-    journal.done("plan", steps=screens_run + most_steps(loaded, gates), visits=len(first_visits(loaded, gates)))
+    journal.done("plan", steps=screens_run + most_steps(loaded, gates), visits=len(first_visits(loaded, gates)),
+                 requests=request_counts(first_visits(loaded, gates)))
     for visit, visit_gates in first_visits(loaded, gates):
         await visit_lane(w, visit, visit_gates, journal, lanes, labels)
     pairs_done = 1
@@ -158,8 +160,10 @@ def _pair_past_budget(w: Window, planned: list[tuple[Visit, list[LiveGate]]]) ->
     estimate = sum(took.get(("boot", visit.lane.name, None), 0.0)
                    + sum(took.get(("gate", visit.lane.name, gate.gate_id), 0.0) for gate in gates)
                    for visit, gates in planned)
+    reserve = restore_reserve(w.loaded, w.bundle.parent, exclude=w.bundle)  # as `campaign plan` shows it
+    assert reserve is not None
     return pair_past_budget(seconds_left=deadline - time.time(), pair_estimate_s=estimate,
-                            restore_s=spec.readiness.budget)
+                            restore_s=reserve.seconds, restore_why=reserve.source)
 
 
 async def _bring_back(w: Window, journal: Any, reason: str) -> dict[str, Any]:

@@ -10,14 +10,14 @@ makes the same visits again.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.gates.base import PAIRS_STOPPED, Gate, LiveGate, Visit, live_gates, screens
 
-__all__ = ["first_visits", "gates_for_visit", "most_steps", "next_pair", "pair_past_budget", "step_seconds",
-           "PAIRS_STOPPED"]
+__all__ = ["first_visits", "fixed_reruns", "gates_for_visit", "most_steps", "next_pair", "pair_past_budget",
+           "planned_pair", "step_seconds", "PAIRS_STOPPED"]
 
 
 # Besides the daily's own readiness budget, what the end of a window takes before the daily serves: the
@@ -35,20 +35,30 @@ def gates_for_visit(gates: list[LiveGate], visit: Visit) -> list[LiveGate]:
 
 def first_visits(loaded: LoadedContract, gates: list[LiveGate]) -> Planned:
     visits = [Visit(lane) for lane in loaded.lanes.values()]
-    for index in range(1, _fixed_reruns(gates) + 1):
+    for index in range(1, fixed_reruns(gates) + 1):
         visits += [Visit(lane, index) for lane in _compared(loaded)]
     return [(visit, gates_for_visit(gates, visit)) for visit in visits]
 
 
 def next_pair(loaded: LoadedContract, gates: list[LiveGate], pairs_done: int) -> Planned:
     """After ``pairs_done`` pairs: each candidate some pairing gate still needs, then its control once."""
-    if pairs_done < _fixed_reruns(gates):
+    return _pair(loaded, gates, pairs_done, lambda g, candidate, control: g.wants_pair(candidate, control, pairs_done))
+
+
+def planned_pair(loaded: LoadedContract, gates: list[LiveGate], pairs_done: int) -> Planned:
+    """The pair after ``pairs_done`` if every gate that may still ask for one does: a plan's most."""
+    return _pair(loaded, gates, pairs_done, lambda g, candidate, control: g.max_boot_pairs > pairs_done)
+
+
+def _pair(loaded: LoadedContract, gates: list[LiveGate], pairs_done: int,
+          wants: Callable[[LiveGate, EffectiveLane, EffectiveLane], bool]) -> Planned:
+    if pairs_done < fixed_reruns(gates):
         return []  # the fixed part's control re-boots are not yet behind us (a gate asked for more than 1)
     planned: Planned = []
     controls: dict[str, list[LiveGate]] = {}
     for candidate in loaded.candidates():
         control = loaded.lanes[candidate.control or ""]
-        wanting = [g for g in gates if g.wants_pair(candidate, control, pairs_done)]
+        wanting = [g for g in gates if wants(g, candidate, control)]
         if wanting:
             planned.append((Visit(candidate, pairs_done), wanting))
             into = controls.setdefault(control.name, [])
@@ -64,13 +74,14 @@ def most_steps(loaded: LoadedContract, gates: Sequence[Gate], *, boots: bool = T
     steps = len(screens(gates)) * len(loaded.candidates())
     steps += sum(per_visit + len(g) for _, g in first_visits(loaded, live))
     pairing = [g for g in live if g.max_boot_pairs > 1]
-    extra = max((g.max_boot_pairs for g in pairing), default=1) - _fixed_reruns(live)
+    extra = max((g.max_boot_pairs for g in pairing), default=1) - fixed_reruns(live)
     if pairing and extra > 0:
         steps += extra * (len(loaded.candidates()) + len(_compared(loaded))) * (per_visit + len(pairing))
     return steps
 
 
-def _fixed_reruns(gates: list[LiveGate]) -> int:
+def fixed_reruns(gates: list[LiveGate]) -> int:
+    """The control re-boots of the fixed part: the first boot pair when a gate pairs boots."""
     return max((gate.control_reruns for gate in gates), default=0)
 
 
@@ -78,16 +89,18 @@ def _compared(loaded: LoadedContract) -> list[EffectiveLane]:
     return [lane for lane in loaded.controls() if any(c.control == lane.name for c in loaded.candidates())]
 
 
-def pair_past_budget(*, seconds_left: float, pair_estimate_s: float, restore_s: float) -> str | None:
+def pair_past_budget(*, seconds_left: float, pair_estimate_s: float, restore_s: float,
+                     restore_why: str = "") -> str | None:
     """Why the next pair does not fit before the failsafe deadline (the window's time budget), or None.
-    A pair is estimated by what its lanes' last boots took; the daily's restore must fit after it, or the
-    failsafe would restore the daily while lanes still run."""
+    A pair is estimated by what its lanes' last boots took; the daily's restore (its reserve, see
+    ``window/plan.py``) must fit after it, or the failsafe would restore the daily while lanes still run."""
     needed = pair_estimate_s + restore_s + RESTORE_MARGIN_S
     if needed <= seconds_left:
         return None
+    why = f": {restore_why}" if restore_why else ""
     return (f"the window's time budget: the next pair (~{pair_estimate_s:.0f}s, as its lanes' last boots took) and "
-            f"the daily's restore (~{restore_s + RESTORE_MARGIN_S:.0f}s) need {needed:.0f}s, and {max(seconds_left, 0):.0f}s "
-            "are left before the failsafe deadline")
+            f"the daily's restore (~{restore_s + RESTORE_MARGIN_S:.0f}s{why}) need {needed:.0f}s, and "
+            f"{max(seconds_left, 0):.0f}s are left before the failsafe deadline")
 
 
 def step_seconds(records: list[dict[str, Any]]) -> dict[tuple[str, str, str | None], float]:

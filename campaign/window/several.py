@@ -23,6 +23,7 @@ from campaign.lanes.bootlog import log_tail
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim, overlapping
 from campaign.window.detach import detach_window
+from campaign.window.plan import refuse_unfit
 from campaign.window.preflight import preflight
 
 __all__ = ["run_several"]
@@ -38,6 +39,7 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
     for path in contracts:
         loaded = load_contract(path)
         check_frozen(loaded, default_record_path(loaded.path), trusted, accept_tool_defaults=accept_tool_defaults)
+        refuse_unfit(loaded, out_dir)  # a window that cannot fit its deadline stops them all, before any starts
         boxes[str(path)] = boxes_of(loaded)
     clash = overlapping(boxes)
     if clash:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-COMMANDS = ["validate", "freeze", "diff", "schema", "run", "resume", "status", "abort", "promote", "rollback",
+COMMANDS = ["validate", "freeze", "diff", "schema", "plan", "run", "resume", "status", "abort", "promote", "rollback",
             "ledger", "verify", "publish", "rejudge", "cleanup", "doctor", "keys init", "daily show", "daily start"]
 
 

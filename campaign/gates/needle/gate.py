@@ -69,6 +69,11 @@ class NeedleGate(LiveGate):
         raise EngineError(f"could not size the {variant} prompt to {target} +/- {allowed:.1f} tokens in "
                           f"{MAX_SIZING_ROUNDS} rounds (closest {min(tried.values(), key=lambda t: abs(t - target))})")
 
+    def planned_requests(self, visit: Visit) -> int:
+        """Every rung's variants, first attempts: the most when every rung passes (the ladder stops at the first
+        that fails; a retry adds one)."""
+        return len(self.spec.rungs) * len(VARIANTS)
+
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         for rung in self.spec.rungs:
             rung_passed = True

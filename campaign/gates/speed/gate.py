@@ -106,6 +106,13 @@ class SpeedGate(LiveGate):
     def prompts(self) -> list[Prompt]:
         return load_prompts(self.ctx.input_paths[self.spec.input])
 
+    def planned_requests(self, visit: Visit) -> int:
+        """Per level and class: one warmup wave of ``level`` users, then each rep sends the class's prompts
+        (at least one per user); VOID rows re-run are not counted."""
+        classes = by_class(self.prompts())
+        return sum(level + self.spec.reps * max(len(prompts), level)
+                   for level in self.spec.concurrency for prompts in classes.values())
+
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         warm_path = self.ctx.bundle / "raw" / self.gate_id / "warmup" / f"{visit.key}.jsonl"
         with JsonlAppender(warm_path) as warm_sink, pinned_threads(self.spec.client_cpus) as client_cpus:

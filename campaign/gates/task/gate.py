@@ -70,6 +70,9 @@ class TaskGate(LiveGate):
     def limits(self) -> SandboxLimits:
         return SandboxLimits(timeout_s=self.spec.sandbox.timeout, memory_bytes=self.spec.sandbox.memory)
 
+    def planned_requests(self, visit: Visit) -> int:
+        return len(self.tasks) * self.spec.repeats  # every source's tasks, not only the input file's
+
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         # repeat-major, like greedy: a task's repeats are separated by the other tasks
         for repeat in range(self.spec.repeats):
