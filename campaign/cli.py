@@ -143,11 +143,14 @@ def _allow(paths: list[Path]) -> None:
 def validate(contract: Path, allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
     """Check a contract: schema, references, files, and the one-axis rule."""
     from campaign.contracts.load import load_contract
+    from campaign.promotion.promote import promoted_daily_summary
 
     _allow(allow_path)
     loaded = load_contract(contract)
     out.print(f"{contract}: valid ({len(loaded.lanes)} lanes, {len(loaded.contract.gates)} gates, "
               f"canonical sha256 {loaded.canonical_sha256})")
+    for line in promoted_daily_summary(loaded):  # lane plumbing vs the daily's endpoint: said before a window
+        err.print(f"warning: {line}")
 
 
 @app.command()
