@@ -95,10 +95,13 @@ def unredacted_argv(launched: list[str], lane: EffectiveLane, candidate: str, te
 def smoke_candidate(copy: Path, candidate: str, launch: dict[str, Any]) -> dict[str, Any]:
     """Proof completion, then the candidate's measured greedy replies must come back byte-identical."""
     proof = incumbent.prove(launch)
+    # the daily's users' key, as the proof sends it: the promoted daily must take the key they call it with
+    key = os.environ.get(launch["api_key_env"]) if launch.get("api_key_env") else None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     replayed, mismatches = 0, []
     for raw in sorted((copy / "raw").glob(f"*/{candidate}.jsonl")):
         for replay in greedy_replays(read_jsonl(raw), limit=4):
-            with httpx.Client(base_url=launch["endpoint"], timeout=120.0) as client:
+            with httpx.Client(base_url=launch["endpoint"], headers=headers, timeout=120.0) as client:
                 response = client.post(replay.path, json=replay.request).json()
             replayed += 1
             if response["choices"][0]["message"]["content"] != replay.reply:
