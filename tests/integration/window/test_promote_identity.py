@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import campaign
-from tests.support.contracts import MODEL, candidate, contract_yaml, control, free_port, process_defaults, write_contract
+from tests.support.contracts import (
+    MODEL,
+    candidate,
+    contract_yaml,
+    control,
+    free_port,
+    process_defaults,
+    write_contract,
+)
 from tests.support.daily import daily_pid
 
 pytestmark = pytest.mark.integration
@@ -81,7 +89,7 @@ def test_a_promoted_process_daily_keeps_its_endpoint_and_key_and_rolls_back(keye
     contract = write_contract(root, body, prompts=[("capital", "What is the capital of France?")])
     validated = campaign("validate", str(contract))
     assert f"warning: lane small is measured at 127.0.0.1:{lane_port} on this host" in validated.stderr
-    assert f"small runs as the process in daily.pid with the daily's name" in validated.stderr
+    assert "small runs as the process in daily.pid with the daily's name" in validated.stderr
     assert campaign("keys", "init").returncode == 0 and campaign("freeze", str(contract)).returncode == 0
     ran = campaign("run", str(contract), "--out", str(root / "runs"))
     assert ran.returncode == 0, ran.stdout + ran.stderr  # the lanes answered our client: it sent LLAMA_API_KEY's key

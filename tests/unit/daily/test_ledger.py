@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from campaign.contracts.hashing import canonical_json
+from campaign.daily.ledger import Ledger, shown_argv
 from campaign.errors import InputError, RunError, VerifyError
 from campaign.signing import SigningKey, TrustedKeys, init_keys, load_signing_key, load_trusted
-from campaign.daily.ledger import Ledger, shown_argv
 
 DIGEST = re.compile(r"^<redacted hmac:[0-9a-f]{16}>$")
 SECRET = "sk-live-0123456789abcdefXYZ"

@@ -15,8 +15,8 @@ from campaign.contracts.load import load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.daily.daily import daily_command
 from campaign.errors import RunError
-from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.command import engine_argv
+from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.session import launch_command
 from campaign.promotion.candidate import unredacted_argv
 

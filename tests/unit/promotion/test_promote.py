@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from campaign.errors import RunError
 from campaign.daily import incumbent
-from campaign.promotion import promote
 from campaign.daily.ledger import Ledger
+from campaign.errors import RunError
+from campaign.promotion import promote
 
 
 def test_a_candidate_that_fails_to_start_puts_the_previous_daily_back(monkeypatch: pytest.MonkeyPatch,
