@@ -133,7 +133,7 @@ def test_a_promoted_container_daily_answers_where_the_daily_did_and_rollback_bri
 
     dry = campaign("promote", str(bundle), "--candidate", "small", "--dry-run")
     assert dry.returncode == 0 and "would promote small" in dry.stdout, dry.stdout + dry.stderr
-    assert f"answering at http://127.0.0.1:{daily_port}" in dry.stdout
+    assert f"answering at http://127.0.0.1:{daily_port}" in dry.stdout and KEY not in dry.stdout
     promoted = campaign("promote", str(bundle), "--candidate", "small")
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     daily = inspect(name)

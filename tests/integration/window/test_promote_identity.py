@@ -104,6 +104,7 @@ def test_a_promoted_process_daily_keeps_its_endpoint_and_key_and_rolls_back(keye
 
     dry = campaign("promote", str(bundle), "--dry-run")
     assert dry.returncode == 0 and f"--host 127.0.0.1 --port {port}" in dry.stdout, dry.stdout + dry.stderr
+    assert KEY not in dry.stdout + dry.stderr
     promoted = campaign("promote", str(bundle))
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     now = cmdline(daily_pid(root))
