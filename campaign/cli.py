@@ -143,11 +143,14 @@ def _allow(paths: list[Path]) -> None:
 def validate(contract: Path, allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
     """Check a contract: schema, references, files, and the one-axis rule."""
     from campaign.contracts.load import load_contract
+    from campaign.promotion.promote import promoted_daily_summary
 
     _allow(allow_path)
     loaded = load_contract(contract)
     out.print(f"{contract}: valid ({len(loaded.lanes)} lanes, {len(loaded.contract.gates)} gates, "
               f"canonical sha256 {loaded.canonical_sha256})")
+    for line in promoted_daily_summary(loaded):  # lane plumbing vs the daily's endpoint: said before a window
+        err.print(f"warning: {line}")
 
 
 @app.command()
@@ -491,14 +494,14 @@ def abort(window: str) -> None:
 @app.command()
 @one_line_errors
 def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Candidate lane to promote."),
-            dry_run: bool = typer.Option(False, "--dry-run", help="Show the decision and the steps; change nothing."),
+            dry_run: bool = typer.Option(False, "--dry-run", help="Run every check the promotion runs, show its steps and the new daily's command; change nothing."),
             trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
     """Promote a candidate to daily from a verified bundle whose required gates all PASS."""
     from campaign.promotion.promote import promote as do_promote
     from campaign.signing import load_signing_key, load_trusted
 
-    key = None if dry_run else load_signing_key()
-    decision, steps, entry = do_promote(bundle, key=key, trusted=load_trusted(trust),
+    key = load_signing_key()  # a dry run too: the promotion would need it to record itself
+    decision, steps, entry = do_promote(bundle, key=None if dry_run else key, trusted=load_trusted(trust),
                                         candidate=candidate, dry_run=dry_run)
     if not decision.ok and entry is None:
         for reason in decision.refusals:
@@ -594,7 +597,7 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((daily.get("declared_env") or {}).items()))
     out.print(f"last change: {last.get('daily_name') or 'previous daily (rolled back)'} (ledger entry "
               f"{last['seq']}, {last['kind']})")
-    out.print("its command (credentials redacted; the private rollback copy keeps them):")
+    out.print("its command (credentials redacted; a rollback record refers to them as ${env:NAME}):")
     sys.stdout.write(shown(((env + " ") if env else "") + shlex.join(daily["argv"])) + "\n")
 
 

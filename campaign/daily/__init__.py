@@ -2,7 +2,7 @@
 
 Owns the incumbent's snapshot, stop, start and proof (a process, a systemd unit, a container:
 ``incumbent``, ``dailycontainer``), ``campaign daily`` (``daily``), the window's state file (``state``), the
-signed ledger of promotions (``ledger``) and ``restore`` (the daily back up, with proof).
+signed ledger of promotions (``ledger``; its rollback records hold references, ``launchrefs``) and ``restore`` (the daily back up, with proof).
 
 Imports errors, fsutil, signing, contracts and lanes; never the failsafe, promotion or the window, which
 all stand on this room.

@@ -2,8 +2,8 @@
 
 Append-only JSONL at ``$XDG_STATE_HOME/campaign/ledger.jsonl``. Each entry carries the sha256 of the
 previous line (a chain: an edited or deleted entry breaks every later one) and an Ed25519 signature.
-The previous daily's full launch (its environment may hold secrets) is kept beside it in
-``rollback/<seq>.json``, mode 0600; the ledger holds only its digest and a redacted view.
+The previous daily's full launch is kept beside it in ``rollback/<seq>.json``, mode 0600, each credential
+in it a ``${env:NAME}`` reference (``launchrefs``); the ledger holds only its digest and a redacted view.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.hashing import canonical_json, sha256_bytes
+from campaign.daily.launchrefs import from_references, to_references
 from campaign.daily.state import state_root
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import JsonlAppender, atomic_write_bytes, loads_strict, read_bounded, read_jsonl
@@ -80,6 +81,7 @@ class Ledger:
                                  "prev_sha256": sha256_bytes(lines[-1]) if lines else None, **fields}
         if rollback_launch is not None:
             private = self.path.parent / "rollback" / f"{entry['seq']}.json"
+            rollback_launch = to_references(rollback_launch)  # references, never credential values
             data = canonical_json(rollback_launch)
             private.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write_bytes(private, data)
@@ -102,9 +104,10 @@ class Ledger:
         if hashlib.sha256(data).hexdigest() != entry["rollback"]["launch_sha256"]:
             raise VerifyError(f"{private}: the kept rollback launch changed since it was recorded")
         try:  # the bytes just checked, not a second read of the file
-            return loads_strict(data)
+            record = loads_strict(data)
         except ValueError as exc:
             raise VerifyError(f"{private}: not valid JSON: {exc}") from exc
+        return from_references(record)
 
 
 def load_json_line(line: bytes, path: Path, number: int) -> dict[str, Any]:

@@ -26,16 +26,18 @@ from campaign.contracts.freeze import FREEZE_SCHEMA
 from campaign.contracts.hashing import canonical_json, sha256_file
 from campaign.contracts.load import load_contract
 from campaign.daily import incumbent
+from campaign.daily.launchrefs import to_references
 from campaign.daily.ledger import Ledger, shown_argv
 from campaign.errors import CampaignError, InputError, PreflightError, RunError, VerifyError
 from campaign.faults import crash_point
 from campaign.fsutil import load_json_strict
 from campaign.promotion.candidate import candidate_launch, smoke_candidate
+from campaign.promotion.identity import KEPT, promoted_daily_summary
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
 from campaign.receipts.shapes import checked_gate, checked_summary
 from campaign.signing import SigningKey, TrustedKeys
 
-__all__ = ["Decision", "decide", "promote", "rollback"]
+__all__ = ["Decision", "decide", "promote", "promoted_daily_summary", "rollback"]
 
 
 @dataclass
@@ -153,25 +155,24 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey | None, trusted: Tr
     if not decision.ok:
         return decision, [], None
     cand = decision.candidate or ""
-    settings = load_json_strict(copy / "incumbent" / "snapshot.json")
-    container = settings.get("runtime") == "docker"
-    where = f"container {settings.get('container')}" if container else f"{settings.get('pidfile')}"
-    steps = [f"snapshot the daily ({where}) and keep it for rollback"
-             + (" (stopped, renamed <name>-rollback-<time>)" if container else ""),
-             f"stop it, start {cand} as the daily with its measured "
-             + ("container (image id and command byte-identical)" if container else "arguments"),
-             "smoke: proof completion and its measured greedy replies, byte-identical",
-             "record the promotion in the ledger (a failed smoke rolls back automatically)"]
-    if dry_run:
-        return decision, steps, None
-    if key is None:  # only a dry run goes without the signing key (a check, not an assert: -O keeps it)
-        raise InputError("promote needs the signing key to record the promotion (only --dry-run goes without)")
+    # every check the promotion makes runs before anything is touched, and a dry run stops only after them
+    # all, so it never says "would promote" where the promotion refuses
     ledger = ledger or Ledger()
     unfinished = unfinished_promotion(ledger.entries())
     if unfinished is not None:
         raise RunError(f"promotion {unfinished['seq']} ({unfinished.get('candidate')}, begun {unfinished['at']}) never "
                        "finished: the daily may be half swapped; `campaign rollback` puts the previous daily back first")
+    settings = load_json_strict(copy / "incumbent" / "snapshot.json")
+    container = settings.get("runtime") == "docker"
     previous = _daily_snapshot(settings)
+    to_references(previous)  # a credential of the daily no variable holds: refused now, not at the ledger
+    made = (_container_daily(copy, cand, previous, decision.facts.get("window")) if container
+            else candidate_launch(copy, cand, previous))
+    steps = _steps(cand, previous, made, container)
+    if dry_run:
+        return decision, steps, None
+    if key is None:  # only a dry run goes without the signing key (a check, not an assert: -O keeps it)
+        raise InputError("promote needs the signing key to record the promotion (only --dry-run goes without)")
     # written before anything is touched: an interrupt from here to the promotion's own entry leaves a
     # record `campaign rollback` can undo from (the previous daily's launch is kept with it)
     begun = ledger.append(key, "promote-begun", {
@@ -181,7 +182,7 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey | None, trusted: Tr
     crash_point("promote.begun")
     swap = _swap_container if container else _swap_process
     try:
-        previous, launch, fields = swap(copy, cand, previous, ledger, decision.facts.get("window"))
+        previous, launch, fields = swap(copy, cand, previous, made, ledger)
     except BaseException as exc:  # top level of a promotion: recorded as promote-failed, or raised
         # the swap puts the previous daily back before it raises; only a daily seen serving again closes
         # the promotion, otherwise it stays begun and `campaign rollback` finishes the job
@@ -193,6 +194,13 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey | None, trusted: Tr
                            "`campaign rollback` puts it back") from exc
         raise
     crash_point("promote.swapped")
+    return decision, steps, _finish(bundle, copy, cand, decision, (previous, launch, fields, begun), key, ledger)
+
+
+def _finish(bundle: Path, copy: Path, cand: str, decision: Decision, swapped: tuple[Any, ...], key: SigningKey,
+            ledger: Ledger) -> dict[str, Any]:
+    """The smoke, the promotion's ledger entry, and the automatic rollback of a failed smoke."""
+    previous, launch, fields, begun = swapped
     try:
         smoke = smoke_candidate(copy, cand, launch)
     except (RunError, httpx.HTTPError, KeyError, ValueError) as exc:
@@ -206,7 +214,25 @@ def _promote(bundle: Path, private: Path, *, key: SigningKey | None, trusted: Tr
         rollback(key=key, ledger=ledger, reason=f"smoke failed after promotion {entry['seq']}")
         decision.refusals.append(f"smoke failed ({smoke.get('error') or smoke.get('greedy_mismatches')}); "
                                  "rolled back to the previous daily")
-    return decision, steps, entry
+    return entry
+
+
+def _steps(cand: str, previous: dict[str, Any], made: dict[str, Any], container: bool) -> list[str]:
+    where = f"container {previous['container']}" if container else previous["pidfile"]
+    if container:
+        config = made["config"]
+        command = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    else:
+        command, env = made["argv"], made["env"]
+    return [f"snapshot the daily ({where}) and keep it for rollback"
+            + (" (stopped, renamed <name>-rollback-<time>)" if container else ""),
+            f"stop it, start {cand} as the daily with its measured "
+            + ("container (image id, command, env and mounts)" if container else "arguments")
+            + f", under the daily's {', '.join(KEPT)}, answering at {previous['endpoint']}",
+            f"the new daily's command: {' '.join(shown_argv(command, env))}",
+            "smoke: proof completion and its measured greedy replies, byte-identical",
+            "record the promotion in the ledger (a failed smoke rolls back automatically)"]
 
 
 def _serving(daily: dict[str, Any]) -> bool:
@@ -232,9 +258,8 @@ def _daily_snapshot(settings: dict[str, Any]) -> dict[str, Any]:
     return incumbent.snapshot_pidfile(Path(settings["pidfile"]), wanted)
 
 
-def _swap_process(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledger,
-                  window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    launch = candidate_launch(copy, cand, previous)
+def _swap_process(copy: Path, cand: str, previous: dict[str, Any], launch: dict[str, Any],
+                  ledger: Ledger) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     log = ledger.path.parent / "daily.log"
     try:
         incumbent.stop(previous)
@@ -258,11 +283,16 @@ def _swap_process(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledge
         "pidfile": previous["pidfile"]}
 
 
-def _swap_container(copy: Path, cand: str, previous: dict[str, Any], ledger: Ledger,
-                    window: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _container_daily(copy: Path, cand: str, previous: dict[str, Any], window: str | None) -> dict[str, Any]:
     from campaign.promotion import promotecontainer
 
-    create = promotecontainer.candidate_container(copy, cand, previous, window)
+    return promotecontainer.candidate_container(copy, cand, previous, window)
+
+
+def _swap_container(copy: Path, cand: str, previous: dict[str, Any], create: dict[str, Any],
+                    ledger: Ledger) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    from campaign.promotion import promotecontainer
+
     launch, kept_as = promotecontainer.swap_in(previous, create)
     previous = {**previous, "container": kept_as}  # where the rollback finds it
     return previous, launch, {

@@ -1,9 +1,10 @@
 """Promotion and rollback when the daily is a container.
 
-The new daily is the candidate's container as the window measured it (image id, entrypoint and command
-byte-identical to ``lanes/<candidate>/inspect.json``, its mounts, /dev/shm, devices and network) under the
-daily's name, with the daily's labels, published ports and restart policy. The previous daily is
-stopped, never removed, and renamed ``<name>-rollback-<time>``: the ledger keeps its snapshot, so a
+The new daily is the candidate's container as the window measured it (image id, entrypoint and command as
+in ``lanes/<candidate>/inspect.json``, each redacted credential put back from the lane's ``${env:NAME}``,
+its env, mounts and /dev/shm) with the daily's serving identity (``identity``): the daily's name, labels,
+network, published ports, restart policy, GPUs and CPUs, and the daily's --host and --port in its command.
+The previous daily is stopped, never removed, and renamed ``<name>-rollback-<time>``: the ledger keeps its snapshot, so a
 rollback renames it back and starts that same container (or recreates it from the snapshot if it was
 pruned). A promotion interrupted at any step is put back by ``put_back``.
 """
@@ -19,9 +20,11 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.daily import dailycontainer
 from campaign.errors import DockerNotFound, DockerRefused, RunError
 from campaign.faults import crash_point
-from campaign.fsutil import load_json_strict
+from campaign.lanes.command import engine_argv
 from campaign.lanes.runtimes.dockererrors import docker_errors
 from campaign.lanes.session import files_unchanged, resolve_refs
+from campaign.promotion.candidate import measured_lane, unredacted_argv
+from campaign.promotion.identity import axis_names, listen_positions, map_listen
 
 __all__ = ["candidate_container", "put_back", "swap_back", "swap_in"]
 
@@ -47,33 +50,45 @@ def _env(inspect: dict[str, Any], lane: EffectiveLane, candidate: str) -> list[s
 
 
 def candidate_container(copy: Path, candidate: str, daily: dict[str, Any], window: str | None) -> dict[str, Any]:
-    """The create config of the new daily: the candidate as measured, under the daily's name and labels."""
-    inspect = load_json_strict(copy / "lanes" / candidate / "inspect.json")
+    """The create config of the new daily: the candidate as measured (image, command with the daily's
+    --host and --port, env, mounts, shm) under the daily's name, labels, network, published ports, restart
+    policy, GPUs and CPUs (``identity``)."""
+    inspect, lane = measured_lane(copy, candidate)
     if inspect.get("runtime") != "docker":
         raise RunError(f"lane {candidate} ran as a {inspect.get('runtime')}, and the daily is a container: a "
                        "container daily is promoted from a docker lane's measured container")
-    if any("<redacted" in str(word) for word in [*(inspect.get("entrypoint") or []), *(inspect.get("cmd") or [])]):
-        raise RunError(f"lane {candidate}: its measured command holds a redacted credential; a container daily "
-                       "is made from the command byte for byte, so put the credential in env as ${env:NAME}")
-    lane = EffectiveLane.model_validate(load_json_strict(copy / "lanes" / candidate / "spec.json"))
     files_unchanged(lane)  # a moved file would be bound as an empty directory in its place
+    entrypoint, cmd = _command(inspect, lane, candidate, daily["argv"])
     labels = {k: v for k, v in (daily["config"].get("Labels") or {}).items() if not k.startswith("campaign.")}
     labels["campaign.promoted_from"] = f"{window or ''}/{candidate}"
-    config = {"Image": inspect["image_id"], "Entrypoint": inspect.get("entrypoint"), "Cmd": inspect.get("cmd"),
-              "Env": _env(inspect, lane, candidate), "Labels": labels}
-    measured_ports = inspect.get("port_bindings") or {}
-    exposed: dict[str, Any] | None = {port: {} for port in measured_ports} or daily["config"].get("ExposedPorts")
-    if exposed:
-        config["ExposedPorts"] = exposed
-    # the ports the candidate was measured behind; a candidate on the host network publishes none
-    ports = measured_ports or (daily["host_config"].get("PortBindings") if inspect.get("network_mode") != "host"
-                               else None)
+    config = {"Image": inspect["image_id"], "Entrypoint": entrypoint, "Cmd": cmd,
+              "Env": _env(inspect, lane, candidate), "Labels": labels,
+              "ExposedPorts": daily["config"].get("ExposedPorts")}
+    axis = axis_names(lane)
+    # the daily's host config (network, published ports, restart policy, ipc, ...) with what the candidate
+    # brings: its mounts, /dev/shm and scratch tmpfs, and GPUs or CPUs only when its axis changes them
     host_config = {**daily["host_config"], "Binds": _mount_binds(inspect.get("mounts") or []), "Mounts": None,
-                   "PortBindings": ports or None,
                    "ShmSize": inspect.get("shm_size") or daily["host_config"].get("ShmSize"),
-                   "DeviceRequests": inspect.get("device_requests") or None, "Tmpfs": inspect.get("tmpfs") or None,
-                   "NetworkMode": inspect.get("network_mode") or daily["host_config"].get("NetworkMode")}
+                   "Tmpfs": inspect.get("tmpfs") or None}
+    if "gpus" in axis:
+        host_config["DeviceRequests"] = inspect.get("device_requests") or None
+    if "cpus" in axis:
+        host_config["CpusetCpus"] = inspect.get("cpuset_cpus") or ""
     return {"config": {k: v for k, v in config.items() if v is not None}, "host_config": host_config}
+
+
+def _command(inspect: dict[str, Any], lane: EffectiveLane, candidate: str,
+             daily_argv: list[str]) -> tuple[list[str] | None, list[str]]:
+    """The measured entrypoint and cmd, each redacted credential put back from its ``${env:NAME}`` and the
+    lane's --host and --port mapped to the daily's. The lane's command built again from its spec, as its
+    launch built it (``launch_command``), says where each of those stands."""
+    entrypoint, cmd = inspect.get("entrypoint"), list(inspect.get("cmd") or [])
+    serving = lane if lane.network == "host" else lane.model_copy(update={"host": "0.0.0.0"})
+    template = engine_argv(lane.executable, serving, "<model>")
+    measured = [*(entrypoint or []), *cmd] if lane.executable else cmd
+    words = unredacted_argv(measured, lane, candidate, template)
+    words = map_listen(words, listen_positions(template, lane, serving.host), daily_argv)
+    return ([words[0]], words[1:]) if lane.executable else (entrypoint, words)
 
 
 def _client(snap: dict[str, Any]) -> Any:

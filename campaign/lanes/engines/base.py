@@ -55,9 +55,20 @@ class EngineAdapter(ABC):
     async def version(self, client: LaneClient) -> dict[str, Any]:
         return {}
 
+    # How the engine takes its API key: an option on its command line, else a variable of its environment
+    # (read from the engine's own source for the version targeted; None: it reads none).
+    api_key_option: str = "--api-key"
+    api_key_env: str | None = None
+    # The options that say where the engine listens: lane plumbing, which promotion maps back to the daily's.
+    listen_options: tuple[str, str] = ("--host", "--port")
+
     def api_key(self, lane: EffectiveLane) -> str | None:
-        """The key the lane's server demands (its ``--api-key``), so our own client can call it."""
-        return lane.options.get("--api-key") or None
+        """The key the lane's server demands, so our own client can call it: its key option (the first of a
+        comma-separated list, as the server reads several), else its key variable in the lane's env.
+        ``lane`` is the lane as launched (its ``${env:NAME}`` references resolved)."""
+        given = lane.options.get(self.api_key_option) or (lane.env.get(self.api_key_env) if self.api_key_env
+                                                           else None)
+        return next((key.strip() for key in (given or "").split(",") if key.strip()), None)
 
     def launch_env(self, lane: EffectiveLane, scratch: str) -> dict[str, str]:
         """Variables that keep what the engine writes (temp files, caches) under ``scratch``, a folder

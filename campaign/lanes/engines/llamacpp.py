@@ -37,6 +37,7 @@ __all__ = ["LlamaCppAdapter"]
 
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
+    api_key_env = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY"), comma-separated
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
         args = ["-m", model_path, "--host", lane.host, "--port", str(lane.port)]

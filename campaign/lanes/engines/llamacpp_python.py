@@ -33,6 +33,7 @@ GREEDY = {"repeat_penalty": 1.0}  # the server's own default is 1.1: not greedy 
 
 class LlamaCppPythonAdapter(EngineAdapter):
     name = "llama-cpp-python"
+    api_key_option = "--api_key"  # llama_cpp/server/cli.py: one option per settings field, by its own name
     capabilities = frozenset({"tokenize", "generate", "score", "json_schema", "tools"})
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:

@@ -55,6 +55,7 @@ _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 class VllmAdapter(EngineAdapter):
     name = "vllm"
+    api_key_env = "VLLM_API_KEY"  # 0.32 envs.py; --api-key wins over it (entrypoints/serve/middleware/register.py)
     capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "metrics"})
 
     # --- launching ---------------------------------------------------------------------------

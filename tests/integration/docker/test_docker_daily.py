@@ -202,7 +202,7 @@ def test_a_daily_that_is_not_there_is_refused_before_anything_is_touched(contain
 
 
 def test_promote_a_candidate_container_to_daily_then_roll_back_to_the_same_container(
-        container_daily: dict) -> None:
+        container_daily: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.support.docker import pinned_demo_docker
 
     root, name = container_daily["root"], container_daily["name"]
@@ -224,8 +224,13 @@ def test_promote_a_candidate_container_to_daily_then_roll_back_to_the_same_conta
     bundle = _bundle(root / "runs")
     measured = json.loads((bundle / "lanes" / "ngram-k4" / "inspect.json").read_text())
 
+    # the runner's shell holds the daily's token, as the shell that started the daily did: the rollback
+    # record refers to it (${env:HF_TOKEN}) and never holds it
+    monkeypatch.setenv("HF_TOKEN", SECRET)
     promoted = campaign("promote", str(bundle), "--candidate", "ngram-k4")
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    kept_launch = (root / "state" / "campaign" / "rollback" / "2.json").read_text()
+    assert SECRET not in kept_launch and "HF_TOKEN=${env:HF_TOKEN}" in kept_launch
     daily = inspect(name)
     assert daily["Id"] != container_daily["id"] and daily["State"]["Running"]
     # the measured container, byte for byte, under the daily's name and restart policy

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from campaign.contracts.hashing import canonical_json
-from campaign.errors import InputError, VerifyError
-from campaign.signing import SigningKey, TrustedKeys, init_keys, load_signing_key, load_trusted
 from campaign.daily.ledger import Ledger, shown_argv
+from campaign.errors import InputError, RunError, VerifyError
+from campaign.signing import SigningKey, TrustedKeys, init_keys, load_signing_key, load_trusted
 
 DIGEST = re.compile(r"^<redacted hmac:[0-9a-f]{16}>$")
 SECRET = "sk-live-0123456789abcdefXYZ"
@@ -36,7 +36,10 @@ def key() -> SigningKey:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    # the runner's environment holds the daily's credentials, as the shell the daily was started from did
+    monkeypatch.setenv("DAILY_KEY", SECRET)
+    monkeypatch.setenv("HF_TOKEN", ENV_SECRET)
     return Ledger(tmp_path / "state" / "ledger.jsonl")
 
 
@@ -172,9 +175,25 @@ def test_rollback_launch_is_kept_privately_and_returned(ledger: Ledger, key: Sig
     assert private.exists()
     assert mode(private) == 0o600
     assert mode(private.parent) == 0o700
-    assert entry["rollback"]["launch_sha256"] == hashlib.sha256(canonical_json(LAUNCH)).hexdigest()
+    kept = private.read_text()
+    assert SECRET not in kept and ENV_SECRET not in kept  # references, never values
+    assert "${env:DAILY_KEY}" in kept and "X-Upstream: ${env:HF_TOKEN}" in kept
+    assert entry["rollback"]["launch_sha256"] == hashlib.sha256(private.read_bytes()).hexdigest()
     assert entry["rollback"]["exe_sha256"] == "ab" * 32
-    assert ledger.rollback_launch(2) == LAUNCH  # env and secrets intact, for the restore
+    assert ledger.rollback_launch(2) == LAUNCH  # resolved from the environment, for the restore
+
+
+def test_a_credential_no_variable_holds_is_refused_and_an_unset_reference_is_named(
+        ledger: Ledger, key: SigningKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(RunError, match="credential in env HF_TOKEN is in no variable of this environment") as refused:
+        ledger.append(key, "promote", {"lane": "a"}, rollback_launch=LAUNCH)
+    assert ENV_SECRET not in str(refused.value) and not ledger.path.exists()
+    monkeypatch.setenv("HF_TOKEN", ENV_SECRET)
+    ledger.append(key, "promote", {"lane": "a"}, rollback_launch=LAUNCH)
+    monkeypatch.delenv("DAILY_KEY")
+    with pytest.raises(RunError, match=r"refers to \$\{env:DAILY_KEY\}, which is not set"):
+        ledger.rollback_launch(1)
 
 
 def test_the_ledger_line_shows_a_redacted_launch(ledger: Ledger, key: SigningKey) -> None:
@@ -182,10 +201,9 @@ def test_the_ledger_line_shows_a_redacted_launch(ledger: Ledger, key: SigningKey
     text = ledger.path.read_text()
     assert SECRET not in text and ENV_SECRET not in text
     argv = entry["rollback"]["argv"]
-    assert argv[:4] == ["llama-server", "-m", "/models/x.gguf", "--api-key"]
-    assert DIGEST.match(argv[4])
-    assert argv[5:8] == ["--port", "8080", "--header"]
-    assert argv[8] == "X-Upstream: <redacted>"
+    # the kept launch's own references: what the rollback resolves, never a value
+    assert argv == ["llama-server", "-m", "/models/x.gguf", "--api-key", "${env:DAILY_KEY}", "--port", "8080",
+                    "--header", "X-Upstream: ${env:HF_TOKEN}"]
     assert "env" not in entry["rollback"]
     assert ledger.verify(load_trusted()) == [entry]  # the signature covers the rollback view
 

@@ -15,6 +15,7 @@ from campaign.contracts.load import load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.daily.daily import daily_command
 from campaign.errors import RunError
+from campaign.lanes.command import engine_argv
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.session import launch_command
 from campaign.promotion.candidate import unredacted_argv
@@ -132,11 +133,12 @@ def test_promotion_rebuilds_the_measured_command_with_its_credential(monkeypatch
     built = lane(executable="llama-server", args=["--api-key", "${env:CMD_T_KEY}", "--threads", "2"])
     measured = ["/usr/bin/llama-server", "-m", "/m/model.gguf", "--host", "127.0.0.1", "--port", "18000",
                 "--api-key", "<redacted hmac:00ff>", "--threads", "2"]
-    assert unredacted_argv(measured, built, "l") == [
+    template = engine_argv(measured[0], built, "<model>")
+    assert unredacted_argv(measured, built, "l", template) == [
         "/usr/bin/llama-server", "-m", "/m/model.gguf", "--host", "127.0.0.1", "--port", "18000",
         "--api-key", "k-3", "--threads", "2"]
     with pytest.raises(RunError, match="does not line up"):
-        unredacted_argv(measured[:-1], built, "l")
+        unredacted_argv(measured[:-1], built, "l", template)
 
 
 def test_engine_argv_is_the_one_builder() -> None:

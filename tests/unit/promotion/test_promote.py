@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from campaign.errors import RunError
 from campaign.daily import incumbent
-from campaign.promotion import promote
 from campaign.daily.ledger import Ledger
+from campaign.errors import RunError
+from campaign.promotion import promote
 
 
 def test_a_candidate_that_fails_to_start_puts_the_previous_daily_back(monkeypatch: pytest.MonkeyPatch,
@@ -24,13 +24,11 @@ def test_a_candidate_that_fails_to_start_puts_the_previous_daily_back(monkeypatc
             raise OSError("exec format error")
         return 1
 
-    monkeypatch.setattr(promote, "candidate_launch", lambda copy, cand, previous: {"argv": ["candidate"],
-                                                                                     "pidfile": "daily.pid"})
     monkeypatch.setattr(incumbent, "stop", lambda snap, **_: calls.append(("stop", snap["argv"][0])))
     monkeypatch.setattr(incumbent, "start", start)
     monkeypatch.setattr(incumbent, "running_pid", lambda snap: None)
     monkeypatch.setattr(incumbent, "is_serving", lambda snap: False)
     with pytest.raises(RunError, match="the previous daily was started again"):
         promote._swap_process(tmp_path, "spec", {"argv": ["daily"], "pidfile": "daily.pid"},
-                              Ledger(tmp_path / "ledger.jsonl"), None)
+                              {"argv": ["candidate"], "pidfile": "daily.pid"}, Ledger(tmp_path / "ledger.jsonl"))
     assert calls == [("stop", "daily"), ("start", "candidate"), ("start", "daily")]

@@ -64,9 +64,14 @@ def test_an_old_bundle_verifies_rejudges_publishes_and_promotes_dry_run(fixture:
         html = (tmp_path / "report" / "report.html").read_text()
         assert 'data-title="C1: decode_tok_s of every boot, in window order' in html
         assert 'data-title="C1: paired change per prompt' in html
+    # publish reads a bundle from another box with its key, and only with it
+    foreign = campaign("publish", str(bundle), "--out", str(tmp_path / "refused"))
+    assert foreign.returncode != 0 and "trusted key" in foreign.stderr, foreign.stdout + foreign.stderr
+    # the dry run runs every check the promotion runs: the bundle's decision holds (no `refused:` line), and
+    # the daily it would replace is not running on this machine, which a promotion would refuse too
     promoted = campaign("promote", str(bundle), "--candidate", "spec", "--dry-run", "--trust", key)
-    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
-    assert f"would promote spec from {bundle}" in promoted.stdout, promoted.stdout
+    assert promoted.returncode == 1 and "refused:" not in promoted.stderr, promoted.stdout + promoted.stderr
+    assert "incumbent is not running" in promoted.stderr and "daily.pid: no such pidfile" in promoted.stderr
 
 
 def test_an_old_freeze_record_verifies_and_says_what_it_froze(fixture: Path, tmp_path: Path) -> None:
