@@ -316,9 +316,17 @@ def plan(contract: Path,
     """
     _allow(allow_path)
     from campaign.contracts.load import load_contract
+    from campaign.promotion.promote import promoted_daily_summary
     from campaign.window.plan import plan_window
 
-    shown_plan = plan_window(load_contract(contract), out_dir)
+    loaded = load_contract(contract)
+    shown_plan = plan_window(loaded, out_dir)
+    if loaded.contract.incumbent is not None:  # window/ never imports promotion/: the plan's spot filled here
+        moved = promoted_daily_summary(loaded)
+        shown_plan = shown_plan.model_copy(update={"promotion": "; ".join(moved) if moved else
+                                                   "a promoted candidate serves where the daily answers now "
+                                                   f"({loaded.contract.incumbent.endpoint}): every candidate "
+                                                   "lane listens there"})
     if as_json:
         sys.stdout.write(shown_plan.model_dump_json(indent=2) + "\n")
         return

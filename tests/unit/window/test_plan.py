@@ -201,7 +201,14 @@ def test_the_command_prints_the_steps_the_reserve_and_the_deadline_check(tmp_pat
     assert "does NOT fit: `campaign run` refuses this window" in text
     as_json = json.loads(campaign("plan", str(loaded.path), "--out", str(out), "--json").stdout)
     assert as_json["fits_minimum"] is False and as_json["reserve"]["measured_s"] == pytest.approx(1.06)
-    assert as_json["history"] == ["20260101T000000Z-t-plan-v1-0123abcd"] and as_json["promotion"] is None
+    assert as_json["history"] == ["20260101T000000Z-t-plan-v1-0123abcd"]
+    # the lanes listen on the daily's port: promoted, a candidate serves where the daily's users call it
+    assert "serves where the daily answers now (http://127.0.0.1:18999)" in as_json["promotion"]
+    (tmp_path / "moved").mkdir()
+    moved = contract(tmp_path / "moved", deadline="60s")
+    moved.path.write_text(moved.path.read_text().replace("port: 18999", "port: 18998"))
+    shown_moved = campaign("plan", str(moved.path), "--out", str(out))
+    assert "promotion: lane fast is measured at" in shown_moved.stdout and "18998" in shown_moved.stdout
 
 
 def test_timings_of_a_real_window_journal() -> None:
