@@ -1,7 +1,10 @@
 """Failsafe backends: whatever happens to the runner, the daily serves again by the deadline.
 
-``auto`` picks a systemd transient timer in system scope where systemd runs (``/run/systemd/system``),
-otherwise the detached watchdog (``campaign.failsafe.watchdog``). Both are checked before the incumbent
+``auto`` picks the watchdog container on the daily's engine for a daily container (``enginefailsafe``; on
+this machine's engine it falls back to the process daily's backend when the daily's image has no python),
+else a systemd transient timer in system scope where systemd runs (``/run/systemd/system``), otherwise
+the detached watchdog pair (``campaign.failsafe.watchdog``), which the periodic check (``supervisor``)
+backs from outside the runner's process tree where it is installed. Both are checked before the incumbent
 is touched: a dry run fires a harmless action on the backend's own timer, and after arming the backend
 must report itself active. Either failing leaves the incumbent untouched.
 """
@@ -21,7 +24,7 @@ from campaign.daily.state import WindowState, mark_disarmed, record_arming
 from campaign.errors import PreflightError
 from campaign.failsafe.watchdogfiles import LOG_NAME, ack_path, pidfile, record_pid, spawn_detached, spawn_watchdog
 
-__all__ = ["arm", "choose_backend", "disarm", "dry_run", "spawn_watchdog"]
+__all__ = ["arm", "choose_backend", "disarm", "dry_run", "fallback_backend", "spawn_watchdog"]
 
 DRY_RUN_AFTER = 1.0
 DRY_RUN_WAIT = 15.0
@@ -29,17 +32,29 @@ ACK_WAIT = 15.0  # a watchdog that has not acked by then is not trusted with the
 
 
 def choose_backend(requested: str, daily: Any = None) -> str:
-    """``auto``: the daily's own box keeps the deadline when the daily is a container on another box's engine
-    (the runner's machine is what may die); else systemd where it runs, else the watchdog pair."""
-    remote = daily is not None and daily.runtime == "docker" and not _engine_is_local(daily.docker_host)
-    if requested == "engine" and not (daily is not None and daily.runtime == "docker"):
+    """``auto``: a daily container is guarded by a watchdog container on its own engine, local or another
+    box's (the engine restarts it, whatever kills the runner's processes); a process daily by systemd where
+    it runs, else by the watchdog pair (with the periodic check, if installed, outside it)."""
+    container = daily is not None and daily.runtime == "docker"
+    if requested == "engine" and not container:
         raise PreflightError("failsafe.backend engine keeps the deadline beside a daily container: this daily is "
                              "not a container")
     if requested != "auto":
         return requested
-    if remote:
+    if container:
         return "engine"
     return "systemd" if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") else "watchdog"
+
+
+def fallback_backend(spec: Any, daily: Any) -> str | None:
+    """What ``auto`` falls back to when the engine's watchdog cannot run (the daily's image has no python):
+    the backend of a process daily, for a daily on this machine's own engine whose contract did not ask for
+    the engine watchdog by its settings (image, python, mounts). None: no fallback, the refusal stands (a
+    daily on another box: this machine may be what dies)."""
+    asked = {"image", "python", "mounts"} & set(spec.model_fields_set)
+    if spec.backend != "auto" or asked or daily is None or not _engine_is_local(daily.docker_host):
+        return None
+    return choose_backend("auto")
 
 
 def _engine_is_local(host: Any) -> bool:

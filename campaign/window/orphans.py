@@ -1,9 +1,11 @@
 """What windows leave behind: a window nobody is left to finish, which every `campaign` command restores
 first, and containers (lanes, stale box watchdogs) that `campaign cleanup` lists and removes.
 
-The failsafe is a pair of watchdogs (or a systemd timer); if the runner and every watchdog were killed
-together, or the deadline passed while nothing ran, the next `campaign` command of any kind (status
-included) brings the daily back at once.
+The failsafe is a pair of watchdogs (or a systemd timer, or a watchdog container on the daily's engine); if
+the runner and every watchdog were killed together, or the deadline passed while nothing ran, the next
+`campaign` command of any kind (status included) brings the daily back at once, and so does the periodic
+check (`campaign failsafe check`, run every minute by cron once `campaign failsafe install` put it there),
+with no command typed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ if TYPE_CHECKING:
     from campaign.contracts.load import LoadedContract
     from campaign.contracts.schema import DockerHost
 
-__all__ = ["engines_to_sweep", "leftover_containers", "remove_leftover", "restore_orphaned_windows"]
+__all__ = ["engines_to_sweep", "install_periodic_check", "leftover_containers", "periodic_check", "remove_leftover",
+           "restore_orphaned_windows"]
 
 
 def _orphaned(state: WindowState) -> str | None:
@@ -68,6 +71,34 @@ def restore_orphaned_windows() -> list[str]:
         except (RunError, OSError) as exc:
             done.append(f"window {state.window}: {reason}; restoring the daily FAILED: {exc}")
     return done
+
+
+def periodic_check() -> list[str]:
+    """`campaign failsafe check`, what cron runs every minute (``failsafe/supervisor.py``): the sweep above,
+    from outside any window's process tree, and a mark that it ran, which a window being armed reads to
+    say the periodic check guards it."""
+    from campaign.failsafe.supervisor import mark_check_ran
+
+    mark_check_ran()
+    return restore_orphaned_windows()
+
+
+def install_periodic_check(*, remove: bool = False, show: bool = False) -> list[str]:
+    """`campaign failsafe install`: the check's crontab line installed (or shown, or removed), in lines to
+    print; a machine with no crontab is refused with the line for another scheduler."""
+    from campaign.failsafe import supervisor
+
+    if show:
+        return [supervisor.check_line(), f"runs: {supervisor.environment_note()}"]
+    if remove:
+        return ["removed the periodic check from this user's crontab" if supervisor.uninstall()
+                else "no periodic check was installed"]
+    done = supervisor.install()
+    return [f"installed in this user's crontab (every minute): {done.line}",
+            f"runs: {supervisor.environment_note()}",
+            "it restores the daily of a window whose runner and watchdogs are all gone, or whose deadline "
+            "passed; windows armed from now on say it guards them",
+            *(f"warning: {warning}" for warning in done.warnings)]
 
 
 def engines_to_sweep(loaded: LoadedContract | None, docker_host: str | None) -> dict[str, DockerHost | None]:

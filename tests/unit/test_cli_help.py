@@ -10,7 +10,8 @@ import sys
 import pytest
 
 COMMANDS = ["validate", "freeze", "diff", "schema", "run", "resume", "status", "abort", "promote", "rollback",
-            "ledger", "verify", "publish", "rejudge", "cleanup", "doctor", "keys init", "daily show", "daily start"]
+            "ledger", "verify", "publish", "rejudge", "cleanup", "doctor", "keys init", "daily show", "daily start",
+            "failsafe install", "failsafe check"]
 
 
 def help_text(command: str) -> str:
