@@ -1,7 +1,8 @@
 """Failsafe backends: whatever happens to the runner, the daily serves again by the deadline.
 
 ``auto`` picks the watchdog container on the daily's engine for a daily container (``enginefailsafe``; on
-this machine's engine it falls back to the process daily's backend when the daily's image has no python),
+this machine's engine when the lanes are containers there too, and it falls back to the process daily's
+backend when the daily's image has no python),
 else a systemd transient timer in system scope where systemd runs (``/run/systemd/system``), otherwise
 the detached watchdog pair (``campaign.failsafe.watchdog``), which the periodic check (``supervisor``)
 backs from outside the runner's process tree where it is installed. Both are checked before the incumbent
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +33,21 @@ DRY_RUN_WAIT = 15.0
 ACK_WAIT = 15.0  # a watchdog that has not acked by then is not trusted with the daily
 
 
-def choose_backend(requested: str, daily: Any = None) -> str:
-    """``auto``: a daily container is guarded by a watchdog container on its own engine, local or another
-    box's (the engine restarts it, whatever kills the runner's processes); a process daily by systemd where
-    it runs, else by the watchdog pair (with the periodic check, if installed, outside it)."""
+def choose_backend(requested: str, daily: Any = None, lanes: Iterable[Any] = ()) -> str:
+    """``auto``: a daily container is guarded by a watchdog container on its own engine (the engine restarts
+    it, whatever kills the runner's processes): always for another box's engine, and on this machine's when
+    every lane is a container there too (the watchdog removes the window's lane containers before it starts
+    the daily; a lane process holding the daily's port is out of its reach, and the runner-side failsafe
+    stops those). Else systemd where it runs, else the watchdog pair (with the periodic check, if
+    installed, outside it)."""
     container = daily is not None and daily.runtime == "docker"
     if requested == "engine" and not container:
         raise PreflightError("failsafe.backend engine keeps the deadline beside a daily container: this daily is "
                              "not a container")
     if requested != "auto":
         return requested
-    if container:
+    if container and (not _engine_is_local(daily.docker_host) or
+                      all(lane.runtime == "docker" and _engine_is_local(lane.docker_host) for lane in lanes)):
         return "engine"
     return "systemd" if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") else "watchdog"
 

@@ -179,8 +179,9 @@ def guard(backend: str, state: Any) -> tuple[str, str | None]:
     if backend == "systemd":
         return f"the systemd timer {state.failsafe_unit}.timer", None
     record, age = installed(), last_check_age()
-    if record is not None and age is not None and age <= FRESH:
-        return f"the periodic check ({record.get('kind', 'cron')}, every minute; last ran {age:.0f}s ago)", None
+    if age is not None and age <= FRESH:  # installed here, or run by a scheduler of the user's own: it runs
+        how = f"{record.get('kind', 'cron')}, every minute; " if record is not None else ""
+        return f"the periodic check `campaign failsafe check` ({how}last ran {age:.0f}s ago)", None
     if record is not None:
         said = "has never run" if age is None else f"last ran {age:.0f}s ago"
         return "none", (f"the periodic check installed ({record.get('kind', 'cron')}) {said}: is a cron daemon "

@@ -97,7 +97,7 @@ def _outside_supervisor(loaded: LoadedContract) -> list[Check]:
     if spec is None or failsafe is None:
         return []
     try:
-        backend = choose_backend(failsafe.backend, spec)
+        backend = choose_backend(failsafe.backend, spec, loaded.lanes.values())
     except CampaignError as exc:
         return [Check("failsafe supervisor", False, str(exc), "fix the contract's failsafe.backend")]
     if backend != "watchdog":

@@ -43,9 +43,9 @@ def _orphaned(state: WindowState) -> str | None:
     return "the runner and both watchdogs are gone"
 
 
-def restore_orphaned_windows() -> list[str]:
-    """Run by every `campaign` command before its own work: an expired or orphaned window is restored at
-    once. Returns one line per window restored."""
+def restore_orphaned_windows(by: str = "campaign (next command)") -> list[str]:
+    """Run by every `campaign` command before its own work (and by the periodic check): an expired or
+    orphaned window is restored at once. Returns one line per window restored."""
     from campaign.daily.restore import restore
 
     done = []
@@ -60,7 +60,7 @@ def restore_orphaned_windows() -> list[str]:
         if reason is None:
             continue
         try:
-            record = restore(state.window, reason=reason, by="campaign (next command)", if_needed=True)
+            record = restore(state.window, reason=reason, by=by, if_needed=True)
             if record.get("event") == "skipped":
                 continue
             with state.locked():
@@ -80,14 +80,16 @@ def periodic_check() -> list[str]:
     from campaign.failsafe.supervisor import mark_check_ran
 
     mark_check_ran()
-    return restore_orphaned_windows()
+    return restore_orphaned_windows(by="campaign failsafe check")
 
 
 def install_periodic_check(*, remove: bool = False, show: bool = False) -> list[str]:
     """`campaign failsafe install`: the check's crontab line installed (or shown, or removed), in lines to
     print; a machine with no crontab is refused with the line for another scheduler."""
+    from campaign.daily.state import state_root
     from campaign.failsafe import supervisor
 
+    state_root().mkdir(parents=True, exist_ok=True, mode=0o700)  # the line's log lives there
     if show:
         return [supervisor.check_line(), f"runs: {supervisor.environment_note()}"]
     if remove:

@@ -117,7 +117,7 @@ def _arm_failsafe(w: Window, journal: Any, state: WindowState) -> WindowState:
     runner's process tree keeps the deadline (or warned that none does)."""
     spec, failsafe_spec = w.loaded.contract.incumbent, w.loaded.contract.failsafe
     assert spec is not None and failsafe_spec is not None
-    backend = choose_backend(failsafe_spec.backend, spec)
+    backend = choose_backend(failsafe_spec.backend, spec, w.loaded.lanes.values())
     journal.intent("failsafe.dry_run", backend=backend)
     if backend == "engine":
         from campaign.failsafe import enginefailsafe

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -79,8 +80,12 @@ def test_auto_keeps_the_deadline_on_the_engine_of_any_daily_container() -> None:
     local = IncumbentSpec(runtime="docker", container="d", endpoint="http://127.0.0.1:1",
                           docker_host="unix:///var/run/docker.sock")
     process = IncumbentSpec(runtime="process", pidfile="d.pid", endpoint="http://127.0.0.1:1")
+    docker_lane, process_lane = (SimpleNamespace(runtime="docker", docker_host=None),
+                                 SimpleNamespace(runtime="process", docker_host=None))
     assert choose_backend("auto", remote) == "engine"
-    assert choose_backend("auto", local) == "engine"  # the engine restarts its watchdog, whatever kills ours
+    # the engine restarts its watchdog, whatever kills ours; and it can remove every lane that holds the port
+    assert choose_backend("auto", local, [docker_lane]) == "engine"
+    assert choose_backend("auto", local, [docker_lane, process_lane]) in {"systemd", "watchdog"}
     assert choose_backend("auto", process) in {"systemd", "watchdog"}
     assert choose_backend("watchdog", local) == "watchdog"  # named: kept
     with pytest.raises(PreflightError, match="not a container"):
