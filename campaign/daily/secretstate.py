@@ -65,7 +65,8 @@ def forget(snap: dict[str, Any], secrets: Iterable[str], *, api_key_env: str | N
     value holding another is cut whole); the references listed under ``secrets_removed``."""
     refs = references(snap)
     out = {key: item for key, item in snap.items() if key != KEY}
-    for value in sorted({s for s in secrets if s}, key=len, reverse=True):
+    # a reference already there (a resumed window that never stopped the daily again) is not a credential
+    for value in sorted({s for s in secrets if s and not _PLACEHOLDER.search(s)}, key=len, reverse=True):
         name = _name_for(value, snap, api_key_env, api_key, environ)
         placeholder = f"${{env:{name}}}" if name else f"${{removed:{len(refs) + 1}}}"
         refs[placeholder] = name

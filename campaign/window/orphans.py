@@ -10,6 +10,7 @@ with no command typed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,10 @@ def _orphaned(state: WindowState) -> str | None:
     if state.boot_id != boot_id():
         return "the machine rebooted during the window"
     if state.deadline_boottime is not None and boottime() >= state.deadline_boottime:
+        return "deadline passed"
+    if state.deadline_boottime is None and state.deadline_wall is not None and time.time() >= state.deadline_wall:
+        # kept on the daily's engine, by its own clock: past the deadline here, that watchdog has restored the
+        # daily (or cannot), so the sweep proves it, and ends the window's arming here
         return "deadline passed"
     runner_alive = process_start_time(state.runner_pid) == state.runner_start_time
     if runner_alive or state.failsafe_backend != "watchdog":
@@ -63,14 +68,28 @@ def restore_orphaned_windows(by: str = "campaign (next command)") -> list[str]:
             record = restore(state.window, reason=reason, by=by, if_needed=True)
             if record.get("event") == "skipped":
                 continue
-            with state.locked():
-                fresh = state.reload()
-                fresh.armed = False
-                fresh.save()
+            _disarm_after_restore(state)
             done.append(f"window {state.window}: {reason}; the daily was restored")
         except (RunError, OSError) as exc:
             done.append(f"window {state.window}: {reason}; restoring the daily FAILED: {exc}")
     return done
+
+
+def _disarm_after_restore(state: WindowState) -> None:
+    """Proven back: disarmed, and a watchdog container on the daily's engine removed (one the engine does
+    not let go of is left for `campaign cleanup`: stale once its window is disarmed)."""
+    if state.failsafe_backend == "engine":
+        from campaign.failsafe.failsafe import disarm
+
+        try:
+            disarm(state)
+            return
+        except RunError:
+            pass  # disarm marked the state first; only the container is left
+    with state.locked():
+        fresh = state.reload()
+        fresh.armed = False
+        fresh.save()
 
 
 def periodic_check() -> list[str]:

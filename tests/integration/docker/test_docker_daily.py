@@ -408,5 +408,12 @@ def test_every_process_of_the_window_killed_the_engines_watchdog_brings_the_dail
         armed = next(r for r in records if r["step"] == "failsafe.arm" and r["event"] == "done")
         assert armed["backend"] == "engine" and "watchdog container" in armed["supervisor"]
         assert "warning" not in armed
+        # past the deadline, the periodic check (or any command) proves the daily and ends the arming here;
+        # the watchdog container goes with it
+        checked = campaign("failsafe", "check")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"window {window}: deadline passed; the daily was restored" in checked.stdout
+        assert not state.reload().armed and state.reload().restored
+        assert inspect(state.failsafe_container) is None
     finally:
         docker("rm", "-f", *docker("ps", "-aq", "--filter", f"label=campaign.window={window}").stdout.split())

@@ -257,6 +257,8 @@ def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict)
     assert "the runner and both watchdogs are gone; the daily was restored" in status.stderr, \
         (status.stderr, state.reload().model_dump())
     assert serves(daily["port"]) and not state.reload().armed
+    (row,) = json.loads(campaign("status", "--json").stdout)
+    assert "periodic check" in row["failsafe_supervisor"]
     from campaign.lanes.runtimes.process import marked_processes
 
     assert marked_processes(state.window) == []
@@ -332,6 +334,8 @@ def test_the_periodic_check_cron_runs_brings_the_daily_back_when_every_process_o
     ran = periodic()
     assert ran.returncode == 0, ran.stdout + ran.stderr + (log.read_text() if log.exists() else "")
     assert serves(daily["port"]) and not state.reload().armed
+    (row,) = json.loads(campaign("status", "--json").stdout)
+    assert "periodic check" in row["failsafe_supervisor"]
     assert f"window {window}: the runner and both watchdogs are gone; the daily was restored" in log.read_text()
     records = read_jsonl(daily["root"] / "runs" / window / "journal.jsonl")
     armed = next(r for r in records if r["step"] == "failsafe.arm" and r["event"] == "done")

@@ -31,6 +31,9 @@ def test_every_value_becomes_a_reference_wherever_it_stands() -> None:
     assert scrubbed["env"]["HF_TOKEN"] == "${env:HF_TOKEN}" and "HF_TOKEN=${env:HF_TOKEN}" in scrubbed["config"]["Env"]
     assert scrubbed[KEY] == {"${env:DAILY_KEY}": "DAILY_KEY", "${env:HF_TOKEN}": "HF_TOKEN", "${removed:1}": None}
     assert scrubbed["env_sha256"] == snap["env_sha256"] and snap["argv"][2] == KEY_VALUE  # the original untouched
+    # forgotten twice (a resumed window that never stopped the daily again): the references stay as they are
+    again = forget(scrubbed, ["${env:DAILY_KEY}", "${removed:1}"], api_key_env="DAILY_KEY", api_key=None, environ={})
+    assert again == scrubbed
 
 
 def test_resolve_puts_the_values_back_and_names_what_it_cannot() -> None:
