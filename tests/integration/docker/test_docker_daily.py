@@ -421,3 +421,42 @@ def test_every_process_of_the_window_killed_the_engines_watchdog_brings_the_dail
         assert inspect(state.failsafe_container) is None
     finally:
         docker("rm", "-f", *docker("ps", "-aq", "--filter", f"label=campaign.window={window}").stdout.split())
+
+
+def test_auto_falls_back_to_the_pair_when_the_daily_image_has_no_python_and_says_so(container_daily: dict) -> None:
+    """Lanes and daily containers on this engine, `auto`, no python configured: the engine's watchdog cannot run
+    in the daily's image (the test image has no python of its own), so the window falls back to the runner-side
+    failsafe, on the console and in the journal, and warns that nothing outside the runner keeps the deadline."""
+    from tests.support.docker import pinned_demo_docker
+
+    root, name, port = container_daily["root"], container_daily["name"], container_daily["port"]
+    (root / "lanes").mkdir()
+    contract = pinned_demo_docker(root / "lanes", container_daily["image"], port)
+    contract.write_text(contract.read_text() + textwrap.dedent(f"""\
+        incumbent: {{runtime: docker, container: {name}, endpoint: "http://127.0.0.1:{port}"}}
+        failsafe: {{deadline: 10m}}
+        """))
+    assert campaign("freeze", str(contract)).returncode == 0
+    out = root / "runs"
+    with open(root / "console.txt", "w") as console:
+        runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
+                                  stdout=console, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (list(out.glob("*/journal.jsonl")) and any(
+                r["step"] == "incumbent.stop" and r["event"] == "done" for r in read_jsonl(_bundle(out) / "journal.jsonl"))):
+            time.sleep(0.1)
+        runner.send_signal(signal.SIGINT)  # stopped in order: the daily restored, the window ended
+        assert runner.wait(timeout=300) != 0
+    records = read_jsonl(_bundle(out) / "journal.jsonl")
+    failed = next(r for r in records if r["step"] == "failsafe.dry_run" and r["event"] == "failed")
+    assert failed["backend"] == "engine" and failed["fallback"] in ("systemd", "watchdog")
+    assert "python3" in failed["error"]  # the engine said it cannot run the python the image lacks
+    armed = next(r for r in records if r["step"] == "failsafe.arm" and r["event"] == "done")
+    assert armed["backend"] == failed["fallback"]
+    shown = (root / "console.txt").read_text()
+    assert "falling back to the" in shown and "failsafe armed (" in shown
+    if armed["backend"] == "watchdog":  # no systemd here: the pair, and nothing outside it yet
+        assert armed["supervisor"] == "none" and "campaign failsafe install" in armed["warning"]
+        assert "warning: no supervisor outside the runner's process tree" in shown
+    assert serves(port) and inspect(name)["Id"] == container_daily["id"]
+    assert docker("ps", "-aq", "--filter", "label=campaign.failsafe").stdout.strip() == ""  # the dry run's is gone
