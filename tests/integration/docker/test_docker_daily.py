@@ -377,7 +377,7 @@ def test_every_process_of_the_window_killed_the_engines_watchdog_brings_the_dail
           container: {name}
           endpoint: http://127.0.0.1:{port}
         failsafe:
-          deadline: 25s
+          deadline: 15s
           heartbeat_grace: 5m
           python: {python_home / 'bin' / 'python3'}
           mounts: [{{host: {python_home}, container: {python_home}}}]
