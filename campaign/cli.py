@@ -42,6 +42,9 @@ keys_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Signing
 app.add_typer(keys_app, name="keys")
 daily_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The daily (incumbent) lane.")
 app.add_typer(daily_app, name="daily")
+failsafe_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                           help="The supervisor outside the runner's process tree (the periodic check).")
+app.add_typer(failsafe_app, name="failsafe")
 # One line stays one line, whatever the terminal width; written to a log file or CI (not a terminal),
 # tables get a wide page instead of rich's 80 columns, so no metric name or window id is cut to "...".
 # Every string printed through them is data (campaign/terminal.py): no markup, no emoji, controls escaped;
@@ -778,6 +781,37 @@ def keys_init(force: bool = typer.Option(False, "--force", help="Replace an exis
     out.print(f"signing key: {path} (key id {load_signing_key().keyid}); public key: {config_dir() / 'signing.pub'}")
 
 
+@failsafe_app.command("install")
+@one_line_errors
+def failsafe_install(show: bool = typer.Option(False, "--print", help="Print the crontab line; install nothing."),
+                     remove: bool = typer.Option(False, "--remove", help="Remove the line installed before.")) -> None:
+    """Install the periodic check: one line in this user's crontab that runs `campaign failsafe check` every
+    minute, so a window whose runner and watchdogs are all killed gets its daily back with no command typed.
+    Needs a cron daemon running (where systemd runs, its timer already guards each window).
+
+    Example: campaign failsafe install --print"""
+    from campaign.window.orphans import install_periodic_check
+
+    for line in install_periodic_check(remove=remove, show=show):
+        out.print(line)
+
+
+@failsafe_app.command("check")
+@one_line_errors
+def failsafe_check() -> None:
+    """What the periodic check runs: restore the daily of every window whose deadline passed or whose runner
+    and watchdogs are all gone. Silent when there is nothing to do; exit 1 if a restore failed.
+
+    Example: campaign failsafe check"""
+    from campaign.window.orphans import periodic_check
+
+    lines = periodic_check()
+    for line in lines:
+        out.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}")
+    if any("FAILED" in line for line in lines):
+        raise typer.Exit(1)
+
+
 def _restore_orphans() -> None:
     # Whatever the command, a window whose deadline passed, or whose runner and failsafe were killed
     # together, gets its daily back first: nobody else is left to do it.
@@ -815,7 +849,8 @@ def _last_words(exc: BaseException) -> int:
 def main() -> None:
     """The console script. Nothing reaches the terminal as a traceback unless CAMPAIGN_DEBUG is set."""
     try:
-        _restore_orphans()
+        if sys.argv[1:3] != ["failsafe", "check"]:  # the check is the sweep itself: once is enough
+            _restore_orphans()
         code = app(standalone_mode=False)
     except Exception as exc:
         if os.environ.get("CAMPAIGN_DEBUG") and not isinstance(exc, click.ClickException):

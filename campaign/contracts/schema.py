@@ -294,9 +294,12 @@ class FailsafeSpec(StrictModel):
     deadline: Duration = Field(description="Restore the incumbent no later than this after the window starts.")
     backend: Literal["auto", "systemd", "watchdog", "engine"] = Field(
         "auto", description="Where the deadline is guarded. auto: `engine` for a daily container on another "
-                            "box's engine, else a systemd transient timer where systemd runs, else a detached "
-                            "watchdog process. engine: a watchdog container on the daily's own engine "
-                            "(restart policy always), so the runner's machine dying still restores the daily.")
+                            "box's engine, or on this machine's when every lane is a container there too (falling "
+                            "back, saying so, when the daily's image has no python and none of image, python, "
+                            "mounts is set), else a systemd transient timer where systemd runs, else a detached "
+                            "watchdog pair (backed by the periodic check of `campaign failsafe install`). engine: "
+                            "a watchdog container on the daily's own engine (restart policy always), so every "
+                            "process of the window killed, or the runner's machine dying, still restores the daily.")
     heartbeat_grace: Duration = Field(60.0, description="Watchdog: restore early when the runner's heartbeat "
                                                         "is older than this.")
     image: str | None = Field(None, description="engine backend: the watchdog container's image, pinned by digest "

@@ -17,6 +17,7 @@ import json
 import time
 from typing import Any
 
+from campaign.daily.secretstate import refuse_unresolved, same_words
 from campaign.errors import DockerNotFound, PreflightError, RunError
 from campaign.lanes.runtimes.dockererrors import docker_errors
 
@@ -140,8 +141,8 @@ def _differences(snap: dict[str, Any], attrs: dict[str, Any]) -> list[str]:
     config, host_config = attrs.get("Config") or {}, attrs.get("HostConfig") or {}
     wanted = snap["config"]
     checks = [("image id", attrs.get("Image") == snap["image_id"]),
-              ("entrypoint", (config.get("Entrypoint") or None) == (wanted.get("Entrypoint") or None)),
-              ("cmd", (config.get("Cmd") or None) == (wanted.get("Cmd") or None)),
+              ("entrypoint", same_words(wanted.get("Entrypoint") or None, config.get("Entrypoint") or None, snap)),
+              ("cmd", same_words(wanted.get("Cmd") or None, config.get("Cmd") or None, snap)),
               ("env", env_digest(config.get("Env")) == snap["env_sha256"]),
               ("mounts", _mounts(attrs) == snap["mounts"]),
               *((name, (host_config.get(key) or None) == (snap["host_config"].get(key) or None))
@@ -186,6 +187,7 @@ def ensure_restart_policy(snap: dict[str, Any]) -> None:
 
 
 def _recreate(client: Any, snap: dict[str, Any]) -> str:
+    refuse_unresolved(snap, "recreated")
     body = {**snap["config"], "Image": snap["image_id"], "HostConfig": snap["host_config"]}
     # the engine's own words are the useful part: the kind's line carries them
     with docker_errors(f"recreating the daily container {snap['container']!r} from its snapshot", _where(client)):

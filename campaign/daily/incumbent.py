@@ -23,6 +23,7 @@ import httpx
 
 from campaign.contracts.hashing import sha256_file
 from campaign.contracts.units import format_cpuset, parse_cpuset
+from campaign.daily.secretstate import refuse_unresolved, same_words
 from campaign.daily.state import EXIT_WAIT_S, PIDFILE_BYTES, process_start_time, wait_gone
 from campaign.errors import PreflightError, RunError
 from campaign.fsutil import UnreadableFile, atomic_write_bytes, read_text_bounded
@@ -113,7 +114,7 @@ def is_serving(snap: dict[str, Any]) -> bool:
 def running_pid(snap: dict[str, Any]) -> int | None:
     """The pid serving as the daily now, if it runs the snapshot's command line."""
     pid = _read_pid(Path(snap["pidfile"]))
-    if pid is not None and _cmdline(pid) == snap["argv"]:
+    if pid is not None and same_words(snap["argv"], _cmdline(pid), snap):
         return pid
     return None
 
@@ -146,6 +147,7 @@ def start(snap: dict[str, Any], log_path: Path) -> int | dict[str, Any]:
         from campaign.daily import dailycontainer
 
         return dailycontainer.start(snap)
+    refuse_unresolved(snap, "started again")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:

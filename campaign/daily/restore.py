@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.daily import incumbent
+from campaign.daily.secretstate import resolve
 from campaign.daily.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
 from campaign.errors import DockerNotFound, DockerRefused, RunError
 from campaign.fsutil import JsonlAppender
@@ -127,7 +128,8 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
             record["stopped_lanes"], not_stopped = stop_window_lanes(state, grace=grace)
             if not_stopped:
                 record["lanes_not_stopped"] = not_stopped
-            snap = state.incumbent
+            # a window that ended removed the daily's credentials from its state: this environment's, if any
+            snap = resolve(state.incumbent, os.environ)[0]
             if snap is None:
                 record["incumbent"] = "none declared"
             else:

@@ -139,6 +139,9 @@ class WindowState(BaseModel):
     boxes: list[str] = Field(default_factory=list, description="The boxes the window uses (this machine, or "
                                                                "another box's engine URL), as `status` shows them.")
     failsafe_container: str | None = Field(None, description="engine failsafe: the watchdog container's id.")
+    failsafe_supervisor: str | None = Field(None, description="Which supervisor outside the runner's process "
+                                            "tree keeps the deadline (the engine's watchdog container, the "
+                                            "systemd timer, the periodic check), or \"none\", as said at arm time.")
 
     @property
     def directory(self) -> Path:

@@ -1,7 +1,11 @@
 """Failsafe backends: whatever happens to the runner, the daily serves again by the deadline.
 
-``auto`` picks a systemd transient timer in system scope where systemd runs (``/run/systemd/system``),
-otherwise the detached watchdog (``campaign.failsafe.watchdog``). Both are checked before the incumbent
+``auto`` picks the watchdog container on the daily's engine for a daily container (``enginefailsafe``; on
+this machine's engine when the lanes are containers there too, and it falls back to the process daily's
+backend when the daily's image has no python),
+else a systemd transient timer in system scope where systemd runs (``/run/systemd/system``), otherwise
+the detached watchdog pair (``campaign.failsafe.watchdog``), which the periodic check (``supervisor``)
+backs from outside the runner's process tree where it is installed. Both are checked before the incumbent
 is touched: a dry run fires a harmless action on the backend's own timer, and after arming the backend
 must report itself active. Either failing leaves the incumbent untouched.
 """
@@ -14,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +26,41 @@ from campaign.daily.state import WindowState, mark_disarmed, record_arming
 from campaign.errors import PreflightError
 from campaign.failsafe.watchdogfiles import LOG_NAME, ack_path, pidfile, record_pid, spawn_detached, spawn_watchdog
 
-__all__ = ["arm", "choose_backend", "disarm", "dry_run", "spawn_watchdog"]
+__all__ = ["arm", "choose_backend", "disarm", "dry_run", "fallback_backend", "spawn_watchdog"]
 
 DRY_RUN_AFTER = 1.0
 DRY_RUN_WAIT = 15.0
 ACK_WAIT = 15.0  # a watchdog that has not acked by then is not trusted with the daily
 
 
-def choose_backend(requested: str, daily: Any = None) -> str:
-    """``auto``: the daily's own box keeps the deadline when the daily is a container on another box's engine
-    (the runner's machine is what may die); else systemd where it runs, else the watchdog pair."""
-    remote = daily is not None and daily.runtime == "docker" and not _engine_is_local(daily.docker_host)
-    if requested == "engine" and not (daily is not None and daily.runtime == "docker"):
+def choose_backend(requested: str, daily: Any = None, lanes: Iterable[Any] = ()) -> str:
+    """``auto``: a daily container is guarded by a watchdog container on its own engine (the engine restarts
+    it, whatever kills the runner's processes): always for another box's engine, and on this machine's when
+    every lane is a container there too (the watchdog removes the window's lane containers before it starts
+    the daily; a lane process holding the daily's port is out of its reach, and the runner-side failsafe
+    stops those). Else systemd where it runs, else the watchdog pair (with the periodic check, if
+    installed, outside it)."""
+    container = daily is not None and daily.runtime == "docker"
+    if requested == "engine" and not container:
         raise PreflightError("failsafe.backend engine keeps the deadline beside a daily container: this daily is "
                              "not a container")
     if requested != "auto":
         return requested
-    if remote:
+    if container and (not _engine_is_local(daily.docker_host) or
+                      all(lane.runtime == "docker" and _engine_is_local(lane.docker_host) for lane in lanes)):
         return "engine"
     return "systemd" if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run") else "watchdog"
+
+
+def fallback_backend(spec: Any, daily: Any) -> str | None:
+    """What ``auto`` falls back to when the engine's watchdog cannot run (the daily's image has no python):
+    the backend of a process daily, for a daily on this machine's own engine whose contract did not ask for
+    the engine watchdog by its settings (image, python, mounts). None: no fallback, the refusal stands (a
+    daily on another box: this machine may be what dies)."""
+    asked = {"image", "python", "mounts"} & set(spec.model_fields_set)
+    if spec.backend != "auto" or asked or daily is None or not _engine_is_local(daily.docker_host):
+        return None
+    return choose_backend("auto")
 
 
 def _engine_is_local(host: Any) -> bool:

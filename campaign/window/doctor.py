@@ -48,6 +48,7 @@ class Check:
 def run_checks(loaded: LoadedContract | None, out_dir: Path, *, smoke: bool = True) -> list[Check]:
     checks = [_signing_key(), _failsafe(loaded), _disk(out_dir)]
     if loaded is not None:
+        checks += _outside_supervisor(loaded)
         checks += _models(loaded)
         checks += _ports(loaded)
         if any(lane.runtime == "docker" for lane in loaded.lanes.values()) or (
@@ -84,6 +85,27 @@ def _failsafe(loaded: LoadedContract | None) -> Check:
         return Check("failsafe", False, f"{backend}: {exc}",
                      "a window stops the daily only behind a failsafe that fires; fix the backend or pick "
                      "another in the contract's failsafe.backend")
+
+
+def _outside_supervisor(loaded: LoadedContract) -> list[Check]:
+    """Who keeps the daily's deadline if the runner and its watchdog pair are killed together: for a daily
+    behind the watchdog pair, the periodic check (`campaign failsafe install`) must be installed and running."""
+    from campaign.failsafe.failsafe import choose_backend
+    from campaign.failsafe.supervisor import guard
+
+    spec, failsafe = loaded.contract.incumbent, loaded.contract.failsafe
+    if spec is None or failsafe is None:
+        return []
+    try:
+        backend = choose_backend(failsafe.backend, spec, loaded.lanes.values())
+    except CampaignError as exc:
+        return [Check("failsafe supervisor", False, str(exc), "fix the contract's failsafe.backend")]
+    if backend != "watchdog":
+        return [Check("failsafe supervisor", True, f"{backend}: outside the runner's process tree")]
+    supervisor, warning = guard(backend, None)
+    if warning:
+        return [Check("failsafe supervisor", False, warning, "campaign failsafe install (and a running cron daemon)")]
+    return [Check("failsafe supervisor", True, supervisor)]
 
 
 def _disk(out_dir: Path) -> Check:

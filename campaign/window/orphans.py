@@ -1,13 +1,16 @@
 """What windows leave behind: a window nobody is left to finish, which every `campaign` command restores
 first, and containers (lanes, stale box watchdogs) that `campaign cleanup` lists and removes.
 
-The failsafe is a pair of watchdogs (or a systemd timer); if the runner and every watchdog were killed
-together, or the deadline passed while nothing ran, the next `campaign` command of any kind (status
-included) brings the daily back at once.
+The failsafe is a pair of watchdogs (or a systemd timer, or a watchdog container on the daily's engine); if
+the runner and every watchdog were killed together, or the deadline passed while nothing ran, the next
+`campaign` command of any kind (status included) brings the daily back at once, and so does the periodic
+check (`campaign failsafe check`, run every minute by cron once `campaign failsafe install` put it there),
+with no command typed.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +22,8 @@ if TYPE_CHECKING:
     from campaign.contracts.load import LoadedContract
     from campaign.contracts.schema import DockerHost
 
-__all__ = ["engines_to_sweep", "leftover_containers", "remove_leftover", "restore_orphaned_windows"]
+__all__ = ["engines_to_sweep", "install_periodic_check", "leftover_containers", "periodic_check", "remove_leftover",
+           "restore_orphaned_windows"]
 
 
 def _orphaned(state: WindowState) -> str | None:
@@ -31,6 +35,10 @@ def _orphaned(state: WindowState) -> str | None:
         return "the machine rebooted during the window"
     if state.deadline_boottime is not None and boottime() >= state.deadline_boottime:
         return "deadline passed"
+    if state.deadline_boottime is None and state.deadline_wall is not None and time.time() >= state.deadline_wall:
+        # kept on the daily's engine, by its own clock: past the deadline here, that watchdog has restored the
+        # daily (or cannot), so the sweep proves it, and ends the window's arming here
+        return "deadline passed"
     runner_alive = process_start_time(state.runner_pid) == state.runner_start_time
     if runner_alive or state.failsafe_backend != "watchdog":
         return None
@@ -40,9 +48,9 @@ def _orphaned(state: WindowState) -> str | None:
     return "the runner and both watchdogs are gone"
 
 
-def restore_orphaned_windows() -> list[str]:
-    """Run by every `campaign` command before its own work: an expired or orphaned window is restored at
-    once. Returns one line per window restored."""
+def restore_orphaned_windows(by: str = "campaign (next command)") -> list[str]:
+    """Run by every `campaign` command before its own work (and by the periodic check): an expired or
+    orphaned window is restored at once. Returns one line per window restored."""
     from campaign.daily.restore import restore
 
     done = []
@@ -57,17 +65,61 @@ def restore_orphaned_windows() -> list[str]:
         if reason is None:
             continue
         try:
-            record = restore(state.window, reason=reason, by="campaign (next command)", if_needed=True)
+            record = restore(state.window, reason=reason, by=by, if_needed=True)
             if record.get("event") == "skipped":
                 continue
-            with state.locked():
-                fresh = state.reload()
-                fresh.armed = False
-                fresh.save()
+            _disarm_after_restore(state)
             done.append(f"window {state.window}: {reason}; the daily was restored")
         except (RunError, OSError) as exc:
             done.append(f"window {state.window}: {reason}; restoring the daily FAILED: {exc}")
     return done
+
+
+def _disarm_after_restore(state: WindowState) -> None:
+    """Proven back: disarmed, and a watchdog container on the daily's engine removed (one the engine does
+    not let go of is left for `campaign cleanup`: stale once its window is disarmed)."""
+    if state.failsafe_backend == "engine":
+        from campaign.failsafe.failsafe import disarm
+
+        try:
+            disarm(state)
+            return
+        except RunError:
+            pass  # disarm marked the state first; only the container is left
+    with state.locked():
+        fresh = state.reload()
+        fresh.armed = False
+        fresh.save()
+
+
+def periodic_check() -> list[str]:
+    """`campaign failsafe check`, what cron runs every minute (``failsafe/supervisor.py``): the sweep above,
+    from outside any window's process tree, and a mark that it ran, which a window being armed reads to
+    say the periodic check guards it."""
+    from campaign.failsafe.supervisor import mark_check_ran
+
+    mark_check_ran()
+    return restore_orphaned_windows(by="campaign failsafe check")
+
+
+def install_periodic_check(*, remove: bool = False, show: bool = False) -> list[str]:
+    """`campaign failsafe install`: the check's crontab line installed (or shown, or removed), in lines to
+    print; a machine with no crontab is refused with the line for another scheduler."""
+    from campaign.daily.state import state_root
+    from campaign.failsafe import supervisor
+
+    state_root().mkdir(parents=True, exist_ok=True, mode=0o700)  # the line's log lives there
+    if show:
+        return [supervisor.check_line(), f"runs: {supervisor.environment_note()}"]
+    if remove:
+        return ["removed the periodic check from this user's crontab" if supervisor.uninstall()
+                else "no periodic check was installed"]
+    done = supervisor.install()
+    return [f"installed in this user's crontab (every minute): {done.line}",
+            f"runs: {supervisor.environment_note()}",
+            "it restores the daily of a window whose runner and watchdogs are all gone, or whose deadline "
+            "passed; windows armed from now on say it guards them",
+            *(f"warning: {warning}" for warning in done.warnings)]
 
 
 def engines_to_sweep(loaded: LoadedContract | None, docker_host: str | None) -> dict[str, DockerHost | None]:

@@ -103,7 +103,7 @@ async def _execute(w: Window) -> WindowOutcome:
         summary = await _close(w, journal, progress)
     if progress.status == "complete":
         sign_bundle(w.bundle, w.key, predicate(w.loaded, w.window_id), secrets=takedown.known_secrets(w))
-        takedown.forget_api_key(w)
+    takedown.forget_secrets(w)  # the window is over: with the daily proven back, its credentials leave the state
     verdicts: dict[str, dict[str, str]] = {}
     for result in progress.results:
         verdicts.setdefault(result.candidate, {})[result.gate] = result.verdict.value

@@ -93,6 +93,7 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
             "restored": state.restored, "daily": daily, "failsafe_failed": failed,
             "signed": (Path(state.bundle) / "receipt.dsse.json").exists(),
             "boxes": state.boxes, "failsafe_backend": state.failsafe_backend,
+            "failsafe_supervisor": state.failsafe_supervisor,
         })
     return rows
 

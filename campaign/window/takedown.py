@@ -1,7 +1,8 @@
 """The daily's part of a window: taken down behind the failsafe (snapshot, dry run, arm, stop, each
 journaled), kept from the failsafe's trigger by the runner's heartbeat, brought back with proof and only
 then the failsafe disarmed; and what of the daily the bundle may hold (its snapshot redacted, its
-credentials known to the bundle's secret scan, its key forgotten once the window is over)."""
+credentials known to the bundle's secret scan) and the private state keeps (its credentials removed once
+the window is over, read from the environment again by a resumed window)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from typing import Any
 
 from campaign.daily import incumbent
 from campaign.daily.restore import restore, stop_window_lanes
+from campaign.daily.secretstate import forget, references, resolve
 from campaign.daily.state import WindowState
-from campaign.errors import RunError
-from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run
+from campaign.errors import PreflightError, RunError
+from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run, fallback_backend
+from campaign.failsafe.supervisor import guard
 from campaign.fsutil import atomic_write_json
 from campaign.lanes.redact import Redactor, lane_secrets, launch_secrets
-from campaign.window.context import Window
+from campaign.window.context import Window, say
 
-__all__ = ["NEVER_STOPPED", "bring_back_incumbent", "forget_api_key", "heartbeat", "known_secrets",
+__all__ = ["NEVER_STOPPED", "bring_back_incumbent", "forget_secrets", "heartbeat", "known_secrets",
            "restore_summary", "stop_lanes_left", "take_down_incumbent"]
 
 # The window ended at its screens: the daily was never stopped, so there was nothing to restore or prove.
@@ -77,20 +80,9 @@ def take_down_incumbent(w: Window, journal: Any) -> WindowState:
         atomic_write_json(w.bundle / "incumbent" / "snapshot.json", _redacted_snapshot(snap))
         journal.done("incumbent.snapshot", **({"container": snap["container_id"]} if snap.get("runtime") == "docker"
                                                else {"pid": snap["pid"]}))
-    backend = choose_backend(failsafe_spec.backend, spec)
-    journal.intent("failsafe.dry_run", backend=backend)
-    if backend == "engine":
-        from campaign.failsafe import enginefailsafe
-
-        journal.done("failsafe.dry_run", result=enginefailsafe.dry_run(state, failsafe_spec, spec.endpoint))
-        journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
-        state = enginefailsafe.arm(state, failsafe_spec, spec.endpoint)
-    else:
-        journal.done("failsafe.dry_run", result=dry_run(backend, state.directory))
-        journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
-        state = arm(state, backend, failsafe_spec.deadline)
-    journal.done("failsafe.arm", backend=backend, generation=state.failsafe_generation,
-                 deadline_wall=state.deadline_wall)
+    elif references(state.incumbent):
+        state = _credentials_back(state, spec.api_key_env)
+    state = _arm_failsafe(w, journal, state)
     journal.intent("incumbent.stop")
     stopped = incumbent.stop(state.incumbent or {}, escalate_after=1.0 if w.escalated else None)
     with state.locked():
@@ -99,6 +91,69 @@ def take_down_incumbent(w: Window, journal: Any) -> WindowState:
         state.save()
     journal.done("incumbent.stop", pid=stopped)
     w.state = state
+    return state
+
+
+def _credentials_back(state: WindowState, api_key_env: str | None) -> WindowState:
+    """A resumed window stops the daily again: the credentials the ended run removed from the state are read
+    from this environment and kept there while the daily is down (a failsafe restoring it in a bare
+    environment needs them), before anything is touched; a variable this environment lacks is refused."""
+    resolved, missing = resolve(state.incumbent, os.environ)
+    if missing:
+        raise PreflightError(f"window {state.window}: the daily's credentials were removed from its private state "
+                             f"when it ended; to stop the daily again this runner needs them in its environment: "
+                             f"{', '.join(sorted(missing))}; the daily was not touched")
+    with state.locked():
+        state = state.reload()
+        state.incumbent = resolved
+        if api_key_env:
+            state.incumbent_api_key = os.environ.get(api_key_env)
+        state.save()
+    return state
+
+
+def _arm_failsafe(w: Window, journal: Any, state: WindowState) -> WindowState:
+    """The failsafe's dry run and arming, journaled, and the console told which supervisor outside the
+    runner's process tree keeps the deadline (or warned that none does)."""
+    spec, failsafe_spec = w.loaded.contract.incumbent, w.loaded.contract.failsafe
+    assert spec is not None and failsafe_spec is not None
+    backend = choose_backend(failsafe_spec.backend, spec, w.loaded.lanes.values())
+    journal.intent("failsafe.dry_run", backend=backend)
+    if backend == "engine":
+        from campaign.failsafe import enginefailsafe
+
+        try:
+            result = enginefailsafe.dry_run(state, failsafe_spec, spec.endpoint)
+        except PreflightError as exc:
+            fallback = fallback_backend(failsafe_spec, spec)
+            if fallback is None:
+                raise
+            journal.failed("failsafe.dry_run", backend=backend, error=str(exc), fallback=fallback)
+            say(w, f"failsafe: the watchdog container cannot run on the daily's engine ({exc}); falling back to "
+                   f"the {fallback} backend (set failsafe.image to an image with a python to have the engine keep "
+                   "the deadline)")
+            backend = fallback
+            journal.intent("failsafe.dry_run", backend=backend)
+    if backend != "engine":
+        result = dry_run(backend, state.directory)
+    journal.done("failsafe.dry_run", backend=backend, result=result)
+    journal.intent("failsafe.arm", backend=backend, deadline_s=failsafe_spec.deadline)
+    if backend == "engine":
+        state = enginefailsafe.arm(state, failsafe_spec, spec.endpoint)
+    else:
+        state = arm(state, backend, failsafe_spec.deadline)
+    supervisor, warning = guard(backend, state)
+    with state.locked():
+        state = state.reload()
+        state.failsafe_supervisor = supervisor
+        state.save()
+    journal.done("failsafe.arm", backend=backend, generation=state.failsafe_generation,
+                 deadline_wall=state.deadline_wall, supervisor=supervisor, **({"warning": warning} if warning else {}))
+    deadline = time.strftime("%H:%M:%S", time.localtime(state.deadline_wall or 0))
+    say(w, f"failsafe armed ({backend}): the daily serves again by {deadline} whatever happens to this runner; "
+           f"outside its process tree: {supervisor}")
+    if warning:
+        say(w, f"warning: {warning}")
     return state
 
 
@@ -129,15 +184,25 @@ def bring_back_incumbent(w: Window, journal: Any, reason: str) -> dict[str, Any]
     return record
 
 
-def forget_api_key(w: Window) -> None:
-    """The daily's key was kept for a failsafe restoring in a bare environment; once the window is over, with
-    the daily proven back and the bundle scanned for it, nothing needs it."""
+def forget_secrets(w: Window) -> None:
+    """Once the window is over with the daily proven back (and the bundle scanned for its credentials), its
+    private state keeps no credential: the key kept for a failsafe restoring in a bare environment goes, and
+    each credential in the daily's snapshot becomes a reference to the variable holding it
+    (``daily/secretstate.py``). A run that did not prove the daily keeps them: a failsafe may still need them."""
     state = w.state.reload()
-    if state.incumbent_api_key and state.restored and not state.armed:
-        with state.locked():
-            state = state.reload()
-            state.incumbent_api_key = None
-            state.save()
+    if not state.restored or state.armed or state.incumbent is None:
+        return
+    spec = w.loaded.contract.incumbent
+    api_key_env = spec.api_key_env if spec is not None else None
+    with state.locked():
+        state = state.reload()
+        snap = state.incumbent or {}
+        secrets = launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [api_key_env or ""])
+        state.incumbent = forget(snap, [*secrets, *([state.incumbent_api_key] if state.incumbent_api_key else [])],
+                                 api_key_env=api_key_env, api_key=state.incumbent_api_key, environ=os.environ)
+        state.incumbent_api_key = None
+        state.save()
+    w.state = state
 
 
 def restore_summary(w: Window, record: dict[str, Any] | None) -> dict[str, Any]:
@@ -157,7 +222,7 @@ def known_secrets(w: Window) -> list[str]:
     """Every credential value this runner knows: what the lanes reference, and the daily's own."""
     found = [value for lane in w.loaded.lanes.values() for value in lane_secrets(lane)]
     state = w.state.reload()
-    snap = state.incumbent
+    snap = resolve(state.incumbent, os.environ)[0]  # a resumed window's state may hold references only
     if snap:
         found += launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
     if state.incumbent_api_key:  # a resumed runner may not have the variable the window began with

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-COMMANDS = ["validate", "freeze", "diff", "schema", "plan", "run", "resume", "status", "abort", "promote", "rollback",
-            "ledger", "verify", "publish", "rejudge", "cleanup", "doctor", "keys init", "daily show", "daily start"]
+COMMANDS = ["validate", "freeze", "diff", "schema", "plan", "manifest", "run", "resume", "status", "abort", "promote",
+            "rollback", "ledger", "verify", "publish", "rejudge", "cleanup", "doctor", "keys init", "daily show",
+            "daily start", "failsafe install", "failsafe check"]
 
 
 def help_text(command: str) -> str:

@@ -105,9 +105,14 @@ def test_window_stops_the_daily_container_and_starts_that_same_container_with_pr
     snapshot = json.loads((bundle / "incumbent" / "snapshot.json").read_text())
     assert snapshot["image_id"] == container_daily["image"] and snapshot["host_config"]["NetworkMode"] == "host"
     assert all(SECRET not in path.read_text(errors="replace") for path in bundle.rglob("*") if path.is_file())
-    # ... nor anywhere but the private state file, which only its owner can read
+    # ... nor in the private state file once the window is over (only its owner could read it, and the daily's
+    # environment there now names the variable, not its value)
     (state_file,) = (container_daily["root"] / "state").glob("campaign/windows/*/state.json")
-    assert SECRET in state_file.read_text() and stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    assert SECRET not in state_file.read_text() and stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    kept = json.loads(state_file.read_text())["incumbent"]
+    assert kept["env"]["HF_TOKEN"] == "${env:HF_TOKEN}" and "HF_TOKEN=${env:HF_TOKEN}" in kept["config"]["Env"]
+    status = json.loads(campaign("status", "--json").stdout)
+    assert status[0]["daily"].startswith("running"), status  # known as the daily by its references
     assert campaign("verify", str(bundle)).returncode == 0
     shown = campaign("daily", "show", str(container_daily["contract"]))
     assert shown.returncode == 0, shown.stderr
@@ -356,3 +361,107 @@ def test_the_docker_engine_down_at_the_restore_the_watchdog_brings_the_daily_bac
     # started by the failsafe: had its policy still been `always`, the engine would have started it on its way
     # up, and the failsafe would have found it "already serving"
     assert restores[-1]["action"] == "started", restores[-1]
+
+
+def test_every_process_of_the_window_killed_the_engines_watchdog_brings_the_daily_back_by_the_deadline(
+        container_daily: dict) -> None:
+    """Lanes and daily containers on this machine's engine, failsafe `auto`: the deadline is kept by a watchdog
+    container there (restart policy always), outside the runner's process tree. The runner is SIGKILLed once
+    the daily is down, and so is the watchdog's own process (the engine starts it again); nobody types a
+    command: the daily serves again by the deadline plus a few seconds of restore. The heartbeat grace is
+    longer than the deadline, so the deadline is what fires."""
+    from tests.support.docker import pinned_demo_docker
+
+    python_home = Path(sys.base_prefix)  # the test image carries python's libraries; its binary is mounted
+    root, name, port = container_daily["root"], container_daily["name"], container_daily["port"]
+    (root / "lanes").mkdir()
+    contract = pinned_demo_docker(root / "lanes", container_daily["image"], port)
+    contract.write_text(contract.read_text() + textwrap.dedent(f"""\
+        incumbent:
+          runtime: docker
+          container: {name}
+          endpoint: http://127.0.0.1:{port}
+        failsafe:
+          deadline: 15s
+          heartbeat_grace: 5m
+          python: {python_home / 'bin' / 'python3'}
+          mounts: [{{host: {python_home}, container: {python_home}}}]
+        """))
+    assert campaign("freeze", str(contract)).returncode == 0
+    runner, window = runner_past_the_daily_stop(contract, root / "runs")
+    try:
+        state = WindowState.load(window)
+        assert state.failsafe_backend == "engine" and state.failsafe_container
+        assert state.failsafe_supervisor and "watchdog container" in state.failsafe_supervisor
+        runner.kill()  # SIGKILL, and the watchdog's process too: nothing of the window is left running
+        runner.wait()
+        watchdog_pid = inspect(state.failsafe_container)["State"]["Pid"]
+        subprocess.run(["kill", "-9", str(watchdog_pid)], check=True)
+        assert not serves(port)
+        while time.time() < state.deadline_wall + 20 and not serves(port):
+            time.sleep(0.5)
+        served_at = time.time()
+        assert serves(port), "the engine's watchdog did not bring the daily back"
+        assert served_at <= state.deadline_wall + 20, served_at - state.deadline_wall
+        watchdog = inspect(state.failsafe_container)
+        assert watchdog["RestartCount"] >= 1  # the engine started the killed watchdog again; it kept the deadline
+        said = ""
+        while time.time() < served_at + 10 and "restored:" not in said:  # it checks the daily answers each second
+            said = docker("logs", state.failsafe_container).stdout
+            time.sleep(0.5)
+        assert said.count("armed: window") == 2  # armed, killed, started again by the engine: armed again
+        assert "restoring the daily: the deadline passed" in said and "restored: the daily answers" in said, said
+        after = inspect(name)
+        assert after["Id"] == container_daily["id"] and after["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+        records = read_jsonl(_bundle(root / "runs") / "journal.jsonl")
+        armed = next(r for r in records if r["step"] == "failsafe.arm" and r["event"] == "done")
+        assert armed["backend"] == "engine" and "watchdog container" in armed["supervisor"]
+        assert "warning" not in armed
+        # past the deadline, the periodic check (or any command) proves the daily and ends the arming here;
+        # the watchdog container goes with it
+        checked = campaign("failsafe", "check")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"window {window}: deadline passed; the daily was restored" in checked.stdout
+        assert not state.reload().armed and state.reload().restored
+        assert inspect(state.failsafe_container) is None
+    finally:
+        docker("rm", "-f", *docker("ps", "-aq", "--filter", f"label=campaign.window={window}").stdout.split())
+
+
+def test_auto_falls_back_to_the_pair_when_the_daily_image_has_no_python_and_says_so(container_daily: dict) -> None:
+    """Lanes and daily containers on this engine, `auto`, no python configured: the engine's watchdog cannot run
+    in the daily's image (the test image has no python of its own), so the window falls back to the runner-side
+    failsafe, on the console and in the journal, and warns that nothing outside the runner keeps the deadline."""
+    from tests.support.docker import pinned_demo_docker
+
+    root, name, port = container_daily["root"], container_daily["name"], container_daily["port"]
+    (root / "lanes").mkdir()
+    contract = pinned_demo_docker(root / "lanes", container_daily["image"], port)
+    contract.write_text(contract.read_text() + textwrap.dedent(f"""\
+        incumbent: {{runtime: docker, container: {name}, endpoint: "http://127.0.0.1:{port}"}}
+        failsafe: {{deadline: 10m}}
+        """))
+    assert campaign("freeze", str(contract)).returncode == 0
+    out = root / "runs"
+    with open(root / "console.txt", "w") as console:
+        runner = subprocess.Popen([sys.executable, "-m", "campaign.cli", "run", str(contract), "--out", str(out)],
+                                  stdout=console, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (list(out.glob("*/journal.jsonl")) and any(
+                r["step"] == "incumbent.stop" and r["event"] == "done" for r in read_jsonl(_bundle(out) / "journal.jsonl"))):
+            time.sleep(0.1)
+        runner.send_signal(signal.SIGINT)  # stopped in order: the daily restored, the window ended
+        assert runner.wait(timeout=300) != 0
+    records = read_jsonl(_bundle(out) / "journal.jsonl")
+    failed = next(r for r in records if r["step"] == "failsafe.dry_run" and r["event"] == "failed")
+    assert failed["backend"] == "engine" and failed["fallback"] in ("systemd", "watchdog")
+    assert "python3" in failed["error"]  # the engine said it cannot run the python the image lacks
+    armed = next(r for r in records if r["step"] == "failsafe.arm" and r["event"] == "done")
+    assert armed["backend"] == failed["fallback"]
+    shown = (root / "console.txt").read_text()
+    assert "falling back to the" in shown and "failsafe armed (" in shown
+    if armed["backend"] == "watchdog":  # no systemd here: the pair, and nothing outside it yet
+        assert armed["supervisor"] == "none" and "campaign failsafe install" in armed["warning"]
+        assert "warning: no supervisor outside the runner's process tree" in shown
+    assert serves(port) and inspect(name)["Id"] == container_daily["id"]
+    assert docker("ps", "-aq", "--filter", "label=campaign.failsafe").stdout.strip() == ""  # the dry run's is gone

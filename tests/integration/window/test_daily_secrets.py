@@ -135,9 +135,18 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
         new_pid = int((tmp_path / "daily.pid").read_text())
         assert answers(daily_port, DAILY_KEY) == 200 and answers(daily_port, None) == 401
         (state_file,) = (tmp_path / "state").glob("campaign/windows/*/state.json")
-        # the key kept for a bare-environment failsafe, only while the window ran (the daily's own argv, with
-        # its key, stays in the private state: it is how the daily is started again)
-        assert json.loads(state_file.read_text())["incumbent_api_key"] is None
+        # the key kept for a bare-environment failsafe, and the daily's own credentials (its --api-key, its
+        # token), only while the window ran: the private state of the ended window keeps references to the
+        # variables that hold them, no value
+        private = state_file.read_text()
+        assert json.loads(private)["incumbent_api_key"] is None
+        assert DAILY_KEY not in private and HF_SECRET not in private and LANE_KEY not in private
+        kept = json.loads(private)["incumbent"]
+        assert kept["argv"][kept["argv"].index("--api-key") + 1] == "${env:DAILY_KEY}"
+        assert kept["env"]["HF_TOKEN"] == "${env:HF_TOKEN}"
+        assert kept["secrets_removed"]["${env:DAILY_KEY}"] == "DAILY_KEY"
+        status = json.loads(campaign("status", "--json").stdout)
+        assert status[0]["daily"].startswith("running"), status  # still known as the daily by its references
 
         # the systemd timer restores in a bare environment (no DAILY_KEY): the key the window recorded in its
         # private state proves the daily with a real completion all the same
@@ -166,3 +175,55 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
                 pass
         daily.wait()
     assert new_pid != daily.pid
+
+
+def test_an_interrupted_window_forgets_the_daily_key_and_its_resume_reads_it_from_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str) -> None:
+    """The window ends (interrupted: SIGINT once the daily is down) with the daily proven back: its private
+    state loses the daily's credentials. A resume that would stop the daily again without them in its
+    environment is refused before the daily is touched; with them it runs, and its end forgets them again."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("LANE_KEY", LANE_KEY)
+    monkeypatch.setenv("DAILY_KEY", DAILY_KEY)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    daily_port, lane_port = free_port(), free_port()
+    daily = subprocess.Popen([llama_server, "-m", str(MODEL), "--port", str(daily_port), "--ctx-size", "1024",
+                              "--threads", "1", "--api-key", DAILY_KEY], env={**os.environ, "HF_TOKEN": HF_SECRET},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    (tmp_path / "daily.pid").write_text(f"{daily.pid}\n")
+    try:
+        wait_serving(daily_port, DAILY_KEY)
+        contract = keyed_contract(tmp_path, lane_port, daily_port=daily_port, api_key_env="DAILY_KEY")
+        monkeypatch.setenv("HF_TOKEN", HF_SECRET)  # the lanes' env references it
+        assert campaign("keys", "init").returncode == 0 and campaign("freeze", str(contract)).returncode == 0
+        runner, window = runner_past_the_daily_stop(contract, tmp_path / "runs")
+        runner.send_signal(signal.SIGINT)
+        assert runner.wait(timeout=300) != 0
+        state_file = WindowState.load(window).directory / "state.json"
+        private = state_file.read_text()
+        assert json.loads(private)["restored"] and DAILY_KEY not in private and HF_SECRET not in private
+        assert answers(daily_port, DAILY_KEY) == 200
+        before = int((tmp_path / "daily.pid").read_text())
+
+        refused = campaign("resume", window, env={"HF_TOKEN": ""})  # the daily's token is not in this environment
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert "HF_TOKEN" in refused.stderr and "the daily was not touched" in refused.stderr, refused.stderr
+        assert int((tmp_path / "daily.pid").read_text()) == before and answers(daily_port, DAILY_KEY) == 200
+        assert HF_SECRET not in state_file.read_text()
+
+        resumed = campaign("resume", window)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        summary = json.loads((tmp_path / "runs" / window / "SUMMARY.json").read_text())
+        assert summary["restore"]["proved"] is True and summary["resumed"] is True
+        assert int((tmp_path / "daily.pid").read_text()) != before  # stopped again and started from the snapshot
+        assert answers(daily_port, DAILY_KEY) == 200
+        private = state_file.read_text()
+        assert DAILY_KEY not in private and HF_SECRET not in private and LANE_KEY not in private
+        assert json.loads(private)["incumbent_api_key"] is None
+    finally:
+        for pid in {daily.pid, int((tmp_path / "daily.pid").read_text())}:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        daily.wait()

@@ -317,3 +317,48 @@ def test_status_watch_follows_a_window_to_its_end_and_names_the_bundle(daily: di
     last = watched.stdout.strip().splitlines()[-1]
     assert last == f"window {bundle.name} ended (end done, signed); bundle: {bundle}", watched.stdout
     assert "phase" in watched.stdout and "failsafe" in watched.stdout  # the table, as it stood at the end
+
+
+def test_the_periodic_check_cron_runs_brings_the_daily_back_when_every_process_of_the_window_is_killed(
+        daily: dict) -> None:
+    """A process daily behind the watchdog pair, on a machine without systemd: the periodic check is the
+    supervisor outside the runner's process tree. The command its crontab line runs (taken from
+    `campaign failsafe install --print`) is run here as cron runs it, in a bare environment: no cron daemon
+    runs in the test machine, and the real `crontab` would edit this machine's own."""
+    from campaign.failsafe.supervisor import MARK
+
+    shown = campaign("failsafe", "install", "--print")
+    assert shown.returncode == 0, shown.stderr
+    line = shown.stdout.splitlines()[0]
+    assert line.startswith("* * * * * ") and line.endswith(MARK)
+    assert f"XDG_STATE_HOME={daily['root'] / 'state'}" in line and "-m campaign.cli failsafe check" in line
+    command = line[len("* * * * * "):-len(MARK)]
+    cron = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "SHELL": "/bin/sh"}  # what cron gives a job
+
+    def periodic() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/bin/sh", "-c", command], env=cron, capture_output=True, text=True, timeout=300)
+
+    assert periodic().returncode == 0  # nothing to restore yet; it marks that it ran
+    log = daily["root"] / "state" / "campaign" / "failsafe-check.log"
+    assert not log.exists() or log.read_text() == ""  # silent when there is nothing to do
+    runner, window = runner_past_the_daily_stop(daily["contract"], daily["root"] / "runs")
+    state = WindowState.load(window)
+    # the window says which supervisor guards it, outside its own process tree
+    assert state.failsafe_backend == "watchdog" and "periodic check" in (state.failsafe_supervisor or "")
+    kill_runner_and_watchdogs(runner, state)
+    assert not serves(daily["port"])  # down, and nothing of the window left to bring it back
+    ran = periodic()
+    assert ran.returncode == 0, ran.stdout + ran.stderr + (log.read_text() if log.exists() else "")
+    assert serves(daily["port"]) and not state.reload().armed
+    (row,) = json.loads(campaign("status", "--json").stdout)
+    assert "periodic check" in row["failsafe_supervisor"]
+    assert f"window {window}: the runner and both watchdogs are gone; the daily was restored" in log.read_text()
+    records = read_jsonl(daily["root"] / "runs" / window / "journal.jsonl")
+    armed = next(r for r in records if r["step"] == "failsafe.arm" and r["event"] == "done")
+    assert "periodic check" in armed["supervisor"] and "warning" not in armed
+    restored = [r for r in records if r["step"] == "incumbent.restore" and r["event"] == "done"]
+    assert restored[-1]["by"] == "campaign failsafe check" and restored[-1]["proof"]["completion"]["status"] == 200
+    # installing needs a crontab; where there is none the command says what to install, and the line to run
+    no_cron = campaign("failsafe", "install", env={"PATH": str(daily["root"])})
+    assert no_cron.returncode != 0 and len(no_cron.stderr.strip().splitlines()) == 1, no_cron.stderr
+    assert "no `crontab` on this machine" in no_cron.stderr and "failsafe check" in no_cron.stderr

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -72,18 +73,30 @@ def test_an_explicit_backend_is_kept_and_auto_picks_one() -> None:
     assert choose_backend("auto") in {"systemd", "watchdog"}
 
 
-def test_auto_keeps_the_deadline_on_the_box_of_a_remote_daily_container() -> None:
-    from campaign.contracts.schema import IncumbentSpec
+def test_auto_keeps_the_deadline_on_the_engine_of_any_daily_container() -> None:
+    from campaign.contracts.schema import FailsafeSpec, IncumbentSpec
 
     remote = IncumbentSpec(runtime="docker", container="d", endpoint="http://box:1", docker_host="tcp://10.0.0.2:2376")
     local = IncumbentSpec(runtime="docker", container="d", endpoint="http://127.0.0.1:1",
                           docker_host="unix:///var/run/docker.sock")
     process = IncumbentSpec(runtime="process", pidfile="d.pid", endpoint="http://127.0.0.1:1")
+    docker_lane, process_lane = (SimpleNamespace(runtime="docker", docker_host=None),
+                                 SimpleNamespace(runtime="process", docker_host=None))
     assert choose_backend("auto", remote) == "engine"
-    assert choose_backend("auto", local) in {"systemd", "watchdog"}
-    assert choose_backend("engine", local) == "engine"  # asked for: a local container daily may have it too
+    # the engine restarts its watchdog, whatever kills ours; and it can remove every lane that holds the port
+    assert choose_backend("auto", local, [docker_lane]) == "engine"
+    assert choose_backend("auto", local, [docker_lane, process_lane]) in {"systemd", "watchdog"}
+    assert choose_backend("auto", process) in {"systemd", "watchdog"}
+    assert choose_backend("watchdog", local) == "watchdog"  # named: kept
     with pytest.raises(PreflightError, match="not a container"):
         choose_backend("engine", process)
+    # auto falls back (the daily's image has no python) only on this machine's engine and only when the
+    # contract did not configure the engine's watchdog itself
+    plain = FailsafeSpec(deadline=600)
+    assert failsafe.fallback_backend(plain, local) in {"systemd", "watchdog"}
+    assert failsafe.fallback_backend(plain, remote) is None
+    assert failsafe.fallback_backend(FailsafeSpec(deadline=600, python="/opt/py/bin/python3"), local) is None
+    assert failsafe.fallback_backend(FailsafeSpec(deadline=600, backend="engine"), local) is None
 
 
 def test_watchdog_dry_run_fires(tmp_path: Path) -> None:
