@@ -225,9 +225,9 @@ def schema(reference: bool = typer.Option(False, "--reference", help="Print the 
 
         sys.stdout.write(contract_reference() + "\n")
         return
-    from campaign.contracts.schema import Contract
+    from campaign.contracts.schema import contract_json_schema
 
-    sys.stdout.write(json.dumps(Contract.model_json_schema(), indent=2) + "\n")
+    sys.stdout.write(json.dumps(contract_json_schema(), indent=2) + "\n")
 
 
 @app.command()
