@@ -17,7 +17,7 @@ import pytest
 
 from campaign.fsutil import read_jsonl
 from campaign.daily.state import WindowState, process_start_time
-from tests.support.cli import campaign
+from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.daily import (daily_pid, first_record_of_each_kind, runner_past_the_daily_stop, serves,
                                  kill_runner_and_watchdogs, watchdog_pids)
 
@@ -32,10 +32,12 @@ def _window_state(root: Path) -> WindowState:
 def test_window_stops_and_restores_the_daily_with_proof(daily: dict) -> None:
     before = daily_pid(daily["root"])
     ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"))
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.returncode == 0, ran.stdout + ran.stderr  # exit 0: completed with a promotable candidate
     bundle = next((daily["root"] / "runs").iterdir())
     summary = json.loads((bundle / "SUMMARY.json").read_text())
     assert summary["restore"]["proved"] is True and summary["restore"]["action"] == "started"
+    assert summary["candidates"]["spec"]["overall"] == "PASS"
+    assert_exit_as_decided(ran, bundle)
     assert daily_pid(daily["root"]) != before and serves(daily["port"])
     steps = [(r["step"], r["event"]) for r in read_jsonl(bundle / "journal.jsonl")]
     order = [s for s, e in steps if e == "done"]
