@@ -366,6 +366,7 @@ def status(window: Optional[str] = typer.Argument(None),
         return
     if not watch:
         out.print(_status_table(rows))
+        _print_decided(rows)
         return
     import contextlib
 
@@ -384,6 +385,19 @@ def status(window: Optional[str] = typer.Argument(None),
     for row in rows:
         ended = "signed" if row["signed"] else "not signed"
         out.print(f"window {row['window']} ended ({row['phase']}, {ended}); bundle: {row['bundle']}")
+    _print_decided(rows)
+
+
+def _print_decided(rows: list[dict[str, Any]]) -> None:
+    """Under the table, for each ended window: what it decided per candidate, and where its report is."""
+    for row in rows:
+        if row["runner_alive"] or not row.get("decisions"):
+            continue
+        for item in row["decisions"]:
+            deciding = f"{item['gate']}: " if item["gate"] else ""
+            out.print(f"{row['window']}: {item['candidate']}: {item['decision']}: {deciding}{item['reason'][:200]}")
+        out.print(f"{row['window']}: report: {row['report']}" if row["report"] else
+                  f"{row['window']}: report: not published yet (campaign publish {row['bundle']})")
 
 
 def _status_table(rows: list[dict[str, Any]]) -> Table:

@@ -87,6 +87,14 @@ def _bundle(out: Path) -> Path:
 
 
 def test_window_stops_the_daily_container_and_starts_that_same_container_with_proof(container_daily: dict) -> None:
+    # doctor first: the container on the host network is what holds the endpoint's port, and it answers
+    port = container_daily["port"]
+    doctor = campaign("doctor", str(container_daily["contract"]), "--no-smoke").stdout
+    assert f"ok    daily runs: container {container_daily['name']} ({container_daily['id'][:12]})" in doctor, doctor
+    assert f"ok    daily listens on :{port}: host network, port {port} held by the daily container" in doctor, doctor
+    assert f"ok    daily answers a completion: http://127.0.0.1:{port} in " in doctor, doctor
+    assert "ok    failsafe can restart the daily: its engine answers and holds its image; restart policy " \
+           "unless-stopped" in doctor, doctor
     ran = campaign("run", str(container_daily["contract"]), "--out", str(container_daily["root"] / "runs"))
     assert ran.returncode in (0, 3), ran.stdout + ran.stderr  # completed: promotable or not
     bundle = _bundle(container_daily["root"] / "runs")

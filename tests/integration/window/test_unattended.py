@@ -295,9 +295,18 @@ def test_status_watch_follows_a_window_to_its_end_and_names_the_bundle(daily: di
     while time.monotonic() < deadline and not list(out.glob("*/journal.jsonl")):
         time.sleep(0.05)
     watched = campaign("status", "--watch", "--every", "0.5", timeout=600)
-    assert runner.wait(timeout=60) == 0
+    assert runner.wait(timeout=60) == 0  # exit 0: the window completed with a promotable candidate
     assert watched.returncode == 0, watched.stderr
     bundle = next(out.iterdir())
-    last = watched.stdout.strip().splitlines()[-1]
-    assert last == f"window {bundle.name} ended (end done, signed); bundle: {bundle}", watched.stdout
+    ended, decided, report = watched.stdout.strip().splitlines()[-3:]
+    assert ended == f"window {bundle.name} ended (end done, signed); bundle: {bundle}", watched.stdout
     assert "phase" in watched.stdout and "failsafe" in watched.stdout  # the table, as it stood at the end
+    # what it decided, per candidate, with the deciding reason; and where the report is (not yet written)
+    assert decided.startswith(f"{bundle.name}: spec: PROMOTABLE: "), watched.stdout
+    assert report == f"{bundle.name}: report: not published yet (campaign publish {bundle})"
+    assert campaign("publish", str(bundle)).returncode == 0
+    (row,) = json.loads(campaign("status", bundle.name, "--json").stdout)
+    assert row["report"] == str(bundle.parent / f"{bundle.name}.published" / "report.html")
+    assert [(d["candidate"], d["decision"]) for d in row["decisions"]] == [("spec", "PROMOTABLE")]
+    shown = campaign("status", bundle.name)
+    assert shown.returncode == 0 and f"{bundle.name}: report: {row['report']}" in shown.stdout
