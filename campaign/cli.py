@@ -278,7 +278,7 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
 
 
 def _exit_as_decided(summary: dict[str, Any], signed: bool, exit_zero: bool) -> None:
-    """`campaign run`'s exit code: what the window decided (campaign/window/exitcodes.py has the table)."""
+    """`campaign run`'s exit code: what the window decided (campaign/receipts/decision.py has the table)."""
     from campaign.receipts.decision import exit_code, with_exit_zero
 
     code = with_exit_zero(exit_code(summary, signed=signed), exit_zero)
