@@ -55,12 +55,12 @@ demo: venv engine model keys
 	export PATH="$$bin_dir:$$PATH"; \
 	mkdir -p runs/freeze; \
 	record="runs/freeze/demo-v$$(sed -n 's/^version: *//p' examples/demo.yaml).freeze.json"; \
-	echo "make: doctor: what the window needs, checked here"; \
+	echo "make: daily: start the demo's daily lane (log runs/daily.log)"; \
+	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
+	echo "make: doctor: what the window needs, checked here (the daily included: it must run first)" && \
 	$(VENV)/bin/campaign doctor examples/demo.yaml && \
 	echo "make: freeze" && \
 	$(VENV)/bin/campaign freeze examples/demo.yaml --record "$$record" && \
-	echo "make: daily: start the demo's daily lane (log runs/daily.log)" && \
-	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
 	echo "make: window" && \
 	{ $(VENV)/bin/campaign run examples/demo.yaml --record "$$record" --out runs; rc=$$?; \
 	  case $$rc in 0) echo "make: window: a candidate is promotable (exit 0)";; \
