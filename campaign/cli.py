@@ -226,8 +226,6 @@ def manifest(directory: Path,
 
     Files in one stable order; a link, a special file or more than 40,000 files are refused. Pin the result:
     models: {draft: {path: DIR, sha256_manifest: FILE, sha256: <printed>}}.
-
-    Example: campaign manifest /srv/models/EAGLE3-LLaMA3.1-8B --out manifests/eagle3.sha256
     """
     from campaign.contracts.freeze import directory_manifest
     from campaign.fsutil import atomic_write_bytes
@@ -258,9 +256,9 @@ def schema(reference: bool = typer.Option(False, "--reference", help="Print the 
 
         sys.stdout.write(contract_reference() + "\n")
         return
-    from campaign.contracts.schema import Contract
+    from campaign.contracts.schema import contract_json_schema
 
-    sys.stdout.write(json.dumps(Contract.model_json_schema(), indent=2) + "\n")
+    sys.stdout.write(json.dumps(contract_json_schema(), indent=2) + "\n")
 
 
 @app.command()
@@ -272,9 +270,16 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
         detach: bool = typer.Option(False, "--detach", help="Run in the background; print the window id and return."),
         allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP),
         accept_tool_defaults: bool = typer.Option(False, "--accept-tool-defaults", help=ACCEPT_DEFAULTS_HELP),
+        exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 whenever the window completed, whatever "
+                                                                  "it decided (the behaviour before exit code 3)."),
         window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run a window of a frozen contract and write a signed receipt bundle. Several contracts run at once,
-    one window per contract, each on its own boxes (the command waits for all)."""
+    one window per contract, each on its own boxes (the command waits for all).
+
+    Exit codes: 0 the window completed and a candidate is PROMOTABLE; 3 it completed and nothing is
+    promotable (refused or inconclusive: the report says why); 1 the window failed (not completed, not
+    signed, or the daily's restore not proven); 2 bad input (contract, freeze record, key, argument);
+    130 interrupted. --exit-zero: 0 whenever the window completed. --detach: 0 once started."""
     _allow(allow_path)
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import run_window
@@ -282,7 +287,7 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
     key, trusted = load_signing_key(), load_trusted()
     if len(contracts) > 1:
         _run_several(contracts, out_dir=out_dir, record=record, detach=detach, window_id=window_id, trusted=trusted,
-                     accept_tool_defaults=accept_tool_defaults)
+                     accept_tool_defaults=accept_tool_defaults, exit_zero=exit_zero)
         return
     contract = contracts[0]
     if detach:
@@ -300,8 +305,16 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
                          window_id=window_id, echo=WindowProgress(out), accept_tool_defaults=accept_tool_defaults)
     if not background:
         _print_outcome(outcome.summary, outcome.bundle)
-    if not outcome.signed or outcome.summary.get("restore", {}).get("proved") is False:
-        raise typer.Exit(1)
+    _exit_as_decided(outcome.summary, outcome.signed, exit_zero)
+
+
+def _exit_as_decided(summary: dict[str, Any], signed: bool, exit_zero: bool) -> None:
+    """`campaign run`'s exit code: what the window decided (campaign/receipts/decision.py has the table)."""
+    from campaign.receipts.decision import exit_code, with_exit_zero
+
+    code = with_exit_zero(exit_code(summary, signed=signed), exit_zero)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -313,10 +326,7 @@ def plan(contract: Path,
          allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
     """The window's steps in order with their estimated seconds (measured by earlier windows of this contract
     under --out, else from its sizes), the restore reserve, and the check against failsafe.deadline: `run`
-    refuses a window whose minimum cannot fit. Nothing is started or stopped.
-
-    Example: campaign plan examples/demo.yaml --out runs
-    """
+    refuses a window whose minimum cannot fit. Nothing is started or stopped."""
     _allow(allow_path)
     from campaign.contracts.load import load_contract
     from campaign.promotion.promote import promoted_daily_summary
@@ -373,7 +383,8 @@ def _print_plan(plan: Any) -> None:
 
 
 def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path], detach: bool,
-                 window_id: Optional[str], trusted: Any, accept_tool_defaults: bool) -> None:
+                 window_id: Optional[str], trusted: Any, accept_tool_defaults: bool, exit_zero: bool) -> None:
+    from campaign.receipts.decision import several_exit_code, with_exit_zero
     from campaign.window.several import run_several
 
     if record is not None or detach or window_id is not None:
@@ -393,8 +404,9 @@ def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path]
         table.add_row(*_cells(item["contract"], item["window"], "yes" if item["signed"] else "NO",
                               daily[item["restored"]], decisions, item["bundle"]))
     out.print(table)
-    if not all(item["signed"] and item["restored"] is not False for item in outcomes):
-        raise typer.Exit(1)
+    code = with_exit_zero(several_exit_code([item["exit_code"] for item in outcomes]), exit_zero)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -450,6 +462,7 @@ def status(window: Optional[str] = typer.Argument(None),
         return
     if not watch:
         out.print(_status_table(rows))
+        _print_decided(rows)
         return
     import contextlib
 
@@ -468,6 +481,19 @@ def status(window: Optional[str] = typer.Argument(None),
     for row in rows:
         ended = "signed" if row["signed"] else "not signed"
         out.print(f"window {row['window']} ended ({row['phase']}, {ended}); bundle: {row['bundle']}")
+    _print_decided(rows)
+
+
+def _print_decided(rows: list[dict[str, Any]]) -> None:
+    """Under the table, for each ended window: what it decided per candidate, and where its report is."""
+    for row in rows:
+        if row["runner_alive"] or not row.get("decisions"):
+            continue
+        for item in row["decisions"]:
+            deciding = f"{item['gate']}: " if item["gate"] else ""
+            out.print(f"{row['window']}: {item['candidate']}: {item['decision']}: {deciding}{item['reason'][:200]}")
+        out.print(f"{row['window']}: report: {row['report']}" if row["report"] else
+                  f"{row['window']}: report: not published yet (campaign publish {row['bundle']})")
 
 
 def _status_table(rows: list[dict[str, Any]]) -> Table:
@@ -636,6 +662,20 @@ def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"),
     out.print(f"daily {'started' if started else 'already running'}: pid {pid}")
 
 
+@daily_app.command("stop")
+@one_line_errors
+def daily_stop(contract: Optional[Path] = typer.Argument(None, help="A contract whose incumbent is the daily."),
+               force: bool = typer.Option(False, "--force", help="Also stop a daily this tool did not start (by hand, "
+                                                                 "`docker run`).")) -> None:
+    """Stop the daily that `campaign daily start` started (or a container `campaign promote` created), by its
+    pid or container. One started otherwise is refused unless --force; so is a daily a window holds."""
+    from campaign.contracts.load import load_contract
+    from campaign.daily.daily import find_daily_pidfile, stop_daily
+
+    loaded = load_contract(contract, check_files=False) if contract is not None else None
+    out.print(stop_daily(loaded, find_daily_pidfile(loaded), force=force))
+
+
 def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:
     # one line for the daily, one per candidate (decision, figure, what to do first), then the bundle
     from campaign.window.progress import outcome_lines
@@ -787,9 +827,7 @@ def failsafe_install(show: bool = typer.Option(False, "--print", help="Print the
                      remove: bool = typer.Option(False, "--remove", help="Remove the line installed before.")) -> None:
     """Install the periodic check: one line in this user's crontab that runs `campaign failsafe check` every
     minute, so a window whose runner and watchdogs are all killed gets its daily back with no command typed.
-    Needs a cron daemon running (where systemd runs, its timer already guards each window).
-
-    Example: campaign failsafe install --print"""
+    Needs a cron daemon running (where systemd runs, its timer already guards each window)."""
     from campaign.window.orphans import install_periodic_check
 
     for line in install_periodic_check(remove=remove, show=show):
@@ -800,9 +838,7 @@ def failsafe_install(show: bool = typer.Option(False, "--print", help="Print the
 @one_line_errors
 def failsafe_check() -> None:
     """What the periodic check runs: restore the daily of every window whose deadline passed or whose runner
-    and watchdogs are all gone. Silent when there is nothing to do; exit 1 if a restore failed.
-
-    Example: campaign failsafe check"""
+    and watchdogs are all gone. Silent when there is nothing to do; exit 1 if a restore failed."""
     from campaign.window.orphans import periodic_check
 
     lines = periodic_check()
@@ -810,6 +846,57 @@ def failsafe_check() -> None:
         out.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}")
     if any("FAILED" in line for line in lines):
         raise typer.Exit(1)
+
+
+# One example per command, shown at the end of its --help (typer's epilog). Kept here, apart from the
+# commands, so a command added elsewhere adds one line; tests/unit/test_cli_help.py walks every command
+# and fails on one whose help has no example naming it.
+COMMAND_EXAMPLES = {
+    "": "campaign validate examples/demo.yaml && campaign freeze examples/demo.yaml && campaign run examples/demo.yaml",
+    "validate": "campaign validate examples/demo.yaml",
+    "freeze": "campaign freeze examples/demo.yaml --record runs/freeze/demo.freeze.json",
+    "diff": "campaign diff examples/demo.yaml --lanes baseline,threads-2",
+    "schema": "campaign schema > contract.schema.json   (or: campaign schema --reference > docs/contract.md)",
+    "run": "campaign run examples/demo.yaml --out runs; echo $?   (0 promotable, 3 nothing promotable, 1 failed)",
+    "resume": "campaign resume 20260102T030000Z-demo-smollm2-ngram-spec-v4-ab12cd34",
+    "status": "campaign status --json   (or: campaign status WINDOW --watch)",
+    "abort": "campaign abort 20260102T030000Z-demo-smollm2-ngram-spec-v4-ab12cd34",
+    "promote": "campaign promote runs/BUNDLE --candidate threads-2 --dry-run",
+    "rollback": "campaign rollback",
+    "ledger": "campaign ledger --json",
+    "verify": "campaign verify runs/BUNDLE --trust other-box.pub",
+    "publish": "campaign publish runs/BUNDLE --out site/",
+    "rejudge": "campaign rejudge runs/BUNDLE --out rejudged/",
+    "cleanup": "campaign cleanup --engines-of examples/demo-docker.yaml --remove",
+    "doctor": "campaign doctor examples/demo.yaml --no-smoke",
+    "keys": "campaign keys init",
+    "keys init": "campaign keys init",
+    "daily": "campaign daily show examples/demo.yaml",
+    "daily show": "campaign daily show examples/demo.yaml",
+    "daily start": "campaign daily start examples/demo.yaml --log runs/daily.log",
+    "daily stop": "campaign daily stop examples/demo.yaml",
+    "plan": "campaign plan examples/demo.yaml --out runs",
+    "manifest": "campaign manifest /srv/models/EAGLE3-LLaMA3.1-8B --out manifests/eagle3.sha256",
+    "failsafe": "campaign failsafe install --print",
+    "failsafe install": "campaign failsafe install --print",
+    "failsafe check": "campaign failsafe check",
+}
+
+
+def _examples_in_help() -> None:
+    app.info.epilog = f"Example: {COMMAND_EXAMPLES['']}"
+    for group in app.registered_groups:
+        assert group.typer_instance is not None  # every group here is a Typer added by add_typer
+        group.typer_instance.info.epilog = f"Example: {COMMAND_EXAMPLES.get(group.name or '', '')}"
+        for info in group.typer_instance.registered_commands:
+            command = f"{group.name} {info.name or getattr(info.callback, '__name__', '')}"
+            info.epilog = info.epilog or f"Example: {COMMAND_EXAMPLES.get(command, '')}"
+    for info in app.registered_commands:
+        name = str(info.name or getattr(info.callback, "__name__", ""))
+        info.epilog = info.epilog or f"Example: {COMMAND_EXAMPLES.get(name, '')}"
+
+
+_examples_in_help()
 
 
 def _restore_orphans() -> None:

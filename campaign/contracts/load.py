@@ -21,6 +21,7 @@ from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.manifest import MANIFEST_BYTES, ManifestError, parse_manifest
 from campaign.contracts.model import INPUT_FILE_BYTES, SERVED_ROLE
 from campaign.contracts.modelrefs import draft_problems, model_refs
+from campaign.contracts.nearest import did_you_mean, known_fields
 from campaign.contracts.resolve import (
     FILE_REF,
     EffectiveLane,
@@ -415,7 +416,9 @@ def _located_error(document: LocatedDocument, exc: ValidationError) -> ContractE
     if first["type"].endswith("_type"):  # a union's members each report; the one the value's type fits says why
         first = next((error for error in errors[1:] if not error["type"].endswith("_type")
                       and _document_path(document.data, tuple(error["loc"])) == path), first)
-    message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":  # with the nearest name the place takes, if one is close
+        message = "unknown field" + did_you_mean(first["loc"][-1], known_fields(Contract, tuple(first["loc"][:-1])))
     path = _document_path(document.data, tuple(first["loc"]))
     line = document.line_for(path)
     node = document.node_at(path)

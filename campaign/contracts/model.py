@@ -6,12 +6,24 @@ import re
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 __all__ = ["ENV_NAME_PATTERN", "FILE_REF", "INPUT_FILE_BYTES", "FILES_MOUNT_ROOT", "MAX_CONTEXT_TOKENS", "MAX_COUNT",
-           "MAX_SEED", "MODEL_REF", "MODELS_MOUNT_ROOT", "MODELS_SINCE", "NAME_PATTERN", "SERVED_ROLE", "LaneFile", "LaneModel", "SHA256_PATTERN", "CountRule", "EnvName", "StrDict", "StrList",
-           "StrictModel", "parse_fraction", "stringify_scalars", "unique_file_names", "valid_regexes"]
+           "MAX_SEED", "MODEL_REF", "MODELS_MOUNT_ROOT", "MODELS_SINCE", "NAME_PATTERN", "SERVED_ROLE", "LaneFile",
+           "LaneModel", "SHA256_PATTERN", "ContractJsonSchema", "CountRule", "EnvName", "StrDict", "StrList",
+           "StrictModel", "parse_fraction", "stringify_scalars", "takes", "unique_file_names", "valid_regexes"]
 
 # names become file names in the bundle: identifiers, never paths (no '@', which visit keys use)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -132,8 +144,27 @@ def _scalar_to_str(value: Any) -> Any:
     return value
 
 
-StrList = Annotated[list[str], BeforeValidator(stringify_scalars)]
-StrDict = Annotated[dict[str, str], BeforeValidator(stringify_scalars)]
+class ContractJsonSchema(GenerateJsonSchema):
+    """`campaign schema`'s generator. pydantic states a mapping's key pattern as ``patternProperties`` alone,
+    which a validator reads as "any other key is fine too": the loader refuses a key off the pattern
+    (``env: {A=B: x}``), so the schema does."""
+
+    def dict_schema(self, schema: Any) -> JsonSchemaValue:
+        emitted = super().dict_schema(schema)
+        if "patternProperties" in emitted and "additionalProperties" not in emitted:
+            emitted["additionalProperties"] = False
+        return emitted
+
+
+def takes(input_type: Any) -> WithJsonSchema:
+    """What the JSON Schema (`campaign schema`) says a field takes, when a before-validator reads more than
+    the field's own type: the input as written (a YAML number where a string is kept)."""
+    return WithJsonSchema(TypeAdapter(input_type).json_schema(schema_generator=ContractJsonSchema))
+
+
+# a YAML number or boolean in an argv list becomes its text; in a mapping a boolean is kept (refused by str)
+StrList = Annotated[list[str], BeforeValidator(stringify_scalars), takes(list[str | int | float | bool])]
+StrDict = Annotated[dict[str, str], BeforeValidator(stringify_scalars), takes(dict[str, str | int | float])]
 
 
 def valid_regexes(patterns: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Field, StringConstraints, field_validator, model_validator
 
@@ -24,19 +24,22 @@ from campaign.contracts.model import (
     NAME_PATTERN,
     SERVED_ROLE,
     SHA256_PATTERN,
+    ContractJsonSchema,
     EnvName,
     LaneFile,
     LaneModel,
     StrictModel,
     StrList,
     stringify_scalars,
+    takes,
     unique_file_names,
     valid_regexes,
 )
-from campaign.contracts.units import Cpuset, Duration, Size, parse_duration
+from campaign.contracts.units import Cpuset, Duration, Size, duration_json_schema, parse_duration
 
 __all__ = [
     "SCHEMA_VERSION",
+    "contract_json_schema",
     "BootLogRules",
     "Contract",
     "DockerHost",
@@ -94,6 +97,9 @@ def pinned_image(image: str | None) -> str | None:
     return image
 
 
+DOCKER_URL_PATTERN = r"^(unix|tcp|ssh)://\S+$"
+
+
 def _docker_host_from_url(value: Any) -> Any:
     return {"url": value} if isinstance(value, str) else value
 
@@ -101,7 +107,7 @@ def _docker_host_from_url(value: Any) -> Any:
 class DockerHost(StrictModel):
     """The Docker engine a lane runs on: this box's socket, or another box's engine."""
 
-    url: str = Field(pattern=r"^(unix|tcp|ssh)://\S+$",
+    url: str = Field(pattern=DOCKER_URL_PATTERN,
                      description="unix:///var/run/docker.sock, tcp://box:2376 (with tls) or ssh://user@box[:port].")
     tls: DockerTLS | None = Field(None, description="tcp:// only: TLS client settings (paths absolute or ~/).")
     ssh: DockerSSH | None = Field(None, description="ssh:// only: the key and known_hosts to use (never a prompt).")
@@ -120,6 +126,11 @@ class DockerHost(StrictModel):
         return self
 
 
+# `docker_host: unix:///...` is short for `docker_host: {url: ...}`: the JSON Schema takes either
+_DOCKER_HOST_OR_URL = BeforeValidator(_docker_host_from_url, json_schema_input_type=Union[
+    DockerHost, Annotated[str, StringConstraints(pattern=DOCKER_URL_PATTERN)], None])
+
+
 class ModelSpec(StrictModel):
     path: str = Field(description="Model file or directory; relative paths are relative to the contract.")
     sha256: str | None = Field(None, pattern=SHA256_PATTERN, description="sha256 of a single model file.")
@@ -132,7 +143,8 @@ class ReadinessSpec(StrictModel):
     budget: Duration = Field(2400.0, description="How long a cold load may take before it is a launch failure "
                                                  "(1ms to 168h; a tiny one forces a launch failure on purpose).")
     # 10 ms: a shorter poll is a busy loop against the engine it waits for
-    poll_interval: Annotated[float, BeforeValidator(partial(parse_duration, minimum=0.01))] = Field(
+    poll_interval: Annotated[float, BeforeValidator(partial(parse_duration, minimum=0.01)),
+                             duration_json_schema(0.01)] = Field(
         0.5, description="Seconds between readiness polls (10ms to 168h).")
 
 
@@ -157,7 +169,8 @@ class LaneFields(StrictModel):
                                                       "(default: the image ENTRYPOINT).")
     image: str | None = Field(None, description="docker runtime: image pinned by digest, name@sha256:... or sha256:...")
     args: StrList | None = Field(None, description="Engine arguments, as on a command line.")
-    env: Annotated[dict[EnvName, str], BeforeValidator(stringify_scalars)] | None = Field(
+    env: Annotated[dict[EnvName, str], BeforeValidator(stringify_scalars),
+                   takes(dict[EnvName, str | int | float])] | None = Field(
         None, description="Environment variables given to the lane (names: letters, digits, '_').")
     mounts: list[Mount] | None = Field(None, description="Bind mounts (docker runtime).")
     files: list[LaneFile] | None = Field(None, description="Files the engine reads, pinned by sha256; in `set`, an "
@@ -182,7 +195,7 @@ class LaneFields(StrictModel):
     stop: Literal["remove", "keep"] | None = Field(None, description="After its gates: remove the lane or keep it.")
     network: Literal["host", "bridge"] | None = Field(
         None, description="docker runtime: share the host's network (default) or publish the port from a bridge.")
-    docker_host: Annotated[DockerHost | None, BeforeValidator(_docker_host_from_url)] = Field(
+    docker_host: Annotated[DockerHost | None, _DOCKER_HOST_OR_URL] = Field(
         None, description="docker runtime: the engine to run on (default: the contract's host.docker, then DOCKER_HOST).")
     context: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS,
                                 description="Context tokens one request may use, for engines whose "
@@ -237,9 +250,15 @@ class LaneChanges(LaneFields):
         None, description="Models to add or replace by role, or null to remove one.",
         json_schema_extra={"since": MODELS_SINCE})
 
-    @field_validator("args", "env", mode="before")
+    # a YAML number is taken as its text (so the JSON Schema takes numbers too); in args a boolean is a bare flag
+    @field_validator("args", mode="before", json_schema_input_type=dict[str, str | int | float | bool | None] | None)
     @classmethod
     def _stringify(cls, value: Any) -> Any:
+        return stringify_scalars(value)
+
+    @field_validator("env", mode="before", json_schema_input_type=dict[EnvName, str | int | float | None] | None)
+    @classmethod
+    def _stringify_env(cls, value: Any) -> Any:
         return stringify_scalars(value)
 
 
@@ -267,7 +286,7 @@ class IncumbentSpec(StrictModel):
     pidfile: str | None = Field(None, description="process: file holding the daily's pid (relative to the contract).")
     container: str | None = Field(None, description="docker: the daily container's name (or id), as started "
                                                     "by hand with `docker run` or by `campaign promote`.")
-    docker_host: Annotated[DockerHost | None, BeforeValidator(_docker_host_from_url)] = Field(
+    docker_host: Annotated[DockerHost | None, _DOCKER_HOST_OR_URL] = Field(
         None, description="docker: the engine the daily container runs on (default: DOCKER_HOST, as the CLI).")
     lane: str | None = Field(None, description="A lane of this contract whose spec the daily runs "
                                                "(used by `campaign daily start`).")
@@ -364,3 +383,10 @@ class Contract(StrictModel):
         default_factory=dict, description="Input sets by name (letters, digits, '_', '.', '-').")
     gates: list[GateSpec] = Field(default_factory=list)
     promotion: PromotionRule | None = None
+
+
+
+def contract_json_schema() -> dict[str, Any]:
+    """What `campaign schema` prints: the JSON Schema of a contract as written (a duration or a size as a
+    number or as text, an argv value as a YAML number), for editors and validators."""
+    return Contract.model_json_schema(schema_generator=ContractJsonSchema)

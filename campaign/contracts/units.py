@@ -13,10 +13,10 @@ import math
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 __all__ = ["MAX_CPUS", "MAX_DURATION_S", "MAX_SIZE_BYTES", "MIN_DURATION_S", "Cpuset", "Duration", "Size",
-           "format_cpuset", "format_seconds", "parse_cpuset", "parse_duration", "parse_size"]
+           "duration_json_schema", "format_cpuset", "format_seconds", "parse_cpuset", "parse_duration", "parse_size"]
 
 _DURATION = re.compile(r"^(\d++(?:\.\d++)?+)\s*+(ms|s|m|h)?+$")  # possessive: linear (benchmarks/patterns.py)
 _DURATION_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -92,8 +92,24 @@ def parse_size(value: object) -> int:
     return int(size)
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-Size = Annotated[int, BeforeValidator(parse_size)]
+# What `campaign schema` says a duration or a size is: the number or the text the parser takes. The JSON
+# Schema patterns are ECMA regexes (an editor's), the same language as the parser's without its possessive
+# marks; surrounding whitespace is allowed because the parser strips it. A text's bounds (under 1ms, over
+# 168h, over 16 TiB) are not expressible in a pattern: only the loader refuses those.
+_DURATION_TEXT = r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)?\s*$"
+_SIZE_TEXT = r"^\s*\d+(\.\d+)?\s*[kmgtKMGT]?([iI]?[bB])?\s*$"
+
+
+def duration_json_schema(minimum: float = MIN_DURATION_S) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [
+        {"type": "number", "minimum": minimum, "maximum": MAX_DURATION_S},
+        {"type": "string", "pattern": _DURATION_TEXT}]})
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), duration_json_schema()]
+Size = Annotated[int, BeforeValidator(parse_size), WithJsonSchema({"anyOf": [
+    {"type": "number", "minimum": 1, "maximum": MAX_SIZE_BYTES},
+    {"type": "string", "pattern": _SIZE_TEXT}]})]
 
 
 def _cpu_number(word: str, text: str) -> int:

@@ -22,6 +22,7 @@ import httpx
 
 from campaign.contracts.load import LoadedContract
 from campaign.contracts.units import parse_cpuset
+from campaign.daily.dailystop import MARK_ENV, new_mark, record_started, stop_daily
 from campaign.daily.incumbent import _cmdline, _read_pid
 from campaign.errors import InputError, RunError
 from campaign.fsutil import atomic_write_bytes
@@ -31,7 +32,8 @@ from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.runtimes.gpus import visible_devices
 from campaign.lanes.runtimes.process import BASE_ENV_KEYS
 
-__all__ = ["daily_command", "describe_container_daily", "describe_daily", "find_daily_pidfile", "start_daily"]
+__all__ = ["daily_command", "describe_container_daily", "describe_daily", "find_daily_pidfile", "start_daily",
+           "stop_daily"]
 
 
 def daily_command(loaded: LoadedContract) -> list[str]:
@@ -62,12 +64,14 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
     visible = visible_devices(lane.gpus, f"daily ({lane.name})")  # the lane's GPUs, as its lane got them
     if visible is not None:
         env["CUDA_DEVICE_ORDER"], env["CUDA_VISIBLE_DEVICES"] = "PCI_BUS_ID", visible
+    env[MARK_ENV] = mark = new_mark()  # `campaign daily stop` knows it by this, through every restart
     log_path.parent.mkdir(parents=True, exist_ok=True)
     offset = log_path.stat().st_size if log_path.exists() else 0  # the log is appended to: read this start's part
     popen, pump = _launch_logged(argv, env, log_path, _daily_secrets(loaded.lanes[spec.lane or ""], argv, env))
     if lane.cpus:  # the daily's lane is pinned: so is the daily, from its first thread
         os.sched_setaffinity(popen.pid, parse_cpuset(lane.cpus))
     atomic_write_bytes(pidfile, f"{popen.pid}\n".encode())
+    record_started(pidfile, popen.pid, mark, argv)
     key = adapter_for(lane.engine).api_key(lane)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     deadline = time.monotonic() + wait

@@ -12,9 +12,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from campaign.errors import InputError, RunError
 from campaign.presentation import quantity
 
-__all__ = ["CandidateDecision", "decisions"]
+__all__ = ["FAILED", "INPUT", "NOTHING_PROMOTABLE", "PROMOTABLE_CODE", "CandidateDecision", "decisions", "exit_code",
+           "several_exit_code", "with_exit_zero"]
 
 PROMOTABLE, REFUSED, INCONCLUSIVE = "PROMOTABLE", "REFUSED", "INCONCLUSIVE"
 
@@ -138,3 +140,42 @@ def _remedy(gate: str, reason: str) -> str:
     if "nothing to weigh" in text or "no divergence" in text:
         return "nothing differed to weigh: more or longer prompts, if the axis should change outputs"
     return f"more evidence for {gate} (more prompts or repeats) in a new contract version"
+
+
+# `campaign run`'s exit code, so cron or a systemd unit can tell "promotable" from "refused" without
+# reading a bundle (README, "Exit codes"; `campaign run --help`):
+#
+#    0    the window completed and a candidate is PROMOTABLE (what `campaign promote` would accept)
+#    3    the window completed and no candidate is promotable (REFUSED or INCONCLUSIVE: the report says why)
+#    1    the window failed: not completed (interrupted, a pre-flight refusal, a run error), not signed, or
+#         the daily's restore not proven (errors.RunError's code)
+#    2    bad input: a contract, freeze record, key or argument to fix (errors.InputError's code)
+#    130  interrupted at the terminal (Ctrl-C)
+#
+# ``--exit-zero`` keeps the old behaviour: 0 whenever the window completed, 1 and 2 as above. Several
+# contracts at once: 1 if any window failed, else 0 if any has a promotable candidate, else 3.
+PROMOTABLE_CODE = 0
+FAILED = RunError.exit_code
+INPUT = InputError.exit_code
+NOTHING_PROMOTABLE = 3
+
+
+def exit_code(summary: dict[str, Any], *, signed: bool) -> int:
+    """The code of one window from its SUMMARY, by the rules the report's decisions follow."""
+    restore = summary.get("restore") or {}
+    if not signed or summary.get("status") != "complete" or restore.get("proved") is False:
+        return FAILED
+    promotable = any(decision.decision == PROMOTABLE for decision in decisions(summary))
+    return PROMOTABLE_CODE if promotable else NOTHING_PROMOTABLE
+
+
+def several_exit_code(codes: list[int]) -> int:
+    """Several windows' one code: any failed is a failure; else promotable if any window has a candidate."""
+    if any(code not in (PROMOTABLE_CODE, NOTHING_PROMOTABLE) for code in codes):
+        return FAILED
+    return PROMOTABLE_CODE if PROMOTABLE_CODE in codes else NOTHING_PROMOTABLE
+
+
+def with_exit_zero(code: int, exit_zero: bool) -> int:
+    """``--exit-zero``: a completed window is 0 whatever it decided (the behaviour before these codes)."""
+    return PROMOTABLE_CODE if exit_zero and code == NOTHING_PROMOTABLE else code

@@ -16,7 +16,6 @@ import socket
 import stat
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,8 @@ from campaign.contracts.engines import ENGINES
 from campaign.contracts.load import LoadedContract
 from campaign.errors import CampaignError
 from campaign.fsutil import JsonlAppender
+from campaign.window.doctorcheck import Check
+from campaign.window.doctordaily import daily_checks
 
 if TYPE_CHECKING:
     from campaign.contracts.resolve import EffectiveLane
@@ -33,24 +34,13 @@ __all__ = ["Check", "run_checks"]
 MIN_FREE_BYTES = 2 * 1024**3  # a bundle with raw records and boot logs, and room for a published archive
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        head = f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
-        return head if self.ok or not self.fix else f"{head} -> {self.fix}"
-
-
 def run_checks(loaded: LoadedContract | None, out_dir: Path, *, smoke: bool = True) -> list[Check]:
     checks = [_signing_key(), _failsafe(loaded), _disk(out_dir)]
     if loaded is not None:
         checks += _outside_supervisor(loaded)
         checks += _models(loaded)
         checks += _ports(loaded)
+        checks += daily_checks(loaded)
         if any(lane.runtime == "docker" for lane in loaded.lanes.values()) or (
                 loaded.contract.incumbent is not None and loaded.contract.incumbent.runtime == "docker"):
             checks.append(_docker())
@@ -148,7 +138,8 @@ def model_check(lane: EffectiveLane, path: Path) -> Check:
         kind = local_model(lane, path)[1]
         got = model_sha256(lane, path) if lane.model.sha256 else None
     except CampaignError as exc:
-        return Check(name, False, str(exc), "make model (or fix the lane's model.path)")
+        return Check(name, False, str(exc), f"put the model at {path} (lane {lane.name}'s model.path), or point "
+                                            "model.path at where it is")
     if got is not None and lane.model.sha256 is not None and got != lane.model.sha256:
         return Check(name, False, f"sha256 {got[:12]}..., pinned {lane.model.sha256[:12]}...",
                      "the file changed since the contract was written: fetch the pinned one")
@@ -169,8 +160,8 @@ def _ports(loaded: LoadedContract) -> list[Check]:
         seen.add((lane.host, lane.port))
         name = f"port {lane.host}:{lane.port}"
         if lane.port == daily_port:
-            checks.append(Check(name, True, "the daily's port: the window stops the daily before the first lane"))
-        elif port_is_free(lane.host, lane.port):
+            continue  # the daily's port: its own lines say who holds it (the window stops the daily before a lane)
+        if port_is_free(lane.host, lane.port):
             checks.append(Check(name, True, "free"))
         else:
             checks.append(Check(name, False, "in use", "stop what listens there: another server would be "
@@ -218,7 +209,9 @@ def _engines(loaded: LoadedContract, *, smoke: bool) -> list[Check]:
                 resolve_executable(lane)
             check_lane(lane, model)
         except CampaignError as exc:
-            fix = ENGINES[lane.engine].build_hint if lane.runtime == "process" else ""
+            hint = ENGINES[lane.engine].build_hint
+            fix = (f"install {lane.executable} or give lane {lane.name}'s executable its path"
+                   + (f" (this repository builds it: {hint})" if hint else "")) if lane.runtime == "process" else ""
             checks.append(Check(name, False, str(exc), fix))
             continue
         if not smoke or not is_local(lane):

@@ -20,6 +20,7 @@ from campaign.daily.state import WindowState, process_start_time
 from campaign.errors import CampaignError, InputError, PreflightError
 from campaign.fsutil import UnreadableFile, load_json_strict
 from campaign.lanes.bootlog import log_tail
+from campaign.receipts.decision import exit_code
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim, overlapping
 from campaign.window.detach import detach_window
@@ -81,7 +82,7 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
         # True: proven back; None: no daily declared, or never stopped; False: not proven, or no summary at all
         proved = restore.get("proved") if summary else False
         outcomes.append({"contract": str(path), "window": window, "bundle": str(bundle), "signed": signed,
-                         "restored": proved,
+                         "restored": proved, "exit_code": exit_code(summary, signed=signed),
                          "decisions": {name: entry.get("overall") for name, entry in
                                        (summary.get("candidates") or {}).items()}})
     return outcomes

@@ -94,8 +94,28 @@ def window_status(window: str | None = None) -> list[dict[str, Any]]:
             "signed": (Path(state.bundle) / "receipt.dsse.json").exists(),
             "boxes": state.boxes, "failsafe_backend": state.failsafe_backend,
             "failsafe_supervisor": state.failsafe_supervisor,
+            **_ended(Path(state.bundle)),
         })
     return rows
+
+
+def _ended(bundle: Path) -> dict[str, Any]:
+    """What an ended window decided, from its SUMMARY.json (the report's own rules): per candidate the
+    decision, the deciding gate and its reason; and where its report is (``campaign publish`` writes it
+    next to the bundle), or None before it is published. Empty while the window runs or if it left no summary."""
+    from campaign.fsutil import UnreadableFile, load_json_strict
+    from campaign.receipts.decision import decisions
+
+    report = bundle.parent / f"{bundle.name}.published" / "report.html"
+    found: dict[str, Any] = {"decisions": [], "report": str(report) if report.is_file() else None}
+    try:
+        summary = load_json_strict(bundle / "SUMMARY.json", what="SUMMARY") if (bundle / "SUMMARY.json").is_file() else None
+    except UnreadableFile:  # a damaged summary: status says nothing decided rather than failing
+        summary = None
+    if isinstance(summary, dict):
+        found["decisions"] = [{"candidate": d.candidate, "decision": d.decision, "gate": d.gate, "reason": d.reason}
+                              for d in decisions(summary)]
+    return found
 
 
 def _box_failsafe(state: WindowState) -> str | None:

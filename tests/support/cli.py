@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["campaign", "frozen_window"]
+__all__ = ["assert_exit_as_decided", "campaign", "frozen_window"]
 
 
 def campaign(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -24,6 +24,19 @@ def frozen_window(contract: Path, out: Path, *, env: dict[str, str] | None = Non
     frozen = campaign("freeze", str(contract), env=env)
     assert frozen.returncode == 0, frozen.stderr
     ran = campaign("run", str(contract), "--out", str(out), env={**(env or {}), **(run_env or {})})
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.returncode in (0, 3), ran.stdout + ran.stderr  # completed: promotable or not
     bundle = next(out.iterdir())
+    assert_exit_as_decided(ran, bundle)
     return bundle, campaign("verify", str(bundle), env=env)
+
+
+def assert_exit_as_decided(ran: subprocess.CompletedProcess[str], bundle: Path) -> None:
+    """`campaign run` exited as its completed window decided (README, "Exit codes"): 0 when the report calls a
+    candidate PROMOTABLE, 3 when it calls none so."""
+    import json
+
+    from campaign.receipts.decision import decisions
+
+    promotable = [d.candidate for d in decisions(json.loads((bundle / "SUMMARY.json").read_text()))
+                  if d.decision == "PROMOTABLE"]
+    assert ran.returncode == (0 if promotable else 3), (ran.returncode, promotable, ran.stdout + ran.stderr)

@@ -11,7 +11,7 @@ import pytest
 
 COMMANDS = ["validate", "freeze", "diff", "schema", "plan", "manifest", "run", "resume", "status", "abort", "promote",
             "rollback", "ledger", "verify", "publish", "rejudge", "cleanup", "doctor", "keys init", "daily show",
-            "daily start", "failsafe install", "failsafe check"]
+            "daily start", "daily stop", "failsafe install", "failsafe check"]
 
 
 def help_text(command: str) -> str:
@@ -67,3 +67,36 @@ def test_status_with_no_window_yet_is_an_answer_not_an_error(tmp_path) -> None: 
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == [], as_json.stderr
     named = _campaign("status", "nosuch", state=str(tmp_path))  # a window asked for by name must exist
     assert named.returncode == 2 and "no window 'nosuch'" in named.stderr
+
+
+def _every_command() -> list[str]:
+    """Every command and group of the CLI, walked from click's tree (a command added later is included)."""
+    import typer
+
+    from campaign.cli import app
+
+    found: list[str] = [""]
+
+    def walk(group, prefix: str) -> None:  # noqa: ANN001 - a click group
+        for name, command in group.commands.items():
+            path = f"{prefix} {name}".strip()
+            found.append(path)
+            if hasattr(command, "commands"):
+                walk(command, path)
+
+    walk(typer.main.get_command(app), "")
+    return found
+
+
+def test_every_command_is_walked() -> None:
+    walked = _every_command()
+    assert set(COMMANDS) <= set(walked) and "daily stop" in walked
+
+
+@pytest.mark.parametrize("command", _every_command())
+def test_every_help_ends_with_an_example_that_names_the_command(command: str) -> None:
+    text = help_text(command) if command else _campaign("--help").stdout
+    examples = [line.strip() for line in text.splitlines() if line.strip().startswith("Example: campaign ")]
+    assert examples, f"`campaign {command} --help` has no example line"
+    needle = f"campaign {command} " if command else "campaign "
+    assert any(needle in example + " " for example in examples), (command, examples)

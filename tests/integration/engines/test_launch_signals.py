@@ -111,7 +111,7 @@ def test_window_with_a_sigill_candidate_is_inconclusive_with_the_cause(tmp_path:
     assert campaign("keys", "init").returncode == 0
     assert campaign("freeze", str(contract)).returncode == 0
     ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.returncode == 3, ran.stdout + ran.stderr  # completed, nothing promotable
     bundle = next((tmp_path / "runs").iterdir())
     summary = json.loads((bundle / "SUMMARY.json").read_text())
     assert summary["lanes"]["spec"]["status"] == "launch_failed"

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from campaign.fsutil import read_jsonl
-from tests.support.cli import campaign
+from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.contracts import MODEL_SHA256, free_port, write_contract
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
 from tests.support.remotebox import BOX_ADDRESS, Box, box_containers, box_down, box_up, engine_back, engine_gone
@@ -149,8 +149,9 @@ def test_a_window_on_the_box_over_tls_hashes_there_keeps_the_deadline_there_and_
     assert campaign("freeze", str(contract)).returncode == 0
     since = str(int(time.time()) - 1)
     ran = campaign("run", str(contract), "--out", str(home / "runs"))
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.returncode in (0, 3), ran.stdout + ran.stderr  # completed: promotable or not
     bundle = next((home / "runs").iterdir())
+    assert_exit_as_decided(ran, bundle)
     assert campaign("verify", str(bundle)).returncode == 0
     # the model was hashed by a container on the box's engine (its events say so), not by the runner
     hashed = box.docker("events", "--since", since, "--until", str(int(time.time()) + 1), "--filter",
@@ -303,7 +304,7 @@ def test_two_windows_at_once_on_two_engines_from_one_command(box: Box, home: Pat
             seen.add(tuple(sorted(box for row in rows for box in row["boxes"])))
         time.sleep(0.5)
     stdout, stderr = both.communicate()
-    assert both.returncode == 0, stdout + stderr
+    assert both.returncode in (0, 3), stdout + stderr  # both completed: promotable or not
     assert ("ssh://root@10.231.77.2:22", "this machine") in seen, seen
     assert "overssh" in stdout and "local" in stdout and "signed" in stdout
     bundles = sorted((home / "runs").iterdir())

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from campaign.contracts.hashing import canonical_json
+from campaign.daily.state import process_start_time
 from campaign.receipts.bundle import sign_bundle
 from campaign.signing import load_signing_key
 from tests.support.cli import campaign
@@ -51,6 +52,9 @@ def test_promote_then_rollback_with_ledger_and_a_promotion_killed_at_each_step(d
     assert set(Path(tempfile.gettempdir()).glob("campaign-promote-*")) == copies_before  # no copy left behind
     shown = campaign("daily", "show")
     assert shown.returncode == 0 and "--spec-type ngram-simple" in shown.stdout
+    # the promoted daily runs the candidate's measured launch, not the one `daily start` started: not stopped
+    kept = campaign("daily", "stop", str(daily["contract"]))
+    assert kept.returncode == 2 and "add --force" in kept.stderr and serves(daily["port"]), kept.stderr
     rolled = campaign("rollback")
     assert rolled.returncode == 0, rolled.stderr
     assert _cmdline(daily_pid(daily["root"])) == original and serves(daily["port"])
@@ -76,6 +80,11 @@ def test_promote_then_rollback_with_ledger_and_a_promotion_killed_at_each_step(d
         assert entry["kind"] == "rollback" and entry["undoes"] == begun["seq"] and entry["action"] == action, point
         assert _cmdline(daily_pid(daily["root"])) == original and serves(daily["port"]), point
     assert campaign("rollback").returncode == 2  # every begun promotion is accounted for
+    # restored by the window, then by four rollbacks, from snapshots: still the daily `daily start` started
+    pid = daily_pid(daily["root"])
+    stopped = campaign("daily", "stop", str(daily["contract"]))
+    assert stopped.returncode == 0 and f"daily stopped: pid {pid}" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert not serves(daily["port"]) and process_start_time(pid) is None  # gone (a zombie here counts as gone)
 
 
 def _resigned(bundle: Path, tmp: Path, edit) -> Path:  # noqa: ANN001

@@ -17,7 +17,7 @@ import pytest
 
 from campaign.fsutil import read_jsonl
 from campaign.daily.state import WindowState, process_start_time
-from tests.support.cli import campaign
+from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.daily import (daily_pid, first_record_of_each_kind, runner_past_the_daily_stop, serves,
                                  kill_runner_and_watchdogs, watchdog_pids)
 
@@ -32,10 +32,12 @@ def _window_state(root: Path) -> WindowState:
 def test_window_stops_and_restores_the_daily_with_proof(daily: dict) -> None:
     before = daily_pid(daily["root"])
     ran = campaign("run", str(daily["contract"]), "--out", str(daily["root"] / "runs"))
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.returncode == 0, ran.stdout + ran.stderr  # exit 0: completed with a promotable candidate
     bundle = next((daily["root"] / "runs").iterdir())
     summary = json.loads((bundle / "SUMMARY.json").read_text())
     assert summary["restore"]["proved"] is True and summary["restore"]["action"] == "started"
+    assert summary["candidates"]["spec"]["overall"] == "PASS"
+    assert_exit_as_decided(ran, bundle)
     assert daily_pid(daily["root"]) != before and serves(daily["port"])
     steps = [(r["step"], r["event"]) for r in read_jsonl(bundle / "journal.jsonl")]
     order = [s for s, e in steps if e == "done"]
@@ -311,12 +313,21 @@ def test_status_watch_follows_a_window_to_its_end_and_names_the_bundle(daily: di
     while time.monotonic() < deadline and not list(out.glob("*/journal.jsonl")):
         time.sleep(0.05)
     watched = campaign("status", "--watch", "--every", "0.5", timeout=600)
-    assert runner.wait(timeout=60) == 0
+    assert runner.wait(timeout=60) == 0  # exit 0: the window completed with a promotable candidate
     assert watched.returncode == 0, watched.stderr
     bundle = next(out.iterdir())
-    last = watched.stdout.strip().splitlines()[-1]
-    assert last == f"window {bundle.name} ended (end done, signed); bundle: {bundle}", watched.stdout
+    ended, decided, report = watched.stdout.strip().splitlines()[-3:]
+    assert ended == f"window {bundle.name} ended (end done, signed); bundle: {bundle}", watched.stdout
     assert "phase" in watched.stdout and "failsafe" in watched.stdout  # the table, as it stood at the end
+    # what it decided, per candidate, with the deciding reason; and where the report is (not yet written)
+    assert decided.startswith(f"{bundle.name}: spec: PROMOTABLE: "), watched.stdout
+    assert report == f"{bundle.name}: report: not published yet (campaign publish {bundle})"
+    assert campaign("publish", str(bundle)).returncode == 0
+    (row,) = json.loads(campaign("status", bundle.name, "--json").stdout)
+    assert row["report"] == str(bundle.parent / f"{bundle.name}.published" / "report.html")
+    assert [(d["candidate"], d["decision"]) for d in row["decisions"]] == [("spec", "PROMOTABLE")]
+    shown = campaign("status", bundle.name)
+    assert shown.returncode == 0 and f"{bundle.name}: report: {row['report']}" in shown.stdout
 
 
 def test_the_periodic_check_cron_runs_brings_the_daily_back_when_every_process_of_the_window_is_killed(

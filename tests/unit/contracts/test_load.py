@@ -165,3 +165,28 @@ def test_a_cpuset_that_is_not_one_names_the_line_and_field(tmp_path: Path) -> No
     error = _error(tmp_path, body)
     assert "lane_defaults.cpus" in str(error) and "'1-' is not a cpuset" in str(error)
     assert str(error).startswith(str(tmp_path / "c.yaml") + ":")
+
+
+@pytest.mark.parametrize("written,where,nearest", [
+    ("          max_tokenz: 3\n", "gates[0].max_tokenz", "max_tokens"),  # in a gate, through its kind's union
+    ("          repeat: 3\n", "gates[0].repeat", "repeats"),
+    ("          colour: red\n", "gates[0].colour", None),  # nothing close: no guess
+])
+def test_unknown_field_suggests_the_nearest_known_one(tmp_path: Path, written: str, where: str,
+                                                      nearest: str | None) -> None:
+    body = demo_like(18000).replace("            max_tokens: 24\n", "            max_tokens: 24\n" + written.replace(
+        "          ", "            "))
+    error = _error(tmp_path, body)
+    assert error.field == where
+    assert error.message == ("unknown field" + (f" (did you mean {nearest}?)" if nearest else ""))
+    assert "\n" not in str(error)
+
+
+def test_unknown_field_suggestion_in_a_lane_set_and_the_top_level(tmp_path: Path) -> None:
+    body = demo_like(18000).replace("            set:\n", "            set:\n              envv: {A: b}\n")
+    assert _error(tmp_path, body).message == "unknown field (did you mean env?)"
+    top = demo_like(18000).rstrip(" ")
+    assert _error(tmp_path, top + "        promotoin: {requires: [greedy]}\n").message == \
+        "unknown field (did you mean promotion?)"
+    long_name = "promotio" * 120  # bounded: a long unknown name is compared by its start only
+    assert _error(tmp_path, top + f"        {long_name}: 1\n").message == "unknown field"
