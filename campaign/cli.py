@@ -332,7 +332,9 @@ def plan(contract: Path,
     from campaign.promotion.promote import promoted_daily_summary
     from campaign.window.plan import plan_window
 
-    loaded = load_contract(contract)
+    # the input sets are read (request counts), the models and lane files are not: a contract is planned
+    # away from its box too (the stranger's GPU contract, on a laptop); `validate` and `run` check them
+    loaded = load_contract(contract, check_files=False)
     shown_plan = plan_window(loaded, out_dir)
     if loaded.contract.incumbent is not None:  # window/ never imports promotion/: the plan's spot filled here
         moved = promoted_daily_summary(loaded)

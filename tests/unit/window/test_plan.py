@@ -243,3 +243,17 @@ def test_each_gate_counts_the_requests_it_sends_on_a_visit() -> None:
     (tf,) = [g for g in plan_gates(loaded) if g.gate_id == "teacher_forced"]
     assert tf.planned_requests(Visit(candidate_lane)) == 2 * 4 + 2 + 4  # and scores its sites on the control
     assert tf.planned_requests(Visit(base, 1)) == 4 * (1 + 2)  # the rerun: again, and both candidates' sites
+
+
+def test_the_strangers_gpu_contract_is_planned_away_from_its_box() -> None:
+    """examples/vllm-drafter.yaml names models on a GPU box that this one lacks: the plan reads its input
+    sets (request counts), not its models, and says what the promoted daily will be."""
+    from tests.support.cli import campaign
+    from tests.support.contracts import EXAMPLES
+
+    shown = campaign("plan", str(EXAMPLES / "vllm-drafter.yaml"), "--json")
+    assert shown.returncode == 0, shown.stderr
+    plan = json.loads(shown.stdout)
+    greedy = [s for s in plan["steps"] if s["gate"] == "greedy"]
+    assert greedy and all(s["requests"] and s["requests"] > 0 for s in greedy)
+    assert plan["deadline_s"] is not None and plan["promotion"]
