@@ -32,6 +32,10 @@ from campaign.lanes.runtimes.base import PROC_ARGS_BYTES, read_proc
 __all__ = ["SETTINGS", "is_serving", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
 
 SETTINGS = ("endpoint", "api_key_env", "served_model", "stop_timeout", "ready_budget")
+# the dailies this process started, by pid: a start that dies while loading is then told with its exit code
+# and its log's last line (a port still held, a missing file), not only that it died
+_STARTED: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
+LOG_TAIL_BYTES = 4096
 
 
 def _pid_or_why(pidfile: Path) -> tuple[int | None, str]:
@@ -160,6 +164,7 @@ def start(snap: dict[str, Any], log_path: Path) -> int | dict[str, Any]:
         with contextlib.suppress(OSError, ValueError):
             os.sched_setaffinity(popen.pid, parse_cpuset(snap["cpus"]))
     atomic_write_bytes(Path(snap["pidfile"]), f"{popen.pid}\n".encode())
+    _STARTED[popen.pid] = (popen, log_path)
     return popen.pid
 
 
@@ -186,11 +191,27 @@ def prove(snap: dict[str, Any], *, budget: float | None = None, api_key: str | N
 
     def still_up() -> None:
         if _cmdline(pid) is None:
-            raise RunError(f"restored incumbent pid {pid} exited while loading")
+            raise RunError(f"restored incumbent pid {pid} exited while loading{_how_it_ended(pid)}")
 
     answer = completion(snap, deadline, still_up)
     return {"pid": pid, "argv_matches": True, "exe_sha256_matches": True, "completion": answer,
             "proved_at": time.time()}
+
+
+def _how_it_ended(pid: int) -> str:
+    """`` (exit code N; its log ends: ...)`` for a daily this process started, else nothing."""
+    if pid not in _STARTED:
+        return ""
+    popen, log_path = _STARTED[pid]
+    code = popen.poll()
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            lines = log.read(LOG_TAIL_BYTES).decode(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    said = f"; its log ({log_path}) ends: {lines[-1][:300]}" if lines else ""
+    return f" (exit code {code}{said})" if code is not None else f" ({said[2:]})" if said else ""
 
 
 def _completion(snap: dict[str, Any], deadline: float, still_up: Any, *, api_key: str | None = None) -> dict[str, Any]:
