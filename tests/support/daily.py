@@ -15,6 +15,20 @@ __all__ = ["daily_pid", "first_record_of_each_kind", "kill_runner_and_watchdogs"
            "serves", "watchdog_pids"]
 
 
+def disarm_windows(state_root: Path) -> None:
+    """Every window under ``state_root`` disarmed, then time for its watchdogs to see it: a teardown's first
+    step, as a failsafe still armed from a failed test would start the daily again after it is stopped."""
+    from campaign.daily.state import WindowState
+
+    for state_file in state_root.glob("campaign/windows/*/state.json"):
+        state = WindowState.load(state_file.parent.name)
+        with state.locked():
+            state = state.reload()
+            state.armed = False
+            state.save()
+    time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
+
+
 def serves(port: int) -> bool:
     try:
         response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=20.0, json={

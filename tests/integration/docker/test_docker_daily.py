@@ -21,7 +21,7 @@ from campaign.fsutil import read_jsonl
 from campaign.daily.state import WindowState
 from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.contracts import demo_like, free_port, write_contract
-from tests.support.daily import first_record_of_each_kind, runner_past_the_daily_stop, serves, kill_runner_and_watchdogs
+from tests.support.daily import disarm_windows, first_record_of_each_kind, runner_past_the_daily_stop, serves, kill_runner_and_watchdogs
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
 
 pytestmark = pytest.mark.integration
@@ -70,13 +70,7 @@ def container_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_serve
     assert campaign("freeze", str(contract)).returncode == 0
     yield {"root": tmp_path, "contract": contract, "port": port, "name": name,
            "id": inspect(name)["Id"], "image": image}
-    for state_file in (tmp_path / "state").glob("campaign/windows/*/state.json"):
-        state = WindowState.load(state_file.parent.name)
-        with state.locked():
-            state = state.reload()
-            state.armed = False
-            state.save()
-    time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
+    disarm_windows(tmp_path / "state")
     leftover = docker("ps", "-aq", "--filter", f"name={name}").stdout.split()  # the daily and any kept aside
     if leftover:
         docker("rm", "-f", *leftover)

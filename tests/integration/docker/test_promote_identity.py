@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from campaign.daily.state import WindowState
 from tests.support.cli import campaign
 from tests.support.contracts import candidate, contract_yaml, control, free_port, write_contract
+from tests.support.daily import disarm_windows
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, docker_defaults, need_docker, need_engine_files
 
 pytestmark = pytest.mark.integration
@@ -96,13 +96,7 @@ def keyed_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(KEY_VAR, KEY)
     names: list[str] = []
     yield names
-    for state_file in (tmp_path / "state").glob("campaign/windows/*/state.json"):
-        state = WindowState.load(state_file.parent.name)
-        with state.locked():
-            state = state.reload()
-            state.armed = False
-            state.save()
-    time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
+    disarm_windows(tmp_path / "state")
     for name in names:
         leftover = docker("ps", "-aq", "--filter", f"name={name}").stdout.split()  # the daily and any kept aside
         if leftover:

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from campaign.daily.state import process_start_time
 from tests.support.cli import campaign
 from tests.support.contracts import demo_like, free_port, write_contract
-from tests.support.daily import serves
+from tests.support.daily import disarm_windows, serves
 
 
 @pytest.fixture
@@ -40,15 +39,7 @@ def daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str):
     assert serves(port)
     yield {"root": tmp_path, "contract": contract, "port": port}
     # disarm first: a failsafe still armed from a failed test would start the daily again after we stop it
-    from campaign.daily.state import WindowState
-
-    for state_file in (tmp_path / "state").glob("campaign/windows/*/state.json"):
-        state = WindowState.load(state_file.parent.name)
-        with state.locked():
-            state = state.reload()
-            state.armed = False
-            state.save()
-    time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
+    disarm_windows(tmp_path / "state")
     for pidfile in [tmp_path / "daily.pid"]:
         try:
             os.killpg(int(pidfile.read_text()), signal.SIGKILL)

@@ -26,7 +26,7 @@ from tests.support.contracts import (
     process_defaults,
     write_contract,
 )
-from tests.support.daily import daily_pid
+from tests.support.daily import daily_pid, disarm_windows
 
 pytestmark = pytest.mark.integration
 
@@ -59,15 +59,7 @@ def keyed_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: s
         time.sleep(0.3)
     assert n_ctx(port) == 2048
     yield {"root": tmp_path, "port": port, "argv": cmdline(daily.pid)}
-    from campaign.daily.state import WindowState
-
-    for state_file in (tmp_path / "state").glob("campaign/windows/*/state.json"):
-        state = WindowState.load(state_file.parent.name)
-        with state.locked():
-            state = state.reload()
-            state.armed = False
-            state.save()
-    time.sleep(0.5)  # a watchdog polls every 0.25 s and exits once disarmed
+    disarm_windows(tmp_path / "state")
     for pid in {daily.pid, daily_pid(tmp_path)}:
         try:
             os.killpg(pid, signal.SIGKILL)
