@@ -9,6 +9,7 @@ iproute2, dockerd and sshd (.ci/run installs openssh-server)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -209,13 +210,42 @@ def _start_dockerd() -> int:
 
 
 def engine_gone(box: Box) -> None:
-    """The box's engine dies (SIGKILL): its API stops answering; what its containers do is up to their shims."""
+    """The box's engine dies (SIGKILL): its API stops answering; what its containers do is up to their shims.
+    Its containerd goes with it, as systemd's stop of a crashed unit takes its processes: a containerd left
+    running makes the next dockerd wait on it and give up ("containerd is still running", then "timeout
+    waiting for containerd to start"), which once failed every later test of the box."""
+    containerd = _pid_in(Path("/run/campaign-box/exec/containerd/containerd.pid"))
     os.kill(box.dockerd_pid, signal.SIGKILL)
     try:
         os.waitpid(box.dockerd_pid, 0)
     except ChildProcessError:
         pass
     Path("/run/campaign-box/docker.pid").unlink(missing_ok=True)
+    if containerd is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(containerd, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _alive(containerd) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    # this machine's init reaps no orphan: the dead containerd stays a zombie, which a signal 0 (dockerd's
+    # "is it still running") takes for alive; without its pidfile the next dockerd starts its own
+    Path("/run/campaign-box/exec/containerd/containerd.pid").unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a zombie's /proc stat says Z)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X")
+
+
+def _pid_in(pidfile: Path) -> int | None:
+    try:
+        return int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def engine_back(box: Box) -> None:
