@@ -22,6 +22,7 @@ import errno  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable, Optional  # noqa: E402
@@ -270,8 +271,9 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
         detach: bool = typer.Option(False, "--detach", help="Run in the background; print the window id and return."),
         allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP),
         accept_tool_defaults: bool = typer.Option(False, "--accept-tool-defaults", help=ACCEPT_DEFAULTS_HELP),
-        exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 whenever the window completed, whatever "
-                                                                  "it decided (the behaviour before exit code 3)."),
+        exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 whenever the window completed with its "
+                                                                  "daily proven back, whatever it decided (the "
+                                                                  "behaviour before exit code 3)."),
         window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run a window of a frozen contract and write a signed receipt bundle. Several contracts run at once,
     one window per contract, each on its own boxes (the command waits for all).
@@ -279,7 +281,8 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
     Exit codes: 0 the window completed and a candidate is PROMOTABLE; 3 it completed and nothing is
     promotable (refused or inconclusive: the report says why); 1 the window failed (not completed, not
     signed, or the daily's restore not proven); 2 bad input (contract, freeze record, key, argument);
-    130 interrupted. --exit-zero: 0 whenever the window completed. --detach: 0 once started."""
+    130 interrupted. --exit-zero: 0 whenever the window completed with its daily proven back. --detach: 0
+    once started."""
     _allow(allow_path)
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import run_window
@@ -351,12 +354,16 @@ def plan(contract: Path,
 def _print_plan(plan: Any) -> None:
     table = Table("#", "phase", "step", "budget", "seconds", "from")
     rows = [s for s in plan.steps if s.pair is None]
+    last_visit = max((i for i, s in enumerate(rows) if s.phase == "visit"), default=None)  # pairs follow it
+    by_pair: dict[int, list[Any]] = {}
+    for s in plan.steps:
+        if s.pair is not None and plan.pairs_at_least < s.pair <= plan.pairs_at_most:
+            by_pair.setdefault(s.pair, []).append(s)
     for number, step in enumerate(rows, start=1):
         table.add_row(*_cells(number, step.phase, step.what, f"{step.bound_s:g}s" if step.bound_s else "-",
                               f"{step.seconds:.1f}", step.source))
-        if step.phase == "visit" and (rows[number:number + 1] or [step])[0].phase != "visit":
-            for pair in range(plan.pairs_at_least + 1, plan.pairs_at_most + 1):
-                steps = [s for s in plan.steps if s.pair == pair]
+        if number - 1 == last_visit:
+            for pair, steps in sorted(by_pair.items()):
                 table.add_row(*_cells("", "pair", f"pair {pair}, only while a comparison is open: "
                                       f"{', '.join(s.lane or '' for s in steps if s.what.startswith('boot'))}",
                                       "-", f"{sum(s.seconds for s in steps):.1f}",
@@ -488,12 +495,15 @@ def status(window: Optional[str] = typer.Argument(None),
 
 def _print_decided(rows: list[dict[str, Any]]) -> None:
     """Under the table, for each ended window: what it decided per candidate, and where its report is."""
+    from campaign.receipts.decision import deciding
+    from campaign.window.progress import SHOWN_REASON_CHARS
+
     for row in rows:
         if row["runner_alive"] or not row.get("decisions"):
             continue
         for item in row["decisions"]:
-            deciding = f"{item['gate']}: " if item["gate"] else ""
-            out.print(f"{row['window']}: {item['candidate']}: {item['decision']}: {deciding}{item['reason'][:200]}")
+            words = deciding(item["gate"], item["reason"], SHOWN_REASON_CHARS)
+            out.print(f"{row['window']}: {item['candidate']}: {item['decision']}: {words}")
         out.print(f"{row['window']}: report: {row['report']}" if row["report"] else
                   f"{row['window']}: report: not published yet (campaign publish {row['bundle']})")
 
@@ -843,10 +853,10 @@ def failsafe_check() -> None:
     and watchdogs are all gone. Silent when there is nothing to do; exit 1 if a restore failed."""
     from campaign.window.orphans import periodic_check
 
-    lines = periodic_check()
+    lines, failed = periodic_check()
     for line in lines:
         out.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}")
-    if any("FAILED" in line for line in lines):
+    if failed:
         raise typer.Exit(1)
 
 
@@ -947,6 +957,9 @@ def main() -> None:
         code = _last_words(exc)
     except KeyboardInterrupt as exc:
         code = _last_words(exc)
+    # the command is over and its outcome said: a Ctrl-C from here on could only interrupt the interpreter's
+    # exit (an atexit callback), which Python prints as a traceback and the exit status never shows
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code if isinstance(code, int) else 0)
 
 

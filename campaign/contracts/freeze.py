@@ -91,6 +91,9 @@ def _model_digests(loaded: LoadedContract) -> dict[str, str]:
             if written not in digests:
                 digests[written] = hash_regular_file(loaded.resolve(written), what="model manifest" if
                                                      model.sha256_manifest else "model")
+            if digests[written] != model.sha256:  # before the walk: a wrong pin costs no gigabytes of hashing
+                raise loaded.error((*where, "sha256"), f"{written} has sha256 {digests[written]}, not the pinned "
+                                                       f"{model.sha256}")
             if model.sha256_manifest is not None and (model.path, written) not in walked:
                 walked.add((model.path, written))
                 problems = manifest_problems(read_manifest(loaded.resolve(model.sha256_manifest)),
@@ -103,9 +106,6 @@ def _model_digests(loaded: LoadedContract) -> dict[str, str]:
                                file_problem(loaded, written, exc)) from None
         except ManifestError as exc:
             raise loaded.error((*where, "path"), str(exc)) from None
-        if digests[written] != model.sha256:
-            raise loaded.error((*where, "sha256"), f"{written} has sha256 {digests[written]}, not the pinned "
-                                                   f"{model.sha256}")
     return digests
 
 
@@ -248,7 +248,7 @@ def _changed_values(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
             out += _changed_values(a, b, f"{prefix}[{_item_key(a, i)}]")
         return out
-    if old is _ABSENT and new in (None, [], {}):
+    if old is _ABSENT and (new is False or new in (None, [], {})):
         return []  # a field this tool added since, off by default: it changes no rule the contract was frozen with
     return [] if old == new else [(prefix or "<root>", old, new)]
 

@@ -20,7 +20,7 @@ from campaign.contracts.gatespecs import BUNDLE_COPY
 from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.manifest import MANIFEST_BYTES, ManifestError, parse_manifest
 from campaign.contracts.model import INPUT_FILE_BYTES, SERVED_ROLE
-from campaign.contracts.modelrefs import draft_problems, model_refs
+from campaign.contracts.modelrefs import draft_problems, model_refs, option_values
 from campaign.contracts.nearest import did_you_mean, known_fields
 from campaign.contracts.resolve import (
     FILE_REF,
@@ -282,7 +282,7 @@ def _check_model_refs(loaded: LoadedContract, *, draft_flags: bool = True) -> No
     for index, lane in enumerate(loaded.contract.lanes):
         effective = loaded.lanes[lane.name]
         roles = set(effective.models)
-        written = [("args", name, value) for name, value in parse_args(effective.args) if value is not None]
+        written = [("args", name, value) for name, value in option_values(effective.args) if value is not None]
         written += [("env", name, value) for name, value in effective.env.items()]
         for kind, name, value in written:
             try:
@@ -459,6 +459,10 @@ def _document_path(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
 def _check_roles(loaded: LoadedContract) -> None:
     contract = loaded.contract
     position = {lane.name: index for index, lane in enumerate(contract.lanes)}
+    for index, lane in enumerate(contract.lanes):
+        if lane.aa and lane.role != "candidate":
+            raise loaded.error(("lanes", index, "aa"), "an A/A lane is a candidate (role: candidate): the control "
+                                                       "again, compared with it")
     control_names = [lane.name for lane in contract.lanes if lane.role == "control"]
     if not control_names:
         raise loaded.error(("lanes",), "at least one lane must have role: control")
@@ -477,8 +481,12 @@ def _check_roles(loaded: LoadedContract) -> None:
             raise loaded.error(("lanes", index, "control"), f"no lane named {control!r}")
         if contract.lanes[position[control]].role != "control":
             raise loaded.error(("lanes", index, "control"), f"lane {control!r} is not a control")
-        if not lane.axis:
-            raise loaded.error(("lanes", index), "a candidate must declare its `axis`")
+        if lane.aa and (lane.axis or lane.set.model_dump(exclude_defaults=True)):
+            raise loaded.error(("lanes", index, "axis" if lane.axis else "set"),
+                               "an A/A lane is the control again: it declares no `axis` and sets nothing")
+        if not lane.axis and not lane.aa:
+            raise loaded.error(("lanes", index), "a candidate must declare its `axis` (or be the control again: "
+                                                 "`aa: true`)")
         if position[control] > index:
             raise loaded.error(("lanes", index), f"control {control!r} must come before its candidate "
                                                  "(control runs first)")

@@ -22,7 +22,18 @@ from campaign.contracts.engines import ENGINES
 from campaign.contracts.model import MODEL_REF
 from campaign.fsutil import loads_strict
 
-__all__ = ["draft_problems", "model_refs", "substitute_arg", "substitute_value"]
+__all__ = ["draft_problems", "model_refs", "option_values", "substitute_arg", "substitute_value"]
+
+
+def option_values(args: list[str]) -> list[tuple[str, str | None]]:
+    """``parse_args``'s pairs, with a short option's ``-x=value`` split too, as ``substitute_arg`` splits it at
+    launch: a reference or a drafter written ``-md=...`` is checked as the engine will read it."""
+    pairs = []
+    for name, value in parse_args(args):
+        if value is None and name.startswith("-") and "=" in name:
+            name, value = name.split("=", 1)
+        pairs.append((name, value))
+    return pairs
 
 
 def model_refs(value: str) -> list[tuple[str, str | None]]:
@@ -92,7 +103,7 @@ def draft_problems(engine: str, args: list[str], env: dict[str, str],
     """(``args`` or ``env``, the option or variable as written, what is wrong) for each draft model the
     lane hands its engine that is not a ``${model:ROLE}`` of one of ``roles``."""
     facts, problems = ENGINES[engine], []
-    for name, value in parse_args(args):
+    for name, value in option_values(args):
         option = _option_name(name, engine)
         if option in facts.hub_draft_options:
             problems.append(("args", name, f"{name} fetches a draft model at boot, which nothing can pin: "

@@ -27,6 +27,7 @@ from campaign.contracts.schema import (
     Mount,
     ReadinessSpec,
     Role,
+    model_roles,
 )
 from campaign.contracts.units import format_cpuset, parse_cpuset
 
@@ -42,6 +43,7 @@ class EffectiveLane(StrictModel):
     role: Role
     control: str | None = None
     axis: list[str] = Field(default_factory=list)
+    aa: bool = False
     runtime: Literal["process", "docker"]
     engine: EngineKind
     executable: str | None = None
@@ -69,6 +71,12 @@ class EffectiveLane(StrictModel):
     def _unique_files(cls, files: list[LaneFile]) -> list[LaneFile]:
         unique_file_names(files)  # a default's `map` and a lane's `Map` would be one file in its folder
         return files
+
+    @field_validator("models")
+    @classmethod
+    def _distinct_models(cls, models: dict[str, LaneModel]) -> dict[str, LaneModel]:
+        model_roles(models)  # a default's `draft` and a lane's `Draft` (or one mount) are one folder in a container
+        return models
 
     @field_validator("cpus")
     @classmethod
@@ -154,7 +162,7 @@ def effective_lane(contract: Contract, lane: Lane, defaults: dict[str, Any] | No
         shared = contract_docker_host(contract)
         if shared is not None:
             merged["docker_host"] = shared
-    merged.update(name=lane.name, role=lane.role, control=lane.control, axis=list(lane.axis))
+    merged.update(name=lane.name, role=lane.role, control=lane.control, axis=list(lane.axis), aa=lane.aa)
     return merged
 
 
@@ -199,7 +207,7 @@ def normalize_axis(entry: str) -> str:
 def flatten_serving(lane: EffectiveLane) -> dict[str, Any]:
     """The lane as dotted keys, for diffing. Repeated options keep all their values."""
     flat: dict[str, Any] = {}
-    data = lane.model_dump(exclude={"name", "role", "control", "axis", "args", "env", "mounts", "model", "files",
+    data = lane.model_dump(exclude={"name", "role", "control", "axis", "aa", "args", "env", "mounts", "model", "files",
                                     "models", *_NOT_AXES})
     flat.update({k: v for k, v in data.items()})
     flat.update(arg_axis_keys(lane.args))

@@ -269,6 +269,11 @@ class Lane(StrictModel):
     axis: list[str] = Field(default_factory=list,
                             description="candidate: what it changes, e.g. [args.spec-draft-n-max, env.HOOK].")
     set: LaneChanges = Field(default_factory=LaneChanges, description="Changes relative to lane_defaults.")
+    aa: bool = Field(False, description="candidate: an A/A lane, the control again (no `set`, no `axis`), booted "
+                                        "in its own slot and measured as a candidate, never promoted. Its verdicts "
+                                        "are the window's false-decision check: one that claims a difference from "
+                                        "the control (a not-worse gate's FAIL, a speed PASS past a positive bar, a "
+                                        "ruler PASS) marks every other decision of the window suspect.")
 
 
 class InputSet(StrictModel):

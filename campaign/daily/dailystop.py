@@ -2,9 +2,10 @@
 
 What `campaign daily start` started is known by a mark in the daily's environment
 (``CAMPAIGN_DAILY_STARTED=<mark>``) and a record of that mark under the state folder, one per pidfile
-(``$XDG_STATE_HOME/campaign/daily/<digest of the pidfile path>.json``). A window's restore, a promotion and
-a rollback relaunch the daily with the environment read back from /proc, so the mark follows the daily
-through every restart the tool makes, and a daily started by hand under the same pidfile never has it. A
+(``$XDG_STATE_HOME/campaign/daily/<digest of the pidfile path>.json``). A window's restore and a rollback
+relaunch the daily with the environment read back from /proc, so the mark follows the daily through them,
+and a daily started by hand under the same pidfile never has it. A promoted process daily runs the
+candidate's measured environment, without the mark: it is the candidate's, and stopping it needs --force. A
 container daily is the tool's when `campaign promote` created it (its ``campaign.promoted_from`` label);
 one started with `docker run` is the user's. The mark is a number (the start's Unix time): nothing a
 secret scan or a redaction takes for a credential.

@@ -27,6 +27,8 @@ from campaign.daily.secretstate import refuse_unresolved, same_words
 from campaign.daily.state import EXIT_WAIT_S, PIDFILE_BYTES, process_start_time, wait_gone
 from campaign.errors import PreflightError, RunError
 from campaign.fsutil import UnreadableFile, atomic_write_bytes, read_text_bounded
+from campaign.lanes.bootlog import log_tail
+from campaign.lanes.redact import Redactor, launch_secrets
 from campaign.lanes.runtimes.base import PROC_ARGS_BYTES, read_proc
 
 __all__ = ["SETTINGS", "is_serving", "prove", "running_pid", "snapshot", "snapshot_pidfile", "start", "stop"]
@@ -35,7 +37,6 @@ SETTINGS = ("endpoint", "api_key_env", "served_model", "stop_timeout", "ready_bu
 # the dailies this process started, by pid: a start that dies while loading is then told with its exit code
 # and its log's last line (a port still held, a missing file), not only that it died
 _STARTED: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
-LOG_TAIL_BYTES = 4096
 
 
 def _pid_or_why(pidfile: Path) -> tuple[int | None, str]:
@@ -191,26 +192,23 @@ def prove(snap: dict[str, Any], *, budget: float | None = None, api_key: str | N
 
     def still_up() -> None:
         if _cmdline(pid) is None:
-            raise RunError(f"restored incumbent pid {pid} exited while loading{_how_it_ended(pid)}")
+            raise RunError(f"restored incumbent pid {pid} exited while loading{_how_it_ended(pid, snap)}")
 
     answer = completion(snap, deadline, still_up)
     return {"pid": pid, "argv_matches": True, "exe_sha256_matches": True, "completion": answer,
             "proved_at": time.time()}
 
 
-def _how_it_ended(pid: int) -> str:
-    """`` (exit code N; its log ends: ...)`` for a daily this process started, else nothing."""
+def _how_it_ended(pid: int, snap: dict[str, Any]) -> str:
+    """`` (exit code N; its log ends: ...)`` for a daily this process started, else nothing. The log is the
+    engine's own output: its credentials are cut before the restore record or the ledger keeps the line."""
     if pid not in _STARTED:
         return ""
     popen, log_path = _STARTED[pid]
     code = popen.poll()
-    try:
-        with open(log_path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-            lines = log.read(LOG_TAIL_BYTES).decode(errors="replace").strip().splitlines()
-    except OSError:
-        lines = []
-    said = f"; its log ({log_path}) ends: {lines[-1][:300]}" if lines else ""
+    redactor = Redactor(launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""]))
+    last = redactor.text(log_tail(log_path, 1))[:300]
+    said = f"; its log ({log_path}) ends: {last}" if last else ""
     return f" (exit code {code}{said})" if code is not None else f" ({said[2:]})" if said else ""
 
 

@@ -16,30 +16,37 @@ from typing import Any
 
 from campaign.errors import RunError
 
-__all__ = ["REFS_KEY", "from_references", "to_references"]
+__all__ = ["REFS_KEY", "carried", "from_references", "rewritten", "to_references"]
 
 REFS_KEY = "secret_refs"  # the names a record refers to, so a rollback resolves only those
 
 
-def _walk(data: Any, change: Callable[[str], str]) -> Any:
-    if isinstance(data, str):
-        return change(data)
-    if isinstance(data, dict):
-        return {key: _walk(value, change) for key, value in data.items()}
-    if isinstance(data, list):
-        return [_walk(value, change) for value in data]
-    return data
+# where a launch carries its credentials: the argv, the env's values, a container's Entrypoint, Cmd and Env;
+# never a path, an image or a label, which a short credential's text could match by chance
+_CONFIG_WORDS = ("Entrypoint", "Cmd", "Env")
 
 
-def _strings(data: Any) -> Iterator[str]:
-    if isinstance(data, str):
-        yield data
-    elif isinstance(data, dict):
-        for value in data.values():
-            yield from _strings(value)
-    elif isinstance(data, list):
-        for value in data:
-            yield from _strings(value)
+def carried(launch: Mapping[str, Any]) -> Iterator[str]:
+    """The texts of a launch (a process's or a container daily's snapshot) that may hold a credential."""
+    yield from launch.get("argv") or []
+    yield from (launch.get("env") or {}).values()
+    config = launch.get("config") or {}
+    for key in _CONFIG_WORDS:
+        words = config.get(key)
+        yield from words if isinstance(words, list) else []
+
+
+def rewritten(launch: Mapping[str, Any], change: Callable[[str], str]) -> dict[str, Any]:
+    """A copy of ``launch`` with ``change`` applied to each text ``carried`` names, and to nothing else."""
+    out = dict(launch)
+    if isinstance(out.get("argv"), list):
+        out["argv"] = [change(word) for word in out["argv"]]
+    if isinstance(out.get("env"), dict):
+        out["env"] = {name: change(value) for name, value in out["env"].items()}
+    if isinstance(out.get("config"), dict):
+        out["config"] = {key: [change(word) for word in words] if key in _CONFIG_WORDS and isinstance(words, list)
+                         else words for key, words in out["config"].items()}
+    return out
 
 
 def _holder(value: str, launch: dict[str, Any], environ: Mapping[str, str]) -> str | None:
@@ -58,7 +65,7 @@ def to_references(launch: dict[str, Any], environ: Mapping[str, str] | None = No
     env = launch.get("env") or {}
     names: dict[str, str] = {}
     for value in launch_secrets(launch.get("argv") or [], env, [launch.get("api_key_env") or ""]):
-        if not any(value in text for text in _strings(launch)):
+        if not any(value in text for text in carried(launch)):
             continue  # the daily's key variable holds a value this launch does not carry
         name = _holder(value, launch, environ)
         if name is None:
@@ -75,14 +82,14 @@ def to_references(launch: dict[str, Any], environ: Mapping[str, str] | None = No
             text = text.replace(value, "${env:" + names[value] + "}")
         return text
 
-    return {**_walk(launch, refer), REFS_KEY: sorted(set(names.values()))}
+    return {**rewritten(launch, refer), REFS_KEY: sorted(set(names.values()))}
 
 
 def from_references(record: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The launch a rollback record refers to, each of its references resolved from ``environ`` now."""
     environ = os.environ if environ is None else environ
     names = [str(name) for name in record.get(REFS_KEY) or []]
-    missing = [name for name in names if name not in environ]
+    missing = [name for name in names if not environ.get(name)]  # set but empty: no credential either
     if missing:
         raise RunError(f"the rollback record refers to ${{env:{missing[0]}}}, which is not set in this environment: "
                        "export it (the value the previous daily ran with) and run `campaign rollback` again")
@@ -92,4 +99,4 @@ def from_references(record: dict[str, Any], environ: Mapping[str, str] | None = 
             text = text.replace("${env:" + name + "}", environ[name])
         return text
 
-    return _walk({k: v for k, v in record.items() if k != REFS_KEY}, resolve)
+    return rewritten({k: v for k, v in record.items() if k != REFS_KEY}, resolve)

@@ -4,7 +4,8 @@ in a bare environment needs them), removed once the window has ended with the da
 A window's ``state.json`` (0600) holds the daily's snapshot: its argv and environment as read back from
 /proc or its engine, credentials included (``--api-key VALUE``, ``HF_TOKEN=VALUE``, a container's Env and
 Cmd). Once the window is over nothing needs them there: the daily serves as it did. ``forget`` replaces each
-value, wherever in the snapshot it stands, by a reference to the environment variable that holds it
+value, where a launch carries credentials (``launchrefs.carried``: argv, env, a container's Entrypoint, Cmd and
+Env), by a reference to the environment variable that holds it
 (``${env:NAME}``: the contract's ``api_key_env`` for the daily's key, else the daily's own variable of that
 value, else a variable of the runner's of that value) and lists the references under ``secrets_removed``;
 a value no variable holds becomes ``${removed:N}`` and cannot come back.
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from campaign.contracts.secretrefs import is_secret_name
+from campaign.daily.launchrefs import carried, rewritten
 from campaign.errors import RunError
 
 __all__ = ["KEY", "forget", "references", "refuse_unresolved", "resolve", "same_words"]
@@ -36,15 +38,8 @@ def references(snap: Mapping[str, Any] | None) -> dict[str, str | None]:
     return dict(found) if isinstance(found, dict) else {}
 
 
-def _replaced(value: Any, old: str, new: str) -> Any:
-    """``value`` with ``old`` replaced by ``new`` in every string it holds (dict keys are names: kept)."""
-    if isinstance(value, str):
-        return value.replace(old, new)
-    if isinstance(value, list):
-        return [_replaced(item, old, new) for item in value]
-    if isinstance(value, dict):
-        return {key: _replaced(item, old, new) for key, item in value.items()}
-    return value
+def _replacing(old: str, new: str) -> Callable[[str], str]:
+    return lambda text: text.replace(old, new)
 
 
 def _name_for(value: str, snap: Mapping[str, Any], api_key_env: str | None, api_key: str | None,
@@ -67,10 +62,12 @@ def forget(snap: dict[str, Any], secrets: Iterable[str], *, api_key_env: str | N
     out = {key: item for key, item in snap.items() if key != KEY}
     # a reference already there (a resumed window that never stopped the daily again) is not a credential
     for value in sorted({s for s in secrets if s and not _PLACEHOLDER.search(s)}, key=len, reverse=True):
+        if not any(value in text for text in carried(out)):
+            continue  # the daily's key variable holds a value this daily does not carry (a key file, say)
         name = _name_for(value, snap, api_key_env, api_key, environ)
         placeholder = f"${{env:{name}}}" if name else f"${{removed:{len(refs) + 1}}}"
         refs[placeholder] = name
-        out = _replaced(out, value, placeholder)
+        out = rewritten(out, _replacing(value, placeholder))
     out[KEY] = refs
     return copy.deepcopy(out)
 
@@ -86,7 +83,7 @@ def resolve(snap: dict[str, Any] | None, environ: Mapping[str, str]) -> tuple[di
     for placeholder, name in refs.items():
         value = environ.get(name) if name else None
         if value:
-            out = _replaced(out, placeholder, value)
+            out = rewritten(out, _replacing(placeholder, value))
         else:
             left[placeholder] = name
     if left:

@@ -78,8 +78,8 @@ def check_line(python: str | None = None) -> str:
 class Installed:
     """What ``install`` did, in words the command prints."""
 
-    def __init__(self, line: str, how: str, warnings: list[str]) -> None:
-        self.line, self.how, self.warnings = line, how, warnings
+    def __init__(self, line: str, warnings: list[str]) -> None:
+        self.line, self.warnings = line, warnings
 
 
 def _crontab(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -119,7 +119,7 @@ def install() -> Installed:
     warnings = [] if cron_daemon_running() else [
         "no cron daemon runs on this machine now: the line is installed but nothing runs it until one does "
         "(Debian/Ubuntu: service cron start; busybox: crond)"]
-    return Installed(line, "crontab", warnings)
+    return Installed(line, warnings)
 
 
 def uninstall() -> bool:

@@ -99,6 +99,16 @@ class Gate(ABC):
         """What the report shows of ``result``: built from this gate's own judging, with its typed rule."""
         return self.present(self.spec.rule, result.dump())
 
+    # What a FAIL says about the candidate against its control, for a gate whose rule weighs the difference
+    # (a not-worse gate); None where a FAIL weighs the candidate alone (an absolute count, a screen).
+    fail_claims: str | None = None
+
+    @classmethod
+    def aa_claims(cls, rule: Any, verdict: str) -> str | None:
+        """The difference from its control that ``verdict`` claims, or None: on an A/A lane (the control
+        again, where no difference can be) a claim is a false decision, the window's instrument check."""
+        return cls.fail_claims if verdict == "FAIL" else None
+
     @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
         """Headlines and plots from a result as its file holds it and the rule it was judged by (its typed

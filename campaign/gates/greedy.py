@@ -4,11 +4,22 @@ Byte identity is a kernel-shape diagnostic, not a quality verdict: a lossless ax
 at near-ties (teacher_forced tells those apart). The instrument check: every request answered with
 non-empty text and a finish reason, and different prompts getting different replies, so a lane that
 answers nothing (or the same thing to everything) can never pass.
+
+Judged against the control's own variation in the same window, never against the engine's supposed
+determinism: a GPU engine under ``--parallel`` batches requests differently from one to the next, so the
+control itself is not self-identical there (an H200 gave 3/8), and a candidate must not be blamed for
+that. A rule met is PASS; a rule missed is FAIL only when the candidate diverges on more prompts than the
+control does, beyond chance: an exact one-sided sign test over the prompts where exactly one of the two
+lanes diverges, at ``MARGIN_P`` (so an A/A, the control again, FAILs at most that often on any engine);
+otherwise INCONCLUSIVE, saying whether the engine is not deterministic at this config (the control
+itself misses the rule) or the difference is within what the control's own variation gives.
+Cross-identity is judged the same way, against the control's own first two repeats.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 from campaign.contracts.gatespecs import GreedySpec
@@ -22,15 +33,20 @@ from campaign.gates.result import GateResult, Metric, Verdict, worst
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
-__all__ = ["GreedyGate"]
+__all__ = ["MARGIN_P", "GreedyGate", "sign_test_p"]
+
+# the one-sided sign test's level for a FAIL: an A/A FAILs at most this often, whatever the engine's own
+# nondeterminism (its discordant prompts split evenly under the null)
+MARGIN_P = 0.01
 
 
 class GreedyGate(LiveGate):
+    fail_claims = "worse than its control"
     spec: GreedySpec
 
     @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
-        return Presentation(headlines=metric_headlines(result, ("self_identical",)))
+        return Presentation(headlines=metric_headlines(result, ("self_identical", "control_self_identical")))
 
     def prompts(self):  # noqa: ANN201 - list[Prompt]
         return load_prompts(self.ctx.input_paths[self.spec.input])
@@ -73,8 +89,8 @@ class GreedyGate(LiveGate):
                 result.reasons = [f"instrument: lane {lane} gave the same reply to all {len(ids)} prompts; "
                                   "it is not answering the prompts"]
                 return result
-        counts = self._compare(result, ids, tables[control.name], tables[candidate.name])
-        result.verdict = worst(self._rules(result, len(ids), *counts))
+        flags = self._compare(result, ids, tables[control.name], tables[candidate.name])
+        result.verdict = worst(self._rules(result, flags))
         return result
 
     def _tables(self, lanes: tuple[str, str], ids: list[str]) -> tuple[dict[str, dict[str, dict[int, str]]], list[str]]:
@@ -90,55 +106,94 @@ class GreedyGate(LiveGate):
         return tables, problems
 
     def _compare(self, result: GateResult, ids: list[str], ctrl_table: dict[str, dict[int, str]],
-                 cand_table: dict[str, dict[int, str]]) -> tuple[int, int, int]:
-        """Metrics and per-prompt rows; (candidate self-identical, control self-identical, cross-identical)."""
+                 cand_table: dict[str, dict[int, str]]) -> dict[str, list[bool]]:
+        """Metrics and per-prompt rows; per prompt, whether each identity holds (candidate self, control self,
+        candidate repeat 0 = control repeat 0, and the control's repeat 0 = its repeat 1, the baseline of the
+        last)."""
         n, repeats = len(ids), self.spec.repeats
-        rows, self_ok, control_self_ok, cross_ok = [], 0, 0, 0
+        rows: list[dict[str, Any]] = []
+        flags: dict[str, list[bool]] = {"self": [], "control_self": [], "cross": [], "control_cross": []}
         for pid in ids:
             cand, ctrl = cand_table[pid], ctrl_table[pid]
-            cand_self = len(set(cand.values())) == 1
-            ctrl_self = len(set(ctrl.values())) == 1
-            cross = cand[0] == ctrl[0]
-            self_ok += cand_self
-            control_self_ok += ctrl_self
-            cross_ok += cross
-            rows.append({"prompt": pid, "candidate_self_identical": cand_self, "control_self_identical": ctrl_self,
-                         "cross_identical": cross, "first_divergence_char": _first_difference(ctrl[0], cand[0]),
+            row = {"self": len(set(cand.values())) == 1, "control_self": len(set(ctrl.values())) == 1,
+                   "cross": cand[0] == ctrl[0], "control_cross": ctrl[0] == ctrl[1]}
+            for key, value in row.items():
+                flags[key].append(value)
+            rows.append({"prompt": pid, "candidate_self_identical": row["self"],
+                         "control_self_identical": row["control_self"], "cross_identical": row["cross"],
+                         "control_repeats_identical": row["control_cross"],
+                         "first_divergence_char": _first_difference(ctrl[0], cand[0]),
                          "control_sha256": _digest(ctrl[0]), "candidate_sha256": _digest(cand[0]),
                          "control_text": ctrl[0], "candidate_text": cand[0]})
         result.metrics = {
-            "self_identical": Metric(value=self_ok, denominator=n, unit="prompts",
+            "self_identical": Metric(value=sum(flags["self"]), denominator=n, unit="prompts",
                                      note=f"candidate prompts whose {repeats} repeats are byte-identical"),
-            "control_self_identical": Metric(value=control_self_ok, denominator=n, unit="prompts"),
-            "cross_identical": Metric(value=cross_ok, denominator=n, unit="prompts",
+            "control_self_identical": Metric(value=sum(flags["control_self"]), denominator=n, unit="prompts",
+                                             note="the control's own, in the same window: the engine's variation"),
+            "cross_identical": Metric(value=sum(flags["cross"]), denominator=n, unit="prompts",
                                       note="candidate repeat 0 byte-identical to control repeat 0"),
+            "control_cross_identical": Metric(value=sum(flags["control_cross"]), denominator=n, unit="prompts",
+                                              note="control repeat 0 byte-identical to its repeat 1"),
             "repeats": Metric(value=repeats, unit="repeats per prompt per lane"),
         }
-        result.details = {"prompts": rows}
-        return self_ok, control_self_ok, cross_ok
+        result.details = {"prompts": rows, "paired": {}}
+        return flags
 
-    def _rules(self, result: GateResult, n: int, self_ok: int, control_self_ok: int, cross_ok: int) -> list[Verdict]:
-        verdicts = []
-        need, of = parse_fraction(self.spec.rule.self_identical)
-        verdicts.append(self._count_rule("self_identical", self_ok, n, need, of, result))
+    def _rules(self, result: GateResult, flags: dict[str, list[bool]]) -> list[Verdict]:
+        n = len(flags["self"])
+        verdicts = [self._relative_rule("self_identical", flags["self"], flags["control_self"],
+                                        self.spec.rule.self_identical, result)]
         if self.spec.rule.cross_identical:
-            need, of = parse_fraction(self.spec.rule.cross_identical)
-            verdicts.append(self._count_rule("cross_identical", cross_ok, n, need, of, result))
-        if control_self_ok < n:
-            result.caveats.append(f"control itself is self-identical on only {control_self_ok}/{n} prompts")
-        if cross_ok < n:
+            verdicts.append(self._relative_rule("cross_identical", flags["cross"], flags["control_cross"],
+                                                self.spec.rule.cross_identical, result))
+        if sum(flags["control_self"]) < n:
+            result.caveats.append(f"control itself is self-identical on only {sum(flags['control_self'])}/{n} "
+                                  "prompts: the engine varies at this config, and the candidate is judged against that")
+        if sum(flags["cross"]) < n:
             result.caveats.append("byte identity is a kernel-shape diagnostic: divergent prompts need "
                                   "teacher-forced margins before they say anything about quality")
         return verdicts
 
     @staticmethod
-    def _count_rule(name: str, got: int, n: int, need: int, of: int, result: GateResult) -> Verdict:
+    def _relative_rule(name: str, candidate: list[bool], control: list[bool], rule: str,
+                       result: GateResult) -> Verdict:
+        """``rule`` (k/N) on the candidate's per-prompt identities, a miss weighed against the control's own
+        (the same identity measured on the control alone) prompt by prompt."""
+        n, got, baseline = len(candidate), sum(candidate), sum(control)
+        need, of = parse_fraction(rule)
         if of != n:
             result.reasons.append(f"rule {name} is written over {of} prompts but the input has {n}")
             return Verdict.INCONCLUSIVE
-        ok = got >= need
-        result.reasons.append(f"{name} {got}/{n} {'>=' if ok else '<'} required {need}/{of}")
-        return Verdict.PASS if ok else Verdict.FAIL
+        worse = sum(1 for c, b in zip(candidate, control, strict=True) if b and not c)
+        better = sum(1 for c, b in zip(candidate, control, strict=True) if c and not b)
+        p = sign_test_p(worse, better)
+        result.details["paired"][name] = {"candidate": got, "control": baseline, "of": n, "worse": worse,
+                                          "better": better, "sign_test_p": p, "fail_at_p": MARGIN_P}
+        if got >= need:
+            result.reasons.append(f"{name} {got}/{n} >= required {need}/{of}")
+            return Verdict.PASS
+        missed = f"{name} {got}/{n} < required {need}/{of}"
+        paired = (f"diverges where the control does not on {worse} prompts, the reverse on {better} "
+                  f"(sign test p={p:.3g})")
+        if p <= MARGIN_P:
+            result.reasons.append(f"{missed}; the control's own is {baseline}/{n}, and the candidate {paired}")
+            return Verdict.FAIL
+        if baseline < need:
+            result.reasons.append(f"the engine is not deterministic at this config (control {name.replace('_', '-')} "
+                                  f"{baseline}/{n}): greedy identity cannot separate the candidate ({missed}); use "
+                                  "teacher_forced margins")
+        else:
+            result.reasons.append(f"{missed}, but the control's own is {baseline}/{n} and the candidate {paired}: "
+                                  f"within the engine's own variation (FAIL needs p <= {MARGIN_P:g}); more prompts "
+                                  "would separate them")
+        return Verdict.INCONCLUSIVE
+
+
+def sign_test_p(worse: int, better: int) -> float:
+    """One-sided exact sign test: the chance of at least ``worse`` of the ``worse + better`` discordant prompts
+    going against the candidate when either lane is as likely to diverge (1.0 when none is discordant)."""
+    total = worse + better
+    return sum(math.comb(total, k) for k in range(worse, total + 1)) / 2 ** total
 
 
 def _digest(text: str) -> str:

@@ -60,6 +60,7 @@ def kl_topk(oracle: Position, lane: Position) -> tuple[float, int]:
 
 
 class KlGate(LiveGate):
+    fail_claims = "worse than its control"
     spec: KlSpec
 
     @classmethod

@@ -34,6 +34,7 @@ RESAMPLES = 10_000
 
 
 class LengthGate(Gate):
+    fail_claims = "replies of another length than its control's"
     spec: LengthSpec
 
     def lengths(self, lane: str) -> tuple[dict[str, list[tuple[int, bool]]], dict[str, list[str]]]:

@@ -95,6 +95,11 @@ class RulerGate(LiveGate):
     spec: RulerSpec
 
     @classmethod
+    def aa_claims(cls, rule: Any, verdict: str) -> str | None:
+        # an A/A changes nothing: "axis may be inert" is its right answer, and a PASS a false one
+        return "an axis acting on what the engine computes" if verdict == "PASS" else None
+
+    @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
         return Presentation(headlines=metric_headlines(result, ("observables_differing",)))
 

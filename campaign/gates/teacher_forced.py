@@ -85,6 +85,7 @@ def check_instrument(gen: Generation, scored: list[Position], tolerance: float, 
 
 
 class TeacherForcedGate(LiveGate):
+    fail_claims = "worse than its control"
     spec: TeacherForcedSpec
 
     @classmethod

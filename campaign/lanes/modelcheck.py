@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.contracts.hashing import sha256_bytes, sha256_file
-from campaign.contracts.manifest import ManifestError, manifest_problems, read_manifest, render_manifest
+from campaign.contracts.manifest import ManifestError, manifest_problems, read_manifest, render_manifest, tree_digests
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import LaunchError, RunError
 from campaign.fsutil import UnreadableFile
@@ -45,7 +45,7 @@ def read_back_models(running: RunningLane, lane: EffectiveLane) -> dict[str, dic
             else:
                 pinned, tree = _pinned_listing(lane, role), running.tree_sha256s(seen_at)
                 problem = manifest_problems(pinned, tree)
-                entry = {"kind": "directory", "sha256": model.sha256 if not problem else None, "files": len(tree),
+                entry = {"kind": "directory", "sha256": model.sha256, "files": len(tree),
                          "tree_sha256": sha256_bytes(render_manifest(tree).encode())}
         except Exception as exc:  # an engine that cannot hand the model out: the lane cannot be proven
             raise LaunchError(f"lane {lane.name}: cannot read model {role} back at {seen_at}: {exc}",
@@ -58,8 +58,6 @@ def read_back_models(running: RunningLane, lane: EffectiveLane) -> dict[str, dic
 
 def models_unchanged(lane: EffectiveLane) -> None:
     """Each model still holds the bytes the window measured: RunError naming the first that moved or changed."""
-    from campaign.contracts.manifest import tree_digests
-
     for role, model in lane.models.items():
         try:
             if model.is_directory:

@@ -11,7 +11,8 @@ daily's users call the daily's endpoint, so the promoted daily keeps, from the d
 
 and takes from the candidate, as measured, its axis and what the axis implies (``TAKEN``): image, engine
 command and flags, env, mounts and files, /dev/shm (and GPUs or CPUs when the axis names ``gpus`` or
-``cpus``). ``PLUMBING`` is what of the lane is mapped back to the daily's.
+``cpus``). The lane's plumbing (its --host and --port, container name, network mode, published ports) is
+mapped back to the daily's.
 
 ``promoted_daily_summary`` says it in words before a window runs (``campaign validate``; ``campaign plan``
 may show it too).
@@ -28,12 +29,11 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import RunError
 from campaign.lanes.engines.registry import adapter_for
 
-__all__ = ["KEPT", "PLUMBING", "TAKEN", "axis_names", "listen_positions", "map_listen", "promoted_daily_summary"]
+__all__ = ["KEPT", "TAKEN", "axis_names", "listen_positions", "map_listen", "promoted_daily_summary"]
 
 KEPT = ("name", "network", "published ports", "engine host and port arguments", "restart policy", "GPUs", "CPUs",
         "labels")
 TAKEN = ("image", "engine command and flags", "env", "mounts and files", "shm size")
-PLUMBING = ("the lane's --host and --port", "its container name", "its network mode", "its published ports")
 
 
 def axis_names(lane: dict[str, Any] | EffectiveLane) -> set[str]:

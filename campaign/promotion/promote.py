@@ -34,6 +34,7 @@ from campaign.fsutil import load_json_strict
 from campaign.promotion.candidate import candidate_launch, smoke_candidate
 from campaign.promotion.identity import KEPT, promoted_daily_summary
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
+from campaign.receipts.decision import suspicion
 from campaign.receipts.shapes import checked_gate, checked_summary
 from campaign.signing import SigningKey, TrustedKeys
 
@@ -102,6 +103,12 @@ def _decide_verified(copy: Path, trusted: TrustedKeys, candidate: str | None,
     rules, where = recorded_rules(copy / "contract", record if isinstance(record, dict) else {})
     if rules is not None:
         loaded = with_rules(loaded, rules, where)
+    lane = loaded.lanes.get(candidate)
+    if lane is not None and lane.aa:
+        decision.refusals.append(f"{candidate} is an A/A lane (the control again): it checks the window's "
+                                 "instruments and is never promoted")
+    if suspect := suspicion(summary):
+        decision.refusals.append(f"{suspect}: this window's decisions are suspect")
     required = loaded.contract.promotion.requires if loaded.contract.promotion else []
     if not required:
         decision.refusals.append("the contract has no promotion rule naming the gates that must pass")

@@ -12,11 +12,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from campaign.errors import InputError, RunError
+from campaign.errors import RunError
 from campaign.presentation import quantity
 
-__all__ = ["FAILED", "INPUT", "NOTHING_PROMOTABLE", "PROMOTABLE_CODE", "CandidateDecision", "decisions", "exit_code",
-           "several_exit_code", "with_exit_zero"]
+__all__ = ["CandidateDecision", "deciding", "decisions", "exit_code", "several_exit_code", "suspicion", "with_exit_zero"]
 
 PROMOTABLE, REFUSED, INCONCLUSIVE = "PROMOTABLE", "REFUSED", "INCONCLUSIVE"
 
@@ -33,9 +32,20 @@ class CandidateDecision:
     # the figure the decision rests on, e.g. "speed C1 +12.0% [97.5% CI +4.1%, +20.3%] decode_tok_s, 3 pairs, ...":
     # the deciding gate's headlines (decided by no gate: every required gate's); "" when none is carried
     figure: str = field(default="")
+    # the window's A/A lane made a false decision (a verdict claiming a difference that cannot be there): every
+    # decision of the window is suspect, and none is PROMOTABLE; "" when the check is clean or absent
+    suspect: str = field(default="")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def deciding(gate: str | None, reason: str, limit: int | None = None) -> str:
+    """``gate: reason`` (a window-level reason alone), cut to ``limit`` characters of the reason with "...":
+    one wording for the console's lines and `campaign status`."""
+    if limit is not None and len(reason) > limit:
+        reason = f"{reason[:limit]}..."
+    return f"{gate}: {reason}" if gate else reason
 
 
 def decisions(summary: dict[str, Any], gates: Iterable[dict[str, Any]] = ()) -> list[CandidateDecision]:
@@ -47,14 +57,35 @@ def decisions(summary: dict[str, Any], gates: Iterable[dict[str, Any]] = ()) -> 
         figures[(str(gate.get("candidate")), str(gate.get("gate")))] = [
             f"{gate.get('gate')} {h.get('label')} {quantity(h)}" for h in headlines if isinstance(h, dict)]
     out = []
+    suspect = suspicion(summary)
     for name, entry in (summary.get("candidates") or {}).items():
         decided = _decide(name, entry, summary)
+        if suspect and not entry.get("aa"):
+            decided = _suspected(decided, suspect)
         # a window-level fact (no daily, no promotion rule, an unproven restore) leaves what was measured valid
         shown = [decided.gate] if decided.gate else list(entry.get("promotion_gates") or [])
         if summary.get("status") == "complete":
             decided.figure = "; ".join(text for gate in shown for text in figures.get((name, gate), []))
         out.append(decided)
     return out
+
+
+def suspicion(summary: dict[str, Any]) -> str:
+    """The A/A check's false decisions in one sentence ("" when there is none, or no A/A lane)."""
+    found = ((summary.get("aa_check") or {}).get("false_decisions")) or []
+    return "; ".join(f"A/A lane {f.get('lane')} got {f.get('gate')} {f.get('verdict')}, claiming it {f.get('claims')}"
+                     for f in found if isinstance(f, dict))
+
+
+def _suspected(decided: CandidateDecision, suspect: str) -> CandidateDecision:
+    decided.suspect = f"{suspect}: this window's decisions are suspect"
+    if decided.decision != PROMOTABLE:
+        return decided
+    return CandidateDecision(
+        decided.candidate, decided.control, INCONCLUSIVE, None, decided.suspect,
+        "find what made the A/A differ (a busy host, the engine's own nondeterminism, a gate's instrument), then "
+        "run the window again; a window whose A/A claims a difference promotes nothing", decided.also,
+        suspect=decided.suspect)
 
 
 def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> CandidateDecision:
@@ -69,6 +100,14 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
     if summary.get("status") != "complete":
         return made(INCONCLUSIVE, None, f"the window did not complete (status {summary.get('status')})",
                     f"campaign resume {summary.get('window')}: finished gates are kept")
+    if entry.get("aa"):
+        false = [f for f in (summary.get("aa_check") or {}).get("false_decisions") or [] if f.get("lane") == name]
+        return made(REFUSED, None, "an A/A lane (the control again) is never promoted: it is this window's "
+                                   "false-decision check, " + ("and it made " + "; ".join(
+                                       f"{f.get('gate')} {f.get('verdict')} (claiming it {f.get('claims')})"
+                                       for f in false) if false else "and no verdict claimed a difference"),
+                    "nothing to do: it checks the instruments" if not false else
+                    "trust none of this window's decisions until the A/A is clean again")
     if screened := entry.get("screened_out"):  # decided offline: no lane booted, the daily never stopped
         failed = screened.get("verdict") == "FAIL"
         return made(REFUSED if failed else INCONCLUSIVE, screened.get("gate"),
@@ -152,11 +191,11 @@ def _remedy(gate: str, reason: str) -> str:
 #    2    bad input: a contract, freeze record, key or argument to fix (errors.InputError's code)
 #    130  interrupted at the terminal (Ctrl-C)
 #
-# ``--exit-zero`` keeps the old behaviour: 0 whenever the window completed, 1 and 2 as above. Several
+# ``--exit-zero`` keeps the old behaviour: 0 whenever the window completed with its daily proven back, 1
+# and 2 as above. Several
 # contracts at once: 1 if any window failed, else 0 if any has a promotable candidate, else 3.
 PROMOTABLE_CODE = 0
 FAILED = RunError.exit_code
-INPUT = InputError.exit_code
 NOTHING_PROMOTABLE = 3
 
 
@@ -177,5 +216,6 @@ def several_exit_code(codes: list[int]) -> int:
 
 
 def with_exit_zero(code: int, exit_zero: bool) -> int:
-    """``--exit-zero``: a completed window is 0 whatever it decided (the behaviour before these codes)."""
+    """``--exit-zero``: a completed window with its daily proven back is 0 whatever it decided (the behaviour
+    before these codes)."""
     return PROMOTABLE_CODE if exit_zero and code == NOTHING_PROMOTABLE else code

@@ -57,8 +57,14 @@ class _Lane(_Open):
     engine_version: dict[str, Any] | None = None
 
 
+class _AaCheck(_Open):  # the A/A lanes' false decisions (judge.aa_check)
+    lanes: list[Any] = []
+    false_decisions: list[dict[str, Any]] = []
+
+
 class _Summary(_Open):
     contract: dict[str, Any] | None = {}
+    aa_check: _AaCheck | None = None
     duration: dict[str, Any] | None = None
     restore: dict[str, Any] | None = None
     lanes: dict[str, _Lane] = {}

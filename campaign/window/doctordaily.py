@@ -23,6 +23,7 @@ import httpx
 
 from campaign.contracts.load import LoadedContract
 from campaign.errors import CampaignError
+from campaign.lanes.redact import Redactor, launch_secrets
 from campaign.lanes.runtimes.base import PROC_ARGS_BYTES, read_proc
 from campaign.terminal import shown
 from campaign.window.doctorcheck import Check
@@ -74,6 +75,8 @@ def _describe(pid: int | None) -> str:
         argv = [p.decode(errors="replace") for p in read_proc(f"/proc/{pid}/cmdline", PROC_ARGS_BYTES).split(b"\0") if p]
     except OSError:
         argv = []
+    # a daily started by hand with --api-key KEY and a stale pidfile: its key never reaches doctor's line
+    argv = Redactor(launch_secrets(argv, {})).argv(argv)
     return f"pid {pid} ({shown(' '.join(argv)[:120]) or 'no command line'})"
 
 

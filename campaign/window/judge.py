@@ -27,7 +27,7 @@ from campaign.gates.registry import GATES, gate_for
 from campaign.gates.result import GateResult, Presentation, Verdict, worst
 from campaign.window.inspectdiff import runtime_axis_difference
 
-__all__ = ["SCREENED_OUT", "LaneOutcome", "build_gates", "input_copies", "judge_bundle", "judge_one", "predicate",
+__all__ = ["SCREENED_OUT", "LaneOutcome", "aa_check", "build_gates", "input_copies", "judge_bundle", "judge_one", "predicate",
            "summarize"]
 
 
@@ -184,9 +184,30 @@ def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: 
                          "boot_seconds": None if o.boot_seconds is None else
                          {"value": round(o.boot_seconds, 3), "unit": "s"},
                          "engine_version": o.engine_version} for name, o in lanes.items()},
-        "candidates": _candidates(loaded, status, results, lanes),
+        "candidates": (candidates := _candidates(loaded, status, results, lanes)),
+        # only where the contract has an A/A lane: a bundle without one holds what it held before
+        **({"aa_check": check} if (check := aa_check(loaded, candidates)) else {}),
         "warnings": [w for r in results for w in r.warnings],
     }
+
+
+def aa_check(loaded: LoadedContract, candidates: dict[str, Any]) -> dict[str, Any] | None:
+    """The window's false-decision check, from its A/A lanes (the control again): each verdict that claims a
+    difference from the control, which cannot be there. None when the contract has no A/A lane."""
+    aa = [lane.name for lane in loaded.contract.lanes if lane.aa]
+    if not aa:
+        return None
+    specs = {spec.id or spec.kind: spec for spec in loaded.contract.gates}
+    found = []
+    for lane in aa:
+        entry = candidates.get(lane) or {}
+        entry["aa"] = True
+        for gate, result in (entry.get("gates") or {}).items():
+            spec = specs.get(gate)
+            claim = GATES[spec.kind].aa_claims(getattr(spec, "rule", None), result["verdict"]) if spec else None
+            if claim:
+                found.append({"lane": lane, "gate": gate, "verdict": result["verdict"], "claims": claim})
+    return {"lanes": aa, "false_decisions": found}
 
 
 def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],

@@ -49,11 +49,16 @@ def _orphaned(state: WindowState) -> str | None:
 
 
 def restore_orphaned_windows(by: str = "campaign (next command)") -> list[str]:
-    """Run by every `campaign` command before its own work (and by the periodic check): an expired or
-    orphaned window is restored at once. Returns one line per window restored."""
+    """Run by every `campaign` command before its own work: an expired or orphaned window is restored at
+    once. Returns one line per window restored (or not)."""
+    return _sweep(by)[0]
+
+
+def _sweep(by: str) -> tuple[list[str], bool]:
+    """One line per window looked at and restored, and whether a restore failed."""
     from campaign.daily.restore import restore
 
-    done = []
+    done, failed = [], False
     root = windows_dir()
     for state_file in sorted(root.glob("*/state.json")) if root.is_dir() else []:
         try:
@@ -72,34 +77,30 @@ def restore_orphaned_windows(by: str = "campaign (next command)") -> list[str]:
             done.append(f"window {state.window}: {reason}; the daily was restored")
         except (RunError, OSError) as exc:
             done.append(f"window {state.window}: {reason}; restoring the daily FAILED: {exc}")
-    return done
+            failed = True
+    return done, failed
 
 
 def _disarm_after_restore(state: WindowState) -> None:
-    """Proven back: disarmed, and a watchdog container on the daily's engine removed (one the engine does
-    not let go of is left for `campaign cleanup`: stale once its window is disarmed)."""
-    if state.failsafe_backend == "engine":
-        from campaign.failsafe.failsafe import disarm
+    """Proven back: disarmed as the window itself disarms (a systemd timer stopped, a watchdog container on
+    the daily's engine removed). Disarming marks the state first, so what it cannot finish (an engine that
+    does not let go of its watchdog container) is left for `campaign cleanup`: stale once disarmed."""
+    from campaign.failsafe.failsafe import disarm
 
-        try:
-            disarm(state)
-            return
-        except RunError:
-            pass  # disarm marked the state first; only the container is left
-    with state.locked():
-        fresh = state.reload()
-        fresh.armed = False
-        fresh.save()
+    try:
+        disarm(state)
+    except (RunError, OSError):
+        pass
 
 
-def periodic_check() -> list[str]:
+def periodic_check() -> tuple[list[str], bool]:
     """`campaign failsafe check`, what cron runs every minute (``failsafe/supervisor.py``): the sweep above,
     from outside any window's process tree, and a mark that it ran, which a window being armed reads to
-    say the periodic check guards it."""
+    say the periodic check guards it. The lines, and whether a restore failed (its exit code)."""
     from campaign.failsafe.supervisor import mark_check_ran
 
     mark_check_ran()
-    return restore_orphaned_windows(by="campaign failsafe check")
+    return _sweep(by="campaign failsafe check")
 
 
 def install_periodic_check(*, remove: bool = False, show: bool = False) -> list[str]:

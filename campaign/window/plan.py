@@ -12,6 +12,7 @@ pair is booted only while it and the restore reserve fit what is left, as the wi
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +22,14 @@ from campaign.contracts.load import LoadedContract
 from campaign.contracts.model import StrictModel
 from campaign.gates.base import Gate, GateContext, LiveGate, Visit, live_gates, screens
 from campaign.gates.registry import gate_for
-from campaign.window.schedule import RESTORE_MARGIN_S, Planned, first_visits, fixed_reruns, planned_pair
+from campaign.window.schedule import (
+    RESTORE_MARGIN_S,
+    Planned,
+    first_visits,
+    fixed_reruns,
+    pair_past_budget,
+    planned_pair,
+)
 from campaign.window.timings import Measured, family_bundles, measured
 
 __all__ = ["ASSUMED_BOOT_S", "ASSUMED_REQUEST_S", "ASSUMED_TOKENS_PER_S", "RESTORE_FLOOR_S", "RESTORE_TIMES",
@@ -134,11 +142,8 @@ def request_counts(planned: Planned) -> dict[str, dict[str, int]]:
 
 def _median(values: list[float | None]) -> float | None:
     """The middle of what was measured (None: nothing was)."""
-    found = sorted(v for v in values if v is not None)
-    if not found:
-        return None
-    middle = len(found) // 2
-    return found[middle] if len(found) % 2 else (found[middle - 1] + found[middle]) / 2
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None
 
 
 def _before_steps(loaded: LoadedContract, gates: list[Gate], history: list[Measured]) -> list[PlanStep]:
@@ -258,7 +263,8 @@ def _checked(loaded: LoadedContract, steps: list[PlanStep], history: list[Measur
         used = in_deadline - restore  # the take-down and the fixed visits
         fit = 0
         for pair in sorted(pairs):
-            if used + pairs[pair] + reserve.seconds + RESTORE_MARGIN_S > failsafe.deadline:
+            if pair_past_budget(seconds_left=failsafe.deadline - used, pair_estimate_s=pairs[pair],
+                                restore_s=reserve.seconds) is not None:  # as the window decides it
                 break
             used, fit = used + pairs[pair], fit + 1
         most_used = in_deadline - restore + sum(pairs.values()) + reserve.seconds + RESTORE_MARGIN_S

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from campaign.errors import CampaignError
 from campaign.fsutil import load_json_strict
-from campaign.receipts.decision import decisions
+from campaign.receipts.decision import deciding, decisions, suspicion
 from campaign.terminal import shown, styled
 from campaign.window.takedown import NEVER_STOPPED
 
@@ -145,15 +145,14 @@ def _gate_results(bundle: Path) -> list[dict[str, Any]]:
 def outcome_lines(summary: dict[str, Any], bundle: Path) -> list[Text]:
     """What `campaign run` and `campaign resume` print at the end; every text from the bundle shown safely."""
     lines = [line for line in [_daily_line(summary, bundle)] if line is not None]
+    if suspect := suspicion(summary):  # first: it qualifies every line after it
+        lines.append(styled(("A/A FALSE DECISION:", "bold red"), f" {suspect}: this window's decisions are suspect"))
     for decision in decisions(summary, _gate_results(bundle)):
-        if decision.figure:
-            evidence = decision.figure
-        else:
-            reason = decision.reason if len(decision.reason) <= SHOWN_REASON_CHARS else \
-                f"{decision.reason[:SHOWN_REASON_CHARS]}..."
-            evidence = f"{decision.gate}: {reason}" if decision.gate else reason
+        evidence = decision.figure or deciding(decision.gate, decision.reason, SHOWN_REASON_CHARS)
+        # a gate reported, not required, that did not pass: shown, never deciding
+        also = f"; also: {'; '.join(decision.also)}" if decision.also else ""
         lines.append(styled(f"{decision.candidate}: ", (decision.decision, _COLOURS.get(decision.decision, "bold")),
-                            f": {evidence}; next: {decision.next_step}"))
+                            f": {evidence}; next: {decision.next_step}{also}"))
     for name, lane in (summary.get("lanes") or {}).items():
         if lane.get("status") != "ran":
             lines.append(styled(f"lane {name}: {lane.get('status')} ({lane.get('cause')}): {lane.get('message')}"))

@@ -27,7 +27,6 @@ class Measured:
     and its later boots (a control's re-boot, a pair) do different work."""
 
     bundle: str
-    canonical_sha256: str | None = None
     boots: dict[str, float] = field(default_factory=dict)
     stops: dict[str, float] = field(default_factory=dict)
     gates: dict[tuple[str, bool, str], float] = field(default_factory=dict)
@@ -37,7 +36,6 @@ class Measured:
     before: float | None = None  # start to the take-down (or the first boot), screens not counted
     after: float | None = None  # the daily's proof (or the last stop) to the end: disarm, judge, sign
     total: float | None = None  # start to end of a window that completed
-    pairs: int = 1
 
 
 def visit_of(key: str) -> tuple[str, bool]:
@@ -80,12 +78,8 @@ def measured(bundle: Path) -> Measured:
     screens, anchor = 0.0, _anchor(records)
     for record in records:
         step, event, t = record.get("step"), record.get("event"), float(record.get("t") or 0.0)
-        if step == "start":
-            found.canonical_sha256 = record.get("canonical_sha256")
-        elif step == "plan" and isinstance(record.get("requests"), dict):
+        if step == "plan" and isinstance(record.get("requests"), dict):
             found.requests = record["requests"]
-        elif step == "pair" and event == "done":
-            found.pairs = int(record.get("pairs") or found.pairs)
         elif step == "incumbent.restore" and event == "done" and isinstance(record.get("proof"), dict):
             found.restore = float(record["proof"].get("proved_at") or t) - t
         if step not in ("boot", "gate", "stop") or not record.get("lane"):

@@ -38,6 +38,16 @@ def serves(port: int) -> bool:
         return False
 
 
+def serves_within(port: int, seconds: float) -> bool:
+    """Whether the daily on ``port`` serves a completion before ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if serves(port):
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def daily_pid(root: Path) -> int:
     return int((root / "daily.pid").read_text())
 

@@ -305,15 +305,34 @@ def _load_test_image(box: Box) -> None:
         raise RuntimeError(f"loading {TEST_IMAGE} into the box: {load.stderr.strip()}")
 
 
+def box_emptied(sock: str = "/run/campaign-box/docker.sock") -> None:
+    """Every container on the box removed (a test that failed may have left its daily, lanes or watchdog)."""
+    if not os.path.exists(sock):
+        return
+    ids = subprocess.run(["docker", "-H", f"unix://{sock}", "ps", "-aq"], capture_output=True, text=True,
+                         timeout=60).stdout.split()
+    if ids:
+        subprocess.run(["docker", "-H", f"unix://{sock}", "rm", "-f", *ids], capture_output=True, timeout=120)
+
+
+def box_story(box: Box) -> str:
+    """What the box says happened, for a failed test's message: its engine's last log lines and every
+    watchdog container's logs (the watchdog says each step it takes on stdout)."""
+    lines = ["--- dockerd.log (last 40 lines) ---",
+             *(CACHE / "box" / "dockerd.log").read_text(errors="replace").splitlines()[-40:]]
+    for row in box_containers(box):
+        if "campaign.failsafe" in row.get("Labels", ""):
+            said = box.docker("logs", row["ID"])
+            lines += [f"--- {row['Names']} ({row['Status']}) ---", said.stdout[-3000:], said.stderr[-1000:]]
+        else:
+            lines.append(f"--- {row['Names']}: {row['Status']}")
+    return "\n".join(lines)
+
+
 def box_down() -> None:
     """Stop what box_up started, by pid, and remove the namespace; safe when nothing runs."""
     folder = CACHE / "box"
-    sock = "/run/campaign-box/docker.sock"
-    if os.path.exists(sock):  # containers first, so none outlives its engine holding a port
-        ids = subprocess.run(["docker", "-H", f"unix://{sock}", "ps", "-aq"], capture_output=True, text=True,
-                             timeout=60).stdout.split()
-        if ids:
-            subprocess.run(["docker", "-H", f"unix://{sock}", "rm", "-f", *ids], capture_output=True, timeout=120)
+    box_emptied()  # containers first, so none outlives its engine holding a port
     for name in ("sshd.pid", "dockerd.pid"):
         _stop_pid(folder / name)
     if NETNS in _run("ip", "netns", "list", check=False).stdout.split():

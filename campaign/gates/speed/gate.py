@@ -34,7 +34,7 @@ from campaign.gates.common.streams import StreamStats
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed import present as presenting
-from campaign.gates.speed.rows import RowResult, Summarize, evaluate_row, facts_from, group_attempts
+from campaign.gates.speed.rows import BUSY_HOST, RowResult, Summarize, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
 from campaign.gates.speed.sequential import (
     POWER,
@@ -56,7 +56,6 @@ __all__ = ["SpeedGate"]
 
 _UNITS = {"decode_tok_s": "tok/s", "effective_tok_s": "tok/s", "ttft_s": "s"}
 _FOREIGN = "another client on the port"
-_BUSY_HOST = "other processes used"  # a row's reason when other tenants used the host's CPUs (rows.py)
 _POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include other traffic
 
 
@@ -95,6 +94,18 @@ class _Sequence:
 
 class SpeedGate(LiveGate):
     spec: SpeedSpec
+
+    @classmethod
+    def aa_claims(cls, rule: Any, verdict: str) -> str | None:
+        """A change of exactly zero meets the bar or misses it by the rule alone (a +5% bar: FAIL is the right
+        answer for an A/A); a verdict the other way claims a change that is not there."""
+        if not isinstance(rule, SpeedRule) or verdict not in ("PASS", "FAIL"):
+            return None
+        if verdict == "PASS" and not (0.0 > rule.ci_lower_above and 0.0 >= rule.min_mean_change):
+            return f"faster than its control by the bar ({rule.min_mean_change:+.0%}, CI low above {rule.ci_lower_above:+.0%})"
+        if verdict == "FAIL" and rule.min_mean_change <= 0.0:
+            return f"slower than its control beyond the bar ({rule.min_mean_change:+.0%})"
+        return None
 
     # the control's second boot closes the first pair; later pairs are booted while wants_pair says so
     control_reruns = 1
@@ -566,11 +577,11 @@ def _why_fewer(seq: _Sequence, tag: str, views: Mapping[str, _LaneView]) -> str:
     texts = [text for found in boots.values() for text in found]
     words = []
     if texts:
-        first = next((text for text in texts if _BUSY_HOST in text), texts[0])
+        first = next((text for text in texts if BUSY_HOST in text), texts[0])
         words.append(f"{len(boots)} boot(s) not counted at {tag}: {first}")
-    if not any(_BUSY_HOST in text for text in words):
+    if not any(BUSY_HOST in text for text in words):
         busy = [reason for view in views.values() for attempts in view.rows.values() for row in attempts
-                for reason in row.reasons if _BUSY_HOST in reason]
+                for reason in row.reasons if BUSY_HOST in reason]
         if busy:
             words.insert(0, f"{len(busy)} row attempt(s) went VOID: {busy[0]}")
     return "; ".join(words)

@@ -17,7 +17,11 @@ from campaign.contracts.gatespecs import SpeedRule
 from campaign.gates.common.streams import StreamFacts, StreamStats, analyze_stream
 from campaign.lanes.engines.prometheus import counter_deltas, parse_prometheus
 
-__all__ = ["RowAttempt", "RowResult", "evaluate_row", "facts_from", "group_attempts", "spread"]
+__all__ = ["BUSY_HOST", "RowAttempt", "RowResult", "evaluate_row", "facts_from", "group_attempts", "spread"]
+
+# how a row says other processes used the host's CPUs while it measured: the gate's decision and the
+# report's next step (receipts/decision.py, by its own pattern) look for these words
+BUSY_HOST = "other processes used"
 
 Summarize = Callable[[dict[str, float]], dict[str, Any]]
 
@@ -148,7 +152,7 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
         })
     busy = [r for r in rep_rows if rule.max_host_busy is not None and (r["host_other_share"] or 0) > rule.max_host_busy]
     if busy:
-        reasons.append(f"other processes used {busy[0]['host_other_share']:.0%} of the host's CPUs during rep "
+        reasons.append(f"{BUSY_HOST} {busy[0]['host_other_share']:.0%} of the host's CPUs during rep "
                        f"{busy[0]['rep']} (limit {rule.max_host_busy:.0%}): another tenant on the host")
     reasons += _client_bottleneck(rep_rows, rule)
     if len(rep_rows) != reps:

@@ -36,6 +36,7 @@ __all__ = ["TaskGate"]
 
 
 class TaskGate(LiveGate):
+    fail_claims = "worse than its control"
     spec: TaskSpec
 
     @classmethod

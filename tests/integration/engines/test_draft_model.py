@@ -54,12 +54,16 @@ def _boot(lane: EffectiveLane, model_path: Path, tmp_path: Path) -> tuple[dict[s
 
 
 def test_a_pinned_drafter_is_read_back_in_a_process_lane_and_another_is_one_axis(tmp_path: Path) -> None:
+    # the drafter a copy of the served model at its own path: the lane must hand the engine that path, and
+    # read back that file, not the served model's
+    drafter = tmp_path / "draft.gguf"
+    shutil.copyfile(MODEL, drafter)
     other = tmp_path / "other-draft.gguf"  # another drafter's bytes: only frozen and compared, never booted
     other.write_bytes(MODEL.read_bytes() + b"\0")
     other_sha = hashlib.sha256(other.read_bytes()).hexdigest()
     path = write_contract(tmp_path, contract_yaml(
         "t-draft", defaults=process_defaults(free_port(), args=ARGS, boot_log=LOADS_THE_DRAFT,
-                                             models={"draft": {"path": MODEL, "sha256": MODEL_SHA256}}),
+                                             models={"draft": {"path": drafter, "sha256": MODEL_SHA256}}),
         lanes=[control(), candidate("other", ["models.draft"], models={"draft": {"path": other, "sha256": other_sha}})],
         inputs={"p": {"file": "prompts/p.jsonl"}},
         gates=[{"kind": "greedy", "input": "p", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "3/3"}}]))
@@ -70,10 +74,10 @@ def test_a_pinned_drafter_is_read_back_in_a_process_lane_and_another_is_one_axis
     record, _ = freeze(loaded, load_signing_key())
     check_frozen(load_contract(path), record, load_trusted())  # hashed again at run
     inspect, log = _boot(loaded.lanes["base"], MODEL, tmp_path)
-    assert inspect["models"] == {"draft": {"path": str(MODEL), "kind": "file", "pinned_sha256": MODEL_SHA256,
+    assert inspect["models"] == {"draft": {"path": str(drafter), "kind": "file", "pinned_sha256": MODEL_SHA256,
                                            "sha256": MODEL_SHA256}}
-    assert inspect["argv"][inspect["argv"].index("--model-draft") + 1] == str(MODEL)  # what the kernel says ran
-    assert f"loading draft model '{MODEL}'" in log
+    assert inspect["argv"][inspect["argv"].index("--model-draft") + 1] == str(drafter)  # what the kernel says ran
+    assert f"loading draft model '{drafter}'" in log
 
 
 def test_a_container_reads_its_drafter_and_a_pinned_directory_where_they_are_mounted(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ from campaign.fsutil import read_jsonl
 from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.contracts import MODEL_SHA256, free_port, write_contract
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
-from tests.support.remotebox import BOX_ADDRESS, Box, box_containers, box_down, box_up, engine_back, engine_gone
+from tests.support.remotebox import (BOX_ADDRESS, Box, box_containers, box_down, box_emptied, box_story, box_up,
+                                     engine_back, engine_gone)
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +41,14 @@ def box() -> Box:
     started = box_up()
     yield started
     box_down()
+
+
+@pytest.fixture(autouse=True)
+def _box_as_new(request: pytest.FixtureRequest) -> None:
+    """Each test meets an empty box: one that failed and left its daily, lanes or watchdog fails alone."""
+    if "box" in request.fixturenames:
+        request.getfixturevalue("box")
+        box_emptied()
 
 
 def serves_at(address: str, port: int) -> bool:
@@ -197,7 +206,8 @@ def test_the_runner_killed_mid_window_the_box_brings_its_daily_back(box: Box, ho
     daily_attrs = lambda: json.loads(box.docker("inspect", daily).stdout)[0]  # noqa: E731
     while time.monotonic() - killed_at < 120 and not (daily_attrs()["State"]["Running"] and serves_at(BOX_ADDRESS, port)):
         time.sleep(0.5)
-    assert daily_attrs()["State"]["Running"] and serves_at(BOX_ADDRESS, port), "the box did not restore its daily"
+    assert daily_attrs()["State"]["Running"] and serves_at(BOX_ADDRESS, port), \
+        f"the box did not restore its daily\n{box_story(box)}"
     assert daily_attrs()["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
     watchdog = [c for c in box_containers(box) if "campaign.failsafe" in c.get("Labels", "")]
     assert len(watchdog) == 1
@@ -255,7 +265,7 @@ def test_the_box_engine_gone_mid_window_the_runner_says_so_and_the_box_restores_
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not serves_at(BOX_ADDRESS, port):
         time.sleep(0.5)
-    assert serves_at(BOX_ADDRESS, port), "the box did not restore its daily once its engine was back"
+    assert serves_at(BOX_ADDRESS, port), f"the box did not restore its daily once its engine was back\n{box_story(box)}"
     (row,) = json.loads(campaign("status", "--json").stdout)
     assert row["daily"].startswith(f"running (container {daily})"), row["daily"]
     resumed = campaign("resume", bundle.name)

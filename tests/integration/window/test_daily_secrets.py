@@ -48,6 +48,15 @@ def wait_serving(port: int, key: str) -> None:
         time.sleep(0.3)
 
 
+def hand_started_daily(llama_server: str, port: int, pidfile: Path) -> subprocess.Popen[bytes]:
+    """Started by hand, as a user does: the key on the command line, a token in the environment."""
+    daily = subprocess.Popen([llama_server, "-m", str(MODEL), "--port", str(port), "--ctx-size", "1024",
+                              "--threads", "1", "--api-key", DAILY_KEY], env={**os.environ, "HF_TOKEN": HF_SECRET},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    pidfile.write_text(f"{daily.pid}\n")
+    return daily
+
+
 def keyed_contract(tmp_path: Path, port: int, *, daily_port: int, api_key_env: str, lane: str | None = None) -> Path:
     """Lanes keyed by ${env:LANE_KEY}, a token in their env, and a daily behind a failsafe."""
     body = textwrap.dedent(demo_like(port, max_tokens=8, rule='"2/2"')).replace(
@@ -99,11 +108,7 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
     monkeypatch.setenv("HF_TOKEN", HF_SECRET)
     monkeypatch.setenv("DAILY_KEY", DAILY_KEY)
     daily_port, lane_port = free_port(), free_port()
-    # by hand, as a user does: the key on the command line, a token in the environment
-    daily = subprocess.Popen([llama_server, "-m", str(MODEL), "--port", str(daily_port), "--ctx-size", "1024",
-                              "--threads", "1", "--api-key", DAILY_KEY], env={**os.environ, "HF_TOKEN": HF_SECRET},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    (tmp_path / "daily.pid").write_text(f"{daily.pid}\n")
+    daily = hand_started_daily(llama_server, daily_port, tmp_path / "daily.pid")
     try:
         wait_serving(daily_port, DAILY_KEY)
         contract = keyed_contract(tmp_path, lane_port, daily_port=daily_port, api_key_env="DAILY_KEY")
@@ -188,10 +193,7 @@ def test_an_interrupted_window_forgets_the_daily_key_and_its_resume_reads_it_fro
     monkeypatch.setenv("DAILY_KEY", DAILY_KEY)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     daily_port, lane_port = free_port(), free_port()
-    daily = subprocess.Popen([llama_server, "-m", str(MODEL), "--port", str(daily_port), "--ctx-size", "1024",
-                              "--threads", "1", "--api-key", DAILY_KEY], env={**os.environ, "HF_TOKEN": HF_SECRET},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    (tmp_path / "daily.pid").write_text(f"{daily.pid}\n")
+    daily = hand_started_daily(llama_server, daily_port, tmp_path / "daily.pid")
     try:
         wait_serving(daily_port, DAILY_KEY)
         contract = keyed_contract(tmp_path, lane_port, daily_port=daily_port, api_key_env="DAILY_KEY")

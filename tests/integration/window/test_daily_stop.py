@@ -12,20 +12,9 @@ import pytest
 from campaign.daily.state import process_start_time
 from tests.support.cli import campaign
 from tests.support.contracts import MODEL
-from tests.support.daily import daily_pid, serves
+from tests.support.daily import daily_pid, serves, serves_within
 
 pytestmark = pytest.mark.integration
-
-
-def _wait_serving(port: int, seconds: float = 60) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if serves(port):
-            return True
-        time.sleep(0.3)
-    return False
 
 
 def test_daily_stop_stops_the_daily_it_started_and_refuses_one_started_by_hand(daily: dict,
@@ -44,7 +33,7 @@ def test_daily_stop_stops_the_daily_it_started_and_refuses_one_started_by_hand(d
                                start_new_session=True)
     try:
         (daily["root"] / "daily.pid").write_text(f"{by_hand.pid}\n")
-        assert _wait_serving(port)
+        assert serves_within(port, 60)
         refused = campaign("daily", "stop", contract)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr

@@ -128,5 +128,14 @@ def test_a_measured_restore_lets_the_next_window_boot_the_pairs_the_whole_budget
     first, second = sorted(out.iterdir(), key=lambda p: p.name)
     stopped = [[r for r in read_jsonl(b / "journal.jsonl") if r["step"] == "pairs.stopped"] for b in (first, second)]
     assert "the daily's readiness budget" in stopped[0][0]["reason"]  # the reserve said where it came from
+    # the first window: no pair fits before the point where the daily must be restored, and the speed gate
+    # says why
+    (first_stop,) = stopped[0]
+    assert first_stop["after_pairs"] == 1 and "before the failsafe deadline" in first_stop["reason"]
+    assert not any(r["step"] == "pair" for r in read_jsonl(first / "journal.jsonl"))
+    speed = json.loads((first / "gates" / "speed" / "spec.json").read_text())
+    assert speed["verdict"] == "INCONCLUSIVE"
+    assert "the window booted no more pairs after pair 1: the window's time budget" in speed["reasons"][0]
+    assert json.loads((first / "SUMMARY.json").read_text())["restore"]["proved"] is True
     assert not any("time budget" in r["reason"] for r in stopped[1]), stopped[1]
     assert serves(daily["port"])

@@ -19,7 +19,7 @@ from campaign.fsutil import read_jsonl
 from campaign.daily.state import WindowState, process_start_time
 from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.daily import (daily_pid, first_record_of_each_kind, runner_past_the_daily_stop, serves,
-                                 kill_runner_and_watchdogs, watchdog_pids)
+                                 kill_runner_and_watchdogs, serves_within, watchdog_pids)
 
 pytestmark = pytest.mark.integration
 
@@ -240,15 +240,6 @@ def _runner_past_the_daily_stop(daily: dict) -> tuple[subprocess.Popen, WindowSt
     return runner, WindowState.load(window)
 
 
-def _wait_serving(port: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if serves(port):
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -> None:
     runner, state = _runner_past_the_daily_stop(daily)
     pids = watchdog_pids(state)
@@ -259,7 +250,7 @@ def test_runner_and_watchdog_killed_together_the_partner_restores(daily: dict) -
     while time.monotonic() < deadline and (state.reload().armed or not state.reload().restored):
         time.sleep(0.2)
     assert state.reload().restored, "nobody restored the daily"
-    assert _wait_serving(daily["port"], 30)
+    assert serves_within(daily["port"], 30)
     records = read_jsonl(Path(state.bundle) / "journal.jsonl")
     restores = [r for r in records if r["step"] == "incumbent.restore" and r["event"] == "done"]
     assert restores and restores[-1]["by"].startswith("watchdog") and restores[-1].get("proof")
@@ -280,29 +271,6 @@ def test_runner_and_both_watchdogs_killed_the_next_command_restores(daily: dict)
     from campaign.lanes.runtimes.process import marked_processes
 
     assert marked_processes(state.window) == []
-
-
-def test_the_failsafe_deadline_is_the_time_budget_of_boot_pairs(daily: dict) -> None:
-    """A daily that may take up to 10 minutes to serve again, behind a 10-minute deadline: no boot pair fits
-    before the point where it must be restored, so the window boots none and the speed gate says why."""
-    body = daily["contract"].read_text().replace("version: 1", "version: 2").replace(
-        "  pidfile: daily.pid\n", "  pidfile: daily.pid\n  readiness: {budget: 600s}\n").replace(
-        "promotion:", "  - {kind: speed, input: p, max_tokens: 8, reps: 2, max_boot_pairs: 4}\npromotion:")
-    contract = daily["contract"].with_name("budget.yaml")
-    contract.write_text(body)
-    assert campaign("freeze", str(contract)).returncode == 0
-    ran = campaign("run", str(contract), "--out", str(daily["root"] / "runs"))
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    bundle = next((daily["root"] / "runs").iterdir())
-    records = read_jsonl(bundle / "journal.jsonl")
-    (stopped,) = [r for r in records if r["step"] == "pairs.stopped"]
-    assert stopped["after_pairs"] == 1 and "before the failsafe deadline" in stopped["reason"]
-    assert not any(r["step"] == "pair" for r in records)
-    speed = json.loads((bundle / "gates" / "speed" / "spec.json").read_text())
-    assert speed["verdict"] == "INCONCLUSIVE"
-    assert "the window booted no more pairs after pair 1: the window's time budget" in speed["reasons"][0]
-    summary = json.loads((bundle / "SUMMARY.json").read_text())
-    assert summary["restore"]["proved"] is True and serves(daily["port"])
 
 
 def test_status_watch_follows_a_window_to_its_end_and_names_the_bundle(daily: dict) -> None:

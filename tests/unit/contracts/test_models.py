@@ -170,6 +170,17 @@ def test_a_model_reference_stands_only_where_it_names_a_pinned_model(tmp_path: P
             f"              args: {{--lookup: '{value}'}}")))
 
 
+@pytest.mark.parametrize(("token", "message"), [
+    ("-md=${model:nope}", r"\$\{model:nope\} names no model of lane"),
+    ("-md=/x.gguf", r"-md '/x.gguf' is a draft model that is not pinned"),
+])
+def test_a_short_option_written_with_equals_is_checked_as_the_launch_reads_it(tmp_path: Path, token: str,
+                                                                              message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        load_contract(_contract(tmp_path, defaults_args=f'[--ctx-size, "512", "{token}"]', axis="[args.ctx-size]",
+                                candidate_set='              args: {--ctx-size: "1024"}'))
+
+
 def test_served_is_the_lanes_model_not_a_models_role(tmp_path: Path) -> None:
     with pytest.raises(ContractError, match=r"role 'served' is the lane's `model:`"):
         load_contract(_contract(tmp_path, axis="[models.served]", candidate_set=(
@@ -183,6 +194,12 @@ def test_roles_are_identifiers_and_differ_beyond_case(tmp_path: Path) -> None:
     with pytest.raises(ContractError, match=r"differ only in case"):
         load_contract(_contract(tmp_path, axis="[x]", candidate_set=(
             f"              models: {{draft: {{path: d, sha256: {'a' * 64}}}, Draft: {{path: e, sha256: {'a' * 64}}}}}")))
+    # one from the defaults, one from the lane's set: checked again once merged
+    with pytest.raises(ContractError, match=r"differ only in case"):
+        load_contract(_contract(
+            tmp_path, axis="[models.Draft]",
+            defaults_models=f"\n          models: {{draft: {{path: d, sha256: {'a' * 64}, mount: /x/d}}}}",
+            candidate_set=f"              models: {{Draft: {{path: e, sha256: {'a' * 64}, mount: /x/d}}}}"))
 
 
 def test_a_null_removes_a_role_and_a_set_entry_keeps_the_defaults_mount(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""A restored daily that dies while loading is told with its exit code and its log's last line, so a port
-still held or a missing file is named, not only "exited". A real child process (a shell script), no engine."""
+"""A restored daily that dies while loading is told with its exit code and its log's last line (credentials
+cut), so a port still held or a missing file is named, not only "exited". A real child process (a shell
+script), no engine."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from campaign.errors import RunError
 from tests.support.contracts import free_port
 
 # the first run is held (snapshotted while it runs); the restarted one dies while "loading"
+KEY = "sk-daily-" + "0123456789abcdef"
 DIES = """#!/bin/sh
 if [ -e "$0.hold" ]; then sleep 30; fi
 echo "loading"
-echo "couldn't bind HTTP server socket: address already in use"
+echo "couldn't bind HTTP server socket for key $2: address already in use"
 sleep 1
 exit 3
 """
@@ -29,7 +31,7 @@ def test_a_daily_that_dies_while_loading_is_told_with_its_exit_code_and_log(tmp_
     script.chmod(0o755)
     pidfile, hold = tmp_path / "daily.pid", tmp_path / "daily-server.hold"
     hold.touch()
-    first = subprocess.Popen([str(script)], stdout=subprocess.DEVNULL, start_new_session=True)
+    first = subprocess.Popen([str(script), "--api-key", KEY], stdout=subprocess.DEVNULL, start_new_session=True)
     pidfile.write_text(f"{first.pid}\n")
     deadline = time.monotonic() + 10
     while str(script).encode() not in Path(f"/proc/{first.pid}/cmdline").read_bytes():  # until its exec
@@ -48,3 +50,4 @@ def test_a_daily_that_dies_while_loading_is_told_with_its_exit_code_and_log(tmp_
     message = str(died.value)
     assert f"pid {pid} exited while loading" in message and "exit code 3" in message
     assert "address already in use" in message and str(log) in message
+    assert KEY not in message  # the engine's own log line, its credentials cut before any record keeps it

@@ -194,6 +194,9 @@ def test_a_credential_no_variable_holds_is_refused_and_an_unset_reference_is_nam
     monkeypatch.delenv("DAILY_KEY")
     with pytest.raises(RunError, match=r"refers to \$\{env:DAILY_KEY\}, which is not set"):
         ledger.rollback_launch(1)
+    monkeypatch.setenv("DAILY_KEY", "")  # set but empty: never a daily started with --api-key ""
+    with pytest.raises(RunError, match=r"refers to \$\{env:DAILY_KEY\}, which is not set"):
+        ledger.rollback_launch(1)
 
 
 def test_the_ledger_line_shows_a_redacted_launch(ledger: Ledger, key: SigningKey) -> None:

@@ -57,3 +57,14 @@ def test_a_scrubbed_argv_matches_the_running_one_by_its_references_only() -> Non
     assert not same_words(scrubbed["argv"], ["llama-server", "--api-key", KEY_VALUE], scrubbed)
     assert not same_words(scrubbed["argv"], ["other", *running[1:]], scrubbed)
     assert not same_words(["--api-key", "${env:X}"], ["--api-key", "v"], {})  # only a scrubbed snapshot's
+
+
+def test_only_what_the_daily_carries_is_referred_to_and_only_where_credentials_stand() -> None:
+    """The key of ``api_key_env`` that this daily does not carry (it reads a key file) is no reference to put
+    back later; and a short credential's text inside a path (the pidfile's) is left as it is."""
+    snap = {"runtime": "process", "argv": ["llama-server", "--api-key-file", "/srv/keys/k", "--hf-token", "test"],
+            "env": {"PATH": "/usr/bin"}, "pidfile": "/srv/test/daily.pid", "api_key_env": "DAILY_KEY"}
+    scrubbed = forget(snap, [KEY_VALUE, "test"], api_key_env="DAILY_KEY", api_key=KEY_VALUE,
+                      environ={"DAILY_KEY": KEY_VALUE})
+    assert scrubbed[KEY] == {"${removed:1}": None}  # the token only: no ${env:DAILY_KEY} to resolve later
+    assert scrubbed["argv"][-1] == "${removed:1}" and scrubbed["pidfile"] == "/srv/test/daily.pid"

@@ -105,7 +105,7 @@ def test_every_result_carries_its_gate_s_presentation_and_a_bug_there_costs_no_v
     by_gate = {r.gate: r for r in judge_bundle(loaded, [broken, greedy], lanes, bundle)}
     assert by_gate["greedy"].presentation is not None
     assert [(h.label, h.value, h.denominator) for h in by_gate["greedy"].presentation.headlines] == [
-        ("self_identical", 3, 3)]
+        ("self_identical", 3, 3), ("control_self_identical", 3, 3)]
     assert by_gate["broken"].verdict is Verdict.PASS and by_gate["broken"].presentation.headlines == []
     assert "a plot builder's bug" in (bundle / "gates" / "broken" / "spec.present-error.txt").read_text()
     written = json.loads((bundle / "gates" / "greedy" / "spec.json").read_text())
