@@ -12,6 +12,12 @@ axis that acts only on speed, like a thread count, shows nowhere else). Indistin
 Boot log and properties show that a flag was parsed, not that it acted: they are weaker evidence and
 can be left out of ``observe``.
 
+Each declared axis value is also held to what the engine shows of it (the lane's adapter knows which
+observable bounds which flag: per-position acceptance counters for a speculative depth, the boot log's
+context per slot for a context size): a value the observable contradicts is FAIL, since a flag that does something
+other than its name says measures something other than the contract declares; a value no observable
+covers is listed as unproven (details ``declared``, and a caveat), never silently taken as in effect.
+
 A declared thinking switch (request fields, e.g. ``chat_template_kwargs.enable_thinking``) is proven
 on both lanes the same way: each probe is sent with it on and off, and a lane where any probe comes
 back identical has not shown the switch acting (a chat template without a thinking branch ignores it).
@@ -24,7 +30,7 @@ import statistics
 from typing import Any, Literal
 
 from campaign.contracts.gatespecs import RulerSpec, SpeedSpec
-from campaign.contracts.resolve import EffectiveLane
+from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, metric_headlines
@@ -33,7 +39,9 @@ from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.gate import SpeedGate
 from campaign.lanes.bootlog import read_log
 from campaign.lanes.engines import prometheus
+from campaign.lanes.engines.declared import Evidence, Finding
 from campaign.lanes.engines.prometheus import Samples, metric_name, parse_prometheus
+from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
@@ -246,13 +254,34 @@ class RulerGate(LiveGate):
             elif verdict:
                 evidence[observable] = verdict
         self._report(result, candidate, ctrl, cand, evidence, unavailable, thinking)
-        failures = [*thinking_failures, *self._requirements_unmet(candidate, cand)]
+        declared = self._declared(result, candidate, control, ctrl, cand)
+        failures = [*thinking_failures, *self._requirements_unmet(candidate, cand),
+                    *(f.sentence() for f in declared if f.status == "contradicted")]
         if failures:
             result.reasons = failures
             result.verdict = Verdict.FAIL
             return result
         self._conclude(result, candidate, control, ctrl, cand, evidence, unavailable)
+        held = [f.sentence() for f in declared if f.status == "holds"]
+        if result.verdict is Verdict.PASS and held:
+            result.reasons.append("; ".join(held))
         return result
+
+    def _declared(self, result: GateResult, candidate: EffectiveLane, control: EffectiveLane, ctrl: dict[str, Any],
+                  cand: dict[str, Any]) -> list[Finding]:
+        """The candidate's axis values, on both lanes where each sets them, held to what its engine shows:
+        a lane that differs from its control by something other than what the axis says is not the
+        comparison the contract declares, whichever lane it is. Unproven values become caveats."""
+        fields = [normalize_axis(field) for field in candidate.axis]
+        findings: list[Finding] = []
+        for lane, obs in ((control, ctrl), (candidate, cand)):
+            log = self.ctx.bundle / "lanes" / lane.name / "boot.log"
+            seen = Evidence(metrics=obs.get("metrics_after"), props=obs.get("props"),
+                            boot_log=read_log(log) if log.exists() else "")
+            findings += adapter_for(lane.engine).check_declared(lane, fields, seen)
+        result.details["declared"] = [finding.dump() for finding in findings]
+        result.caveats += [finding.sentence() for finding in findings if finding.status == "unproven"]
+        return findings
 
     def _instrument_problems(self, control: EffectiveLane, candidate: EffectiveLane, ctrl: dict[str, Any],
                              cand: dict[str, Any], thinking: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -7,7 +7,9 @@ An adapter turns an effective lane into a command line and knows the engine's re
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -15,6 +17,7 @@ import httpx
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import CapabilityError, EngineError
 from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.engines.declared import Evidence, Finding, Observable, check_declared
 from campaign.lanes.engines.prometheus import Samples
 from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 
@@ -167,6 +170,14 @@ class EngineAdapter(ABC):
     def metrics_busy(self, samples: Samples) -> bool:
         """True while the engine reports requests in flight, so its counters may not be final yet."""
         return False
+
+    # The options whose value the engine shows, keyed by axis field (``args.ctx-size``), each with the
+    # observable that bounds it; an axis value none covers is reported unproven by the ruler.
+    declared_observables: Mapping[str, Observable] = MappingProxyType({})
+
+    def check_declared(self, lane: EffectiveLane, fields: list[str], evidence: Evidence) -> list[Finding]:
+        """Whether each declared axis field's value on ``lane`` is the one the engine runs with."""
+        return check_declared(self.name, self.declared_observables, lane, fields, evidence)
 
     def metric_summary(self, deltas: Samples) -> dict[str, Any]:
         """Counter deltas under engine-neutral names (requests, prompt_tokens, cached_prompt_tokens,

@@ -3,11 +3,11 @@
 Ready: /health answers 503 {"error": {"message": "Loading model"}} while loading, then 200.
 Greedy at temperature <= 0. No prompt-token logprobs (echo is rejected); top-k logprobs of
 generated tokens only. Metrics need --metrics. Speculative decoding without a draft model:
---spec-type ngram-simple --spec-draft-n-max K. Token counting: POST /apply-template renders the chat
+--spec-type ngram-simple, its depth K set by --spec-ngram-simple-size-m K (not --spec-draft-n-max, which
+bounds a draft model only: llamacpp_declared says where). Token counting: POST /apply-template renders the chat
 template, POST /tokenize counts it (with special tokens parsed, as a chat request does); the count
 equals the chat response's usage.prompt_tokens. ``cache_prompt: false`` keeps the slot's prompt cache
 out of a request; responses (and the last stream event) carry ``timings`` with prompt_n/prompt_ms.
---spec-type ngram-simple --spec-draft-n-max K.
 
 Scoring: the native /completion takes prompts as token-id arrays (several in one request), and
 ``n_probs`` returns the top-k raw (pre-sampling) logprobs of each generated token. A prefix is scored
@@ -29,6 +29,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness
 from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.engines.llamacpp_declared import OBSERVABLES
 from campaign.lanes.engines.prometheus import Samples
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
 
@@ -38,6 +39,7 @@ __all__ = ["LlamaCppAdapter"]
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     api_key_env = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY"), comma-separated
+    declared_observables = OBSERVABLES  # what bounds each flag's value, and where the server shows it
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
         args = ["-m", model_path, "--host", lane.host, "--port", str(lane.port)]

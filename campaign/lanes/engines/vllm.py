@@ -45,6 +45,7 @@ from campaign.lanes.engines.base import EngineAdapter, Readiness
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, series, series_sum
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
+from campaign.lanes.engines.vllm_declared import OBSERVABLES
 
 __all__ = ["SERVE_MODULE", "VllmAdapter"]
 
@@ -55,6 +56,7 @@ _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 class VllmAdapter(EngineAdapter):
     name = "vllm"
+    declared_observables = OBSERVABLES  # a speculative depth, by the per-position acceptance counters
     api_key_env = "VLLM_API_KEY"  # 0.32 envs.py; --api-key wins over it (entrypoints/serve/middleware/register.py)
     capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "metrics"})
 

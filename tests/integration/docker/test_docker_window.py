@@ -59,7 +59,7 @@ def test_demo_docker_inspect_is_the_receipt_of_what_ran(demo: dict) -> None:
         "/models": (os.path.realpath(MODELS_DIR), True), "/opt/llama-server": (os.path.realpath(ENGINE_DIR), True)}
     assert inspect["argv"][0] == "/opt/llama-server/bin/llama-server"
     assert inspect["argv"][inspect["argv"].index("-m") + 1] == "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert inspect["argv"][inspect["argv"].index("--spec-draft-n-max") + 1] == "4"
+    assert inspect["argv"][inspect["argv"].index("--spec-ngram-simple-size-m") + 1] == "4"
     assert inspect["shm_size"] == 64 << 20 and inspect["network_mode"] == "host"
     assert inspect["executable_sha256"] == sha256_file(LLAMA_SERVER)  # the bind-mounted binary, hashed on the host
     assert inspect["labels"]["campaign.window"] == demo["bundle"].name

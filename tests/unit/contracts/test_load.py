@@ -18,8 +18,10 @@ def test_demo_contract_resolves_lanes_and_axis() -> None:
     assert [lane.name for lane in loaded.lanes.values()] == ["baseline", "ngram-k4", "threads-2"]
     candidate = loaded.lanes["ngram-k4"]
     assert candidate.control == "baseline"
-    assert candidate.args[-4:] == ["--spec-type", "ngram-simple", "--spec-draft-n-max", "4"]
-    assert loaded.lanes["baseline"].args == candidate.args[:-4]
+    # the depth of ngram-simple is its m-gram, drafted only after an n-gram match no longer than it
+    assert candidate.args[-6:] == ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4",
+                                   "--spec-ngram-simple-size-m", "4"]
+    assert loaded.lanes["baseline"].args == candidate.args[:-6]
     assert loaded.lanes["baseline"].readiness.budget == 120.0
 
 

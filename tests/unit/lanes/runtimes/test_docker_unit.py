@@ -212,7 +212,8 @@ def test_demo_docker_contract_is_valid_and_pins_a_placeholder() -> None:
     base, candidate = loaded.lanes["baseline"], loaded.lanes["ngram-k4"]
     assert base.runtime == candidate.runtime == "docker" and base.image == "sha256:" + "0" * 64
     assert all(m.read_only for m in base.mounts) and base.shm_size == 64 << 20 and base.stop == "remove"
-    assert base.args == candidate.args[:-4]  # the same one axis as examples/demo.yaml
+    assert base.args == candidate.args[:-6]  # the same one axis as examples/demo.yaml
+    assert candidate.options["--spec-ngram-simple-size-m"] == "4"
 
 
 def test_an_unreachable_engine_is_said_in_words_a_person_can_act_on() -> None:
