@@ -957,9 +957,11 @@ def main() -> None:
         code = _last_words(exc)
     except KeyboardInterrupt as exc:
         code = _last_words(exc)
-    # the command is over and its outcome said: a Ctrl-C from here on could only interrupt the interpreter's
-    # exit (an atexit callback), which Python prints as a traceback and the exit status never shows
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if getattr(sys.modules.get("__main__"), "main", None) is main:
+        # the program (the console script, `python -m campaign.cli`), not a host calling main() in its process,
+        # which must keep its own Ctrl-C: the outcome is said, and a Ctrl-C from here on could only interrupt
+        # the interpreter's exit (an atexit callback), which Python prints as a traceback the status never shows
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code if isinstance(code, int) else 0)
 
 

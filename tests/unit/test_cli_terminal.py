@@ -183,6 +183,8 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
     monkeypatch.setattr(sys, "argv", ["campaign", *argv])
     with pytest.raises(SystemExit) as exited:
         cli.main()
+    # a host that calls main() in its own process keeps its Ctrl-C (only the program ignores one at its exit)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     return exited.value.code, capsys.readouterr().err
 
 
