@@ -226,6 +226,16 @@ class NeedleSpec(GateSpecBase):
                                        f"{lane.name}'s context of {context} tokens ({source})")
 
 class TeacherForcedRule(StrictModel):
+    instrument: Literal["generation", "scoring"] = Field(
+        "generation", description="What the instrument check holds the teacher-forced scores to. generation: each "
+                                  "lane's greedy tokens come back with their generation-time logprobs within "
+                                  "instrument_tolerance, at rank 1 (CPU engines give them back exactly). scoring: "
+                                  "every margin is scored on one path (teacher-forced on both servers), so the "
+                                  "check is that path's own: the drift from generation is measured per lane on "
+                                  "this engine and device and recorded, must stay within instrument_tolerance (or, "
+                                  "left out, the rule's smallest margin), and each greedy token must be rank 1 "
+                                  "within twice that drift (each of two tokens may move by it). For GPU engines, whose decode and prefill kernels "
+                                  "differ (llama-server with CUDA on an H200: up to 0.5 nats on SmolLM2-135M).")
     instrument_tolerance: float | None = Field(
         None, ge=0, description="nats: the most a lane's own greedy token may move between its generation-time "
                                 "logprob and its teacher-forced score (and its rank-1 tie margin); beyond it the "
@@ -265,6 +275,14 @@ class TeacherForcedSpec(GateSpecBase):
         """A rule without ``instrument_tolerance`` takes each lane's default for its dtype, so every lane must
         declare one; the default is a function of the frozen contract, written into every result."""
         if self.rule.instrument_tolerance is not None:
+            return
+        if self.rule.instrument == "scoring":
+            if not any(getattr(self.rule, name) is not None
+                       for name in ("max_site_delta", "noninferiority_max", "noninferiority_mean")):
+                raise loaded.error(("gates", index, "rule"), "instrument: scoring measures its drift and caps it "
+                                                             "by instrument_tolerance or the rule's smallest margin "
+                                                             "(max_site_delta, noninferiority_max or "
+                                                             "noninferiority_mean): give one")
             return
         for lane in loaded.lanes.values():
             try:

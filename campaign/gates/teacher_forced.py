@@ -10,7 +10,12 @@ Offline: the instrument must give each lane's greedy tokens back at rank 1 with 
 logprobs (within the frozen tolerance) before any margin counts; otherwise INCONCLUSIVE with the
 evidence. The tolerance is the rule's, or each lane's default for its declared dtype (decode and
 prefill kernels round differently in bf16: tenths of a nat; a broken instrument is off by nats); the
-tolerance applied and the drift measured (max and mean per lane) are in every result. Then per site: |delta logprob| between the two lanes' tokens on each server, the cross-server
+tolerance applied and the drift measured (max and mean per lane) are in every result. With ``instrument:
+scoring`` (GPU engines, whose decode and prefill paths differ by more than any fixed tolerance measured
+on a CPU: llama-server with CUDA on an H200 drifts up to 0.5 nats on SmolLM2-135M, with graphs on or off
+and any sampler setting, growing along the continuation from an exact first token) the scores are held
+to their own path: the drift is measured per lane, capped by the rule's smallest margin, and twice it is the tie
+margin of the rank-1 check. Then per site: |delta logprob| between the two lanes' tokens on each server, the cross-server
 |delta| for the same token, and which lane's token is rank 1.
 """
 
@@ -33,9 +38,23 @@ from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Bars, BarSeries, Bound, Plot, Presentation
 
-__all__ = ["TeacherForcedGate", "check_instrument", "first_divergence"]
+__all__ = ["TeacherForcedGate", "check_instrument", "first_divergence", "scoring_cap", "settle_measured"]
 
 _MAX_EVIDENCE = 20
+
+
+def scoring_cap(rule: TeacherForcedRule) -> tuple[float, str] | None:
+    """The most the scoring path may differ from generation (``instrument: scoring``): the rule's
+    instrument_tolerance, else its smallest margin (an instrument whose own two paths differ by as much as
+    the effect the rule decides by cannot decide it); None when the rule gives neither."""
+    if rule.instrument_tolerance is not None:
+        return rule.instrument_tolerance, "the scoring path, drift capped by the contract's instrument_tolerance"
+    margins = {name: value for name in ("max_site_delta", "noninferiority_max", "noninferiority_mean")
+               if (value := getattr(rule, name)) is not None}
+    if not margins:
+        return None
+    name = min(margins, key=lambda key: margins[key])
+    return margins[name], f"the scoring path, drift measured on this engine and device, capped by {name}"
 
 
 def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
@@ -54,11 +73,14 @@ class InstrumentCheck:
     max_drift: float = 0.0
     sum_drift: float = 0.0
     failures: list[str] = field(default_factory=list)
+    # the scoring path: each token's rank waits for the lane's measured drift (settle_measured)
+    pending: list[tuple[str, Position, Position, float]] = field(default_factory=list)
 
 
 def check_instrument(gen: Generation, scored: list[Position], tolerance: float, label: str,
-                     check: InstrumentCheck) -> None:
-    """A lane's own greedy tokens, teacher-forced: same token, logprob back within tolerance, rank 1."""
+                     check: InstrumentCheck, *, measured: bool = False) -> None:
+    """A lane's own greedy tokens, teacher-forced: same token, logprob back within tolerance, rank 1.
+    ``measured`` (the scoring path): the rank is judged later, against the lane's measured drift."""
     if len(scored) != len(gen.positions) + 1:
         check.failures.append(f"{label}: scored {len(scored) - 1} positions for {len(gen.positions)} tokens")
         return
@@ -75,13 +97,34 @@ def check_instrument(gen: Generation, scored: list[Position], tolerance: float, 
         drift = abs(forced.logprob - made.logprob)
         check.max_drift = max(check.max_drift, drift)
         check.sum_drift += drift
-        rank = forced.rank(tie=tolerance)
         check.rank1_strict += forced.rank() == 1
+        if measured:
+            check.pending.append((f"{label} token {t}", made, forced, drift))
+            continue
+        rank = forced.rank(tie=tolerance)
         if drift > tolerance or rank != 1:
             check.failures.append(f"{label} token {t} ({made.text!r}): generation logprob {made.logprob:.6f}, "
                                   f"teacher-forced {forced.logprob:.6f} (|delta| {drift:.6f}), rank {rank}")
         else:
             check.within += 1
+
+
+def settle_measured(check: InstrumentCheck, cap: float) -> None:
+    """The scoring path's check, once a lane's drift between its generation and scoring paths is measured
+    over all its tokens: the drift within ``cap`` (the rule's smallest margin, or its instrument_tolerance),
+    and each greedy token rank 1 on the scoring path within twice that drift: each of two tokens may move
+    by the drift from one path to the other, so their gap by twice it (on the H200 a ',' that generation
+    picked at -1.689 scored -2.294, second to a token it had beaten)."""
+    tie = 2 * check.max_drift
+    for label, made, forced, drift in check.pending:
+        rank = forced.rank(tie=tie)
+        if drift > cap or rank != 1:
+            check.failures.append(f"{label} ({made.text!r}): generation logprob {made.logprob:.6f}, teacher-forced "
+                                  f"{forced.logprob:.6f} (|delta| {drift:.6f}, at most {cap}), rank {rank} "
+                                  f"within twice the measured drift ({tie:.6f})")
+        else:
+            check.within += 1
+    check.pending.clear()
 
 
 class TeacherForcedGate(LiveGate):
@@ -238,9 +281,18 @@ class TeacherForcedGate(LiveGate):
         """Each lane's instrument tolerance and where it came from, written into the result's rule; None
         (with the reason in ``result``) when a lane has none."""
         tolerance: dict[str, tuple[float, str]] = {}
+        rule = self.spec.rule
         for lane in (control, candidate):
+            if rule.instrument == "scoring":
+                cap = scoring_cap(rule)
+                if cap is None:  # validation refuses such a contract; an older bundle may still hold one
+                    result.reasons = ["instrument: the scoring path needs instrument_tolerance or a margin to cap "
+                                      "its measured drift"]
+                    return None
+                tolerance[lane.name] = cap
+                continue
             try:
-                tolerance[lane.name] = instrument_tolerance(self.spec.rule.instrument_tolerance, lane)
+                tolerance[lane.name] = instrument_tolerance(rule.instrument_tolerance, lane)
             except ValueError as exc:  # validation refuses such a contract; an older bundle may still hold one
                 result.reasons = [f"instrument: {exc}"]
                 return None
@@ -267,7 +319,9 @@ class TeacherForcedGate(LiveGate):
                 problems.append(f"{lane.name} prompt {item}: generated no tokens")
                 continue
             gens[item] = gen
-            check_instrument(gen, scored, tolerance, f"{lane.name} prompt {item}", check)
+            check_instrument(gen, scored, tolerance, f"{lane.name} prompt {item}", check,
+                             measured=self.spec.rule.instrument == "scoring")
+        settle_measured(check, tolerance)
         texts = {g.tokens.ids for g in gens.values()}
         if len(gens) >= 2 and len(texts) == 1:
             problems.append(f"{lane.name} gave the same continuation to all {len(gens)} prompts; "

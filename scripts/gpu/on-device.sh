@@ -10,6 +10,8 @@
 #   lanes    launch failures on a GPU, through campaign's own boot: a GPU that does not exist, a context that
 #            does not fit; and a GPU lane's device use read back
 #   windows  the A/A window and the real-axis window (greedy, teacher_forced, speed), verified, tarred to $OUT
+#   realmodel  keep the real model's part this call carries (pack.sh --model-part N); with all three, put it together
+#   tfprobe  why teacher forcing does not give the generated logprobs back on this GPU (tf_probe.py)
 set -euo pipefail
 exec </dev/null
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -63,11 +65,36 @@ step_model() {
   say "model $model $(du -h "$model" | cut -f1) sha256 $(sha256sum "$model" | cut -c1-16)..."
 }
 
+step_realmodel() {
+  # the real SmolLM2-135M, sent in three parts (pack.sh --model-part N): each part carried is kept, and once
+  # all three are here the model is put together and checked against the whole file's sha256
+  local parts="$GPU_HOME/model-parts" real="$GPU_HOME/model-real.gguf"
+  mkdir -p "$parts"
+  if [ -f "$repo/.gpu/model/whole.sha256" ]; then cp "$repo/.gpu/model/whole.sha256" "$parts/"; fi
+  for part in "$repo"/.gpu/model/part*; do [ -f "$part" ] && cp "$part" "$parts/"; done
+  if [ -f "$real" ]; then say "real model $real already here"; return; fi
+  for n in 1 2 3; do
+    if [ ! -f "$parts/part$n" ]; then say "real model: have $(ls "$parts" | tr '\n' ' ')"; return; fi
+  done
+  cat "$parts/part1" "$parts/part2" "$parts/part3" > "$real.tmp"
+  local want got; want="$(cut -d' ' -f1 "$parts/whole.sha256")"; got="$(sha256sum "$real.tmp" | cut -d' ' -f1)"
+  if [ "$want" != "$got" ]; then say "real model: sha256 $got, not $want"; rm -f "$real.tmp"; exit 1; fi
+  mv "$real.tmp" "$real"
+  say "real model $real sha256 ${got:0:16}... checked"
+}
+
+step_tfprobe() {
+  python3 "$repo/scripts/gpu/tf_probe.py" "$server" "$GPU_HOME/model-real.gguf" "$repo/examples/prompts/tf4.jsonl" ${TF_PROBE_DETAIL:+--detail} \
+    | tee "$out/tf_probe.txt"
+}
+
 step_probe() { python3 "$repo/scripts/gpu/probe.py" "$server" "$model" | tee "$out/probe.txt"; }
 step_lanes() { python3 "$repo/scripts/gpu/check_lanes.py" "$server" "$model" | tee "$out/lanes.json"; }
 
 step_windows() {
   local work="$GPU_HOME/windows"
+  # the real model once realmodel has put it together (the windows' contracts are written for it)
+  if [ -f "$GPU_HOME/model-real.gguf" ]; then model="$GPU_HOME/model-real.gguf"; fi
   rm -rf "$work"; mkdir -p "$work"
   cp -r "$repo/examples/prompts" "$work/prompts"
   local digest; digest="$(sha256sum "$model" | cut -d' ' -f1)"

@@ -7,6 +7,7 @@
 #                backends' sources (the sdist is 77 MB, this about 8 MB)
 #   tokenizer.json    SmolLM2's tokenizer fields, for scripts/gpu/random_model.py there
 # Nothing downloads there; everything here comes from PyPI and the caches `make engine model` fill.
+#   scripts/gpu/pack.sh [--model-only] [--key DIR] [--model-part 1|2|3]
 # Safe to run twice (rebuilt from scratch each time). Prints the folder's size at the end.
 set -euo pipefail
 exec </dev/null
@@ -18,6 +19,9 @@ version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 out="$root/.gpu"
 python="${PYTHON:-$root/.venv/bin/python}"
 rm -rf "$out"; mkdir -p "$out/wheels"
+if [ "${1:-}" = --model-only ]; then  # a later call's part: the box has the rest from the first call
+  shift; model="$("$root/scripts/fetch-model.sh" | tail -n 1)"
+else
 
 # 1. wheels for CPython 3.12 on manylinux x86-64, without their dependencies (each one named here)
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -42,6 +46,22 @@ tar -czf "$out/llama.cpp.tar.gz" -C "$(dirname "$src")" llama.cpp
 # 3. the tokenizer
 model="$("$root/scripts/fetch-model.sh" | tail -n 1)"
 PYTHONPATH="$src/gguf-py" "$python" "$here/random_model.py" extract "$model" "$out/tokenizer.json"
+fi
 # 4. with --key DIR: a campaign config folder whose signing key signs the box's bundles, so they verify here
-if [ "${1:-}" = --key ]; then mkdir -p "$out/config"; cp -r "$2/campaign" "$out/config/"; fi
+# 5. with --model-part N: the real SmolLM2-135M's part N of 3 (a transfer carries 64 MiB with the working
+#    tree, the model is 94 MB): the box keeps each part it is sent (on-device.sh realmodel) and puts the model
+#    together once it has all three, checked against the whole file's sha256, carried with every part
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --key) mkdir -p "$out/config"; cp -r "$2/campaign" "$out/config/"; shift 2 ;;
+    --model-part)
+      mkdir -p "$out/model"
+      size=$(stat -c %s "$model"); third=$(( (size + 2) / 3 ))
+      dd if="$model" of="$out/model/part$2" iflag=skip_bytes,count_bytes skip=$(( ($2 - 1) * third )) \
+        count="$third" bs=1M status=none
+      echo "$(sha256sum "$model" | cut -d' ' -f1) $(basename "$model") 3" > "$out/model/whole.sha256"
+      shift 2 ;;
+    *) echo "pack.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 du -sh "$out"

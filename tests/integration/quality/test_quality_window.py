@@ -52,8 +52,9 @@ def contract(port: int) -> str:
              "max_tokens": 40, "rule": {"correct": "1/4"}},
             {"kind": "tools", "input": "tools", "max_tokens": 32, "rule": {"passed": "2/2"}},
             {"kind": "ruler", "input": "tf", "probes": 2, "max_tokens": 8},
+            # the scoring path: its drift from generation measured per lane and capped by max_site_delta
             {"id": "tf-bare", "kind": "teacher_forced", "input": "tf", "max_tokens": 6, "top_k": 10,
-             "rule": {"instrument_tolerance": 0.01, "max_site_delta": 1.0}}],
+             "rule": {"instrument": "scoring", "max_site_delta": 1.0}}],
         requires=["ruler"])
 
 
@@ -107,6 +108,17 @@ def test_engine_whose_scoring_disagrees_with_its_generation_is_inconclusive(bund
     assert r["reasons"][0].startswith("instrument:")
     assert r["metrics"]["instrument_max_drift_candidate"]["value"] > 0.01
     assert "sites" not in r["metrics"]  # no margin from a broken instrument
+
+
+def test_the_scoring_path_measures_the_drift_that_breaks_the_generation_path_and_judges_on(bundle: Path) -> None:
+    """The same lane as above, the gate that holds scores to their own path (what a GPU lane needs: its decode
+    and prefill kernels differ): the drift is measured and recorded, and margins count again."""
+    r = result(bundle, "tf-bare", "fa-off")
+    assert not r["reasons"][0].startswith("instrument: teacher-forced scores do not give"), r["reasons"]
+    drift = r["metrics"]["instrument_max_drift_candidate"]["value"]
+    assert 0.01 < drift < 1.0 and any(f"max drift {drift:.4f}" in reason for reason in r["reasons"])
+    applied = r["rule"]["instrument_tolerance_applied"]["fa-off"]
+    assert applied["value"] == 1.0 and "measured on this engine and device, capped by max_site_delta" in applied["source"]
 
 
 def test_kl_of_a_lossy_axis_states_its_tail(bundle: Path) -> None:

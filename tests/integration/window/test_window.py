@@ -55,11 +55,12 @@ def test_window_writes_complete_bundle(window: dict) -> None:
     assert "…" not in window["run_stdout"]
     assert "elapsed" in window["run_stdout"] and "gate done lane=spec gate=greedy [" in window["run_stdout"]
     # the end: the daily (none declared), one line per candidate (its decision, the figure, the first step), the bundle
-    same = gate["metrics"]["self_identical"]["value"]
+    same, control_same = (gate["metrics"][name]["value"] for name in ("self_identical", "control_self_identical"))
     assert window["run_stdout"].strip().splitlines()[-3:] == [
         "no daily declared: nothing was stopped",
-        f"spec: REFUSED: greedy self_identical {same}/3 prompts; next: declare the daily (incumbent) in a new contract "
-        "version; this window measured only", f"bundle: {bundle}"]
+        f"spec: REFUSED: greedy self_identical {same}/3 prompts; greedy control_self_identical {control_same}/3 "
+        "prompts; next: declare the daily (incumbent) in a new contract version; this window measured only",
+        f"bundle: {bundle}"]
 
 
 def test_runtime_inspect_shows_the_axis(window: dict) -> None:

@@ -127,3 +127,18 @@ def test_a_field_added_since_that_is_off_by_default_is_no_change() -> None:
     added_on = {"gates": [{"kind": "speed", "rule": {"max_spread": 0.1, "new_limit": 0.5}}]}
     assert tool_default_changes(frozen, added_off) == []
     assert tool_default_changes(frozen, added_on) == ["gates[speed].rule.new_limit: frozen (no such field), this tool 0.5"]
+
+
+def test_a_field_added_since_at_the_default_that_does_what_the_tool_did_is_no_change() -> None:
+    """teacher_forced's `instrument` (generation: the only check there was) and a lane's `aa` (false)."""
+    from campaign.contracts.freeze import tool_default_changes
+
+    frozen = {"gates": [{"kind": "teacher_forced", "rule": {"max_site_delta": 1.0}}], "lanes": [{"name": "spec"}]}
+    as_before = {"gates": [{"kind": "teacher_forced", "rule": {"max_site_delta": 1.0, "instrument": "generation"}}],
+                 "lanes": [{"name": "spec", "aa": False}]}
+    assert tool_default_changes(frozen, as_before) == []
+    moved = {"gates": [{"kind": "teacher_forced", "rule": {"max_site_delta": 1.0, "instrument": "scoring"}}],
+             "lanes": [{"name": "spec", "aa": True}]}
+    assert tool_default_changes(frozen, moved) == [
+        'gates[teacher_forced].rule.instrument: frozen (no such field), this tool "scoring"',
+        "lanes[spec].aa: frozen (no such field), this tool true"]

@@ -141,3 +141,14 @@ def test_cli_validate_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "gates[0].rungs[0]: rung 4096 tokens" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 or "c.yaml:" in done.stderr
+
+
+def test_the_scoring_instrument_needs_a_cap_for_its_measured_drift(tmp_path: Path) -> None:
+    gate = """          - kind: teacher_forced
+            input: p
+            rule: {instrument: scoring}"""
+    error = _error(tmp_path, _body(gate))
+    assert "instrument: scoring measures its drift and caps it" in str(error) and "rule" in str(error)
+    # with a margin it loads, and no lane needs a dtype (llama-server declares none)
+    capped = gate.replace("{instrument: scoring}", "{instrument: scoring, max_site_delta: 1.0}")
+    assert load_contract(write_contract(tmp_path, _body(capped))).contract.gates[0].rule.instrument == "scoring"

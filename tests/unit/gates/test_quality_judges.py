@@ -246,3 +246,42 @@ def test_counters_count_only_when_they_moved_over_the_probes() -> None:
     assert moved_differently({"a_total": 5.0}, {"a_total": 5.0}) == []
     assert moved_differently({"a_total": 5.0}, {"a_total": 3.0}) == ["a_total"]
     assert moved_differently({"b_total": 0.0}, {"b_total": 0.0}) == []
+
+
+def test_the_scoring_path_measures_its_drift_and_ranks_within_it() -> None:
+    """The H200's case, constructed: the first token back exactly, later ones drifting (0.3 nats) with the
+    greedy token second on the scoring path by less than that drift: a near-tie on this device, not a
+    broken instrument. A scorer one position off (tokens far below the top) still fails, and so does a
+    drift beyond the cap."""
+    from campaign.gates.teacher_forced import settle_measured
+
+    gen = _generation([5, 6, 7], [-0.1, -0.9, -0.3])
+    forced = [_pos(5, -0.1, [(5, -0.1)]), _pos(6, -1.2, [(4, -1.05), (6, -1.2)]), _pos(7, -0.35, [(7, -0.35)]),
+              _pos(8, -0.5, [(8, -0.5)])]
+    check = InstrumentCheck()
+    check_instrument(gen, forced, 1.0, "lane", check, measured=True)
+    settle_measured(check, 1.0)
+    assert (check.within, check.tokens, check.failures) == (3, 3, []) and math.isclose(check.max_drift, 0.3)
+    assert check.rank1_strict == 2  # reported: one token was rank 1 only within the measured drift
+    # twice the drift is the tie: each of the two tokens may move by the drift (0.3 here: 0.6 apart at most)
+    nearly = [forced[0], _pos(6, -1.2, [(4, -0.65), (6, -1.2)]), *forced[2:]]
+    check = InstrumentCheck()
+    check_instrument(gen, nearly, 1.0, "lane", check, measured=True)
+    settle_measured(check, 1.0)
+    assert check.failures == [] and check.within == 3
+    for cap, worse in ((0.2, forced), (1.0, [forced[0], _pos(6, -1.2, [(4, -0.55), (6, -1.2)]), *forced[2:]])):
+        check = InstrumentCheck()
+        check_instrument(gen, worse, cap, "lane", check, measured=True)
+        settle_measured(check, cap)
+        assert check.failures and check.within < 3, (cap, check)
+
+
+def test_the_scoring_path_is_capped_by_the_rules_smallest_margin() -> None:
+    from campaign.contracts.gatespecs import TeacherForcedRule
+    from campaign.gates.teacher_forced import scoring_cap
+
+    rule = TeacherForcedRule(instrument="scoring", max_site_delta=1.0, noninferiority_max=0.8)
+    assert scoring_cap(rule) == (0.8, "the scoring path, drift measured on this engine and device, capped by "
+                                      "noninferiority_max")
+    assert scoring_cap(rule.model_copy(update={"instrument_tolerance": 0.6}))[0] == 0.6
+    assert scoring_cap(TeacherForcedRule(instrument="scoring")) is None
