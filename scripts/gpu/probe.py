@@ -37,16 +37,21 @@ def boot(server: str, model: str, extra: list[str]) -> subprocess.Popen[bytes]:
         else:
             args += extra[i:i + 2]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return ready(proc, "http://127.0.0.1:18600/health", str(args))
+
+
+def ready(proc: subprocess.Popen[bytes], health: str, what: str) -> subprocess.Popen[bytes]:
+    """``proc`` once ``health`` answers 200 (within 180 s), else killed and an error naming ``what``."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
-            if httpx.get("http://127.0.0.1:18600/health", timeout=2).status_code == 200:
+            if httpx.get(health, timeout=2).status_code == 200:
                 return proc
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
     proc.kill()
-    raise RuntimeError(f"{args} not ready")
+    raise RuntimeError(f"{what} not ready")
 
 
 def main(server: str, model: str) -> None:

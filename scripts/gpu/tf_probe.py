@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
-import time
 
 import httpx
+from probe import ready  # the same folder: run as a script, it is on sys.path
 
 URL = "http://127.0.0.1:18610"
 CONFIGS = {"p1-fa-on": ["--parallel", "1", "-fa", "on"], "p4-fa-on": ["--parallel", "4", "-fa", "on"],
@@ -30,19 +31,12 @@ BASE = ["--host", "127.0.0.1", "--port", "18610", "-ngl", "99", "--ctx-size", "8
 TOKENS, TOP = 12, 10
 
 
-def boot(server: str, model: str, extra: list[str]) -> subprocess.Popen[bytes]:
+def boot(server: str, model: str, extra: list[str], env: dict[str, str] | None = None,
+         log: str | None = None) -> subprocess.Popen[bytes]:
+    """The probe's own server on its own port; ``env`` adds variables, ``log`` keeps its stderr."""
     proc = subprocess.Popen([server, "-m", model, *BASE, *extra], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{URL}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"{extra}: not ready")
+                            stderr=open(log, "w") if log else subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    return ready(proc, f"{URL}/health", str(extra))
 
 
 def completion(body: dict) -> list[dict]:
@@ -120,17 +114,8 @@ def positions(prompt: list[int], extra: dict) -> None:
 def detail(server: str, model: str, prompts_file: str) -> None:
     text = json.loads(open(prompts_file).readline())["prompt"]
     for name, extra_args in (("p1-fa-on", CONFIGS["p1-fa-on"]), ("p1-fa-on-no-graphs", CONFIGS["p1-fa-on"])):
-        env = {**__import__("os").environ, **({"GGML_CUDA_DISABLE_GRAPHS": "1"} if "graphs" in name else {})}
-        proc = subprocess.Popen([server, "-m", model, *BASE, *extra_args], stdout=subprocess.DEVNULL,
-                                stderr=open(f"/tmp/{name}.log", "w"), env=env)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{URL}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        proc = boot(server, model, extra_args, env={"GGML_CUDA_DISABLE_GRAPHS": "1"} if "graphs" in name else None,
+                    log=f"/tmp/{name}.log")
         try:
             prompt = chat_ids(text)
             for label, extra in (("defaults", {}), ("no truncation", {"top_k": 0, "top_p": 1.0, "min_p": 0.0}),
