@@ -817,8 +817,9 @@ def doctor(contract: Optional[Path] = typer.Argument(None, help="Also check this
     checks = run_checks(loaded, out_dir, smoke=not no_smoke)
     for check in checks:
         out.print(check.line())
-    failed = [c for c in checks if not c.ok]
-    out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
+    failed, warned = [c for c in checks if not c.ok], [c for c in checks if c.warn]
+    out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed"
+              + (f", {len(warned)} with a warning" if warned else ""))
     if failed:
         raise typer.Exit(1)
 

@@ -79,7 +79,8 @@ def _failsafe(loaded: LoadedContract | None) -> Check:
 
 def _outside_supervisor(loaded: LoadedContract) -> list[Check]:
     """Who keeps the daily's deadline if the runner and its watchdog pair are killed together: for a daily
-    behind the watchdog pair, the periodic check (`campaign failsafe install`) must be installed and running."""
+    behind the watchdog pair, the periodic check (`campaign failsafe install`), installed and running; without
+    it a WARN, as `campaign run` warns: the pair still restores the daily unless all three are killed together."""
     from campaign.failsafe.failsafe import choose_backend
     from campaign.failsafe.supervisor import guard
 
@@ -93,8 +94,9 @@ def _outside_supervisor(loaded: LoadedContract) -> list[Check]:
     if backend != "watchdog":
         return [Check("failsafe supervisor", True, f"{backend}: outside the runner's process tree")]
     supervisor, warning = guard(backend, None)
-    if warning:
-        return [Check("failsafe supervisor", False, warning, "campaign failsafe install (and a running cron daemon)")]
+    if warning:  # a window runs without one (its watchdog pair restores the daily), saying this same warning
+        return [Check("failsafe supervisor", True, warning, "campaign failsafe install (and a running cron daemon)",
+                      warn=True)]
     return [Check("failsafe supervisor", True, supervisor)]
 
 
