@@ -21,8 +21,8 @@ from campaign.fsutil import load_json_strict
 if TYPE_CHECKING:
     from campaign.contracts.load import LoadedContract
 
-__all__ = ["EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "LANE_TOOL_DEFAULTS", "contract_rules", "effective_contract",
-           "effective_document", "read_document", "recorded_rules", "with_rules"]
+__all__ = ["ADDED_AS_BEFORE", "EFFECTIVE_FILE", "EFFECTIVE_SCHEMA", "LANE_TOOL_DEFAULTS", "contract_rules",
+           "effective_contract", "effective_document", "read_document", "recorded_rules", "with_rules"]
 
 EFFECTIVE_FILE = "effective.json"
 EFFECTIVE_SCHEMA = "campaign.effective/v1"
@@ -33,6 +33,12 @@ EFFECTIVE_SCHEMA = "campaign.effective/v1"
 # dumped whole with the contract, nested defaults included; these are the only ones applied later, when each
 # lane is merged.
 LANE_TOOL_DEFAULTS = "lane_tool_defaults"
+
+# Fields added since effective contracts were first recorded, with the value that does what the tool did
+# before them. A frozen record without one is judged with that value (never this tool's default), and it is a
+# change of the frozen rules only where this tool's default differs from it.
+ADDED_AS_BEFORE: dict[str, Any] = {"aa": False, "instrument": "generation", "fail_levels": "each",
+                                   "futility": "reach", "min_conditional_power": 0.10}
 
 
 def effective_contract(loaded: LoadedContract) -> dict[str, Any]:
@@ -68,7 +74,8 @@ def with_rules(loaded: LoadedContract, rules: dict[str, Any], where: Path) -> Lo
     """``loaded`` judged by ``rules`` (an effective contract): every field the file left out takes the value
     those rules resolved it to, whatever this tool's default is; what the file wrote stays as written (so its
     canonical form, its hash and every check of what was written are unchanged). A field this tool added
-    since keeps its own default; a recorded value this tool cannot read is an InputError naming ``where``."""
+    since takes the value that does what the tool before it did (``ADDED_AS_BEFORE``), else its own default;
+    a recorded value this tool cannot read is an InputError naming ``where``."""
     contract = loaded.contract.model_copy(deep=True)
     _overlay(contract, contract_rules(rules), where, "")
     return dataclasses.replace(loaded, contract=contract)
@@ -77,7 +84,10 @@ def with_rules(loaded: LoadedContract, rules: dict[str, Any], where: Path) -> Lo
 def _overlay(model: BaseModel, frozen: dict[str, Any], where: Path, path: str) -> None:
     for name, info in type(model).model_fields.items():
         if name not in frozen:
-            continue  # a field this tool added since: its own default
+            if name in ADDED_AS_BEFORE and name not in model.model_fields_set:
+                # added since these rules were recorded: judged as the tool that recorded them judged
+                model.__dict__[name] = _as_before_value(info, name)
+            continue
         at = f"{path}.{name}" if path else name
         if name in model.model_fields_set:  # written: kept, its nested models filled the same way
             _overlay_value(getattr(model, name), frozen[name], where, at)
@@ -88,7 +98,31 @@ def _overlay(model: BaseModel, frozen: dict[str, Any], where: Path, path: str) -
         except ValidationError as exc:
             raise InputError(f"{where}: the rules it holds are not ones this tool can apply: {at}: "
                              f"{exc.errors()[0]['msg']}") from None
+        _as_before(value, frozen[name])
         model.__dict__[name] = value  # not through validation of the whole model: it is not "written"
+
+
+def _as_before_value(info: Any, name: str) -> Any:
+    shape: Any = info.annotation
+    return TypeAdapter(shape).validate_python(ADDED_AS_BEFORE[name])
+
+
+def _as_before(value: Any, frozen: Any) -> None:
+    """A model built whole from recorded rules: the fields added since take their as-before values, not
+    this tool's defaults."""
+    if isinstance(value, BaseModel) and isinstance(frozen, dict):
+        for name, info in type(value).model_fields.items():
+            if name not in frozen and name in ADDED_AS_BEFORE:
+                value.__dict__[name] = _as_before_value(info, name)
+            elif name in frozen:
+                _as_before(getattr(value, name), frozen[name])
+    elif isinstance(value, list) and isinstance(frozen, list) and len(value) == len(frozen):
+        for item, old in zip(value, frozen, strict=True):
+            _as_before(item, old)
+    elif isinstance(value, dict) and isinstance(frozen, dict):
+        for key, item in value.items():
+            if key in frozen:
+                _as_before(item, frozen[key])
 
 
 def _overlay_value(value: Any, frozen: Any, where: Path, path: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from campaign import __version__
-from campaign.contracts.effective import effective_contract
+from campaign.contracts.effective import ADDED_AS_BEFORE, effective_contract
 from campaign.contracts.hashing import canonical_json, canonical_sha256, sha256_bytes
 from campaign.contracts.load import LoadedContract, file_problem
 from campaign.contracts.manifest import ManifestError, manifest_problems, read_manifest, render_manifest, tree_digests
@@ -217,9 +217,6 @@ def tool_default_changes(frozen: Any, effective: dict[str, Any], frozen_by: str 
 
 
 _ABSENT = object()
-# Fields added since effective contracts were first recorded, with the default that does what the tool did
-# before them: absent from a frozen record and at that default now, they change no rule it was frozen with.
-_ADDED_AS_BEFORE: dict[str, Any] = {"aa": False, "instrument": "generation"}
 
 
 def _shown_value(value: Any) -> str:
@@ -251,7 +248,7 @@ def _changed_values(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
             out += _changed_values(a, b, f"{prefix}[{_item_key(a, i)}]")
         return out
-    if old is _ABSENT and (new in (None, [], {}) or _ADDED_AS_BEFORE.get(prefix.rsplit(".", 1)[-1], _ABSENT) == new):
+    if old is _ABSENT and (new in (None, [], {}) or ADDED_AS_BEFORE.get(prefix.rsplit(".", 1)[-1], _ABSENT) == new):
         return []  # a field this tool added since, off by default: it changes no rule the contract was frozen with
     return [] if old == new else [(prefix or "<root>", old, new)]
 

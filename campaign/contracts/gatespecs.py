@@ -28,6 +28,7 @@ from campaign.contracts.model import (
     LaneFile,
     StrictModel,
     StrList,
+    parse_fraction,
     unique_file_names,
     valid_regexes,
 )
@@ -397,6 +398,9 @@ class RulerSpec(GateSpecBase):
     rule: RulerRule = Field(default_factory=RulerRule)
 
 
+_SINCE_0_3: dict[str, Any] = {"since": "0.3.0"}  # the reference's "since" column
+
+
 class SpeedRule(StrictModel):
     """The frozen speed bar and the validity rules that void a row. Changes are fractions: 0.05 is +5%."""
 
@@ -439,7 +443,30 @@ class SpeedRule(StrictModel):
         20.0, gt=0.0, description="How late (99th percentile) the client's event loop may wake up during a rep; "
                                   "later means arrivals waited to be timed, so the client was the bottleneck "
                                   "(VOID). Null disables it.")
+    fail_levels: Literal["holm", "each"] = Field(
+        "holm", description="A FAIL at any judged level fails the comparison. 'holm': the levels share the FAIL "
+                            "side's error rate (Holm's step-down over each level's one-sided p), so the stated "
+                            "false-FAIL rate holds however many levels are judged; 'each': every level at the "
+                            "full rate (two levels, twice the false FAILs; what tools before 0.3 did).",
+        json_schema_extra=_SINCE_0_3)
+    futility: Literal["conditional_power", "reach", "none"] = Field(
+        "conditional_power", description="When the window stops pairing an undecided comparison early. "
+                                         "'conditional_power': when the chance that the remaining pairs decide "
+                                         "(simulated from this window's boots, the true change drawn from the "
+                                         "estimate and its uncertainty) is under min_conditional_power; 'reach': "
+                                         "only when no number of pairs could (what tools before 0.3 did); "
+                                         "'none': pair until decided or max_boot_pairs. Futility only ever ends "
+                                         "INCONCLUSIVE, so the error rates stand.",
+        json_schema_extra=_SINCE_0_3)
+    min_conditional_power: float = Field(
+        0.10, ge=0.0, lt=1.0, description="With futility 'conditional_power': the chance of a decision in the "
+                                          "remaining pairs under which the window boots no more pairs for this "
+                                          "comparison.", json_schema_extra=_SINCE_0_3)
 
+
+    def wins(self) -> tuple[int, int]:
+        """``min_wins`` as (need, of); (0, 0) when it is not set."""
+        return parse_fraction(self.min_wins) if self.min_wins else (0, 0)
 
 
 class SpeedSpec(GateSpecBase):

@@ -166,6 +166,9 @@ def _next_step(gate: str, reason: str, result: dict[str, Any]) -> str:
 
 def _remedy(gate: str, reason: str) -> str:
     text = reason.lower()
+    if "simulated continuations" in text:
+        return ("more pairs would rarely decide at this noise: more prompts, a quieter host, or a bar the change "
+                "could meet (the reason gives the change measured)")
     if "out of reach" in text:
         return "more prompts (the change varies too much from prompt to prompt for more boots to settle it) or a quieter host"
     if "launch failure" in text:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from campaign.contracts.gatespecs import SpeedRule, SpeedSpec
-from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
@@ -34,18 +33,19 @@ from campaign.gates.common.streams import StreamStats
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed import present as presenting
+from campaign.gates.speed.power import POWER, DesignSimulation, RuleShape, conditional_decision, fit_noise, pairs_for
 from campaign.gates.speed.rows import BUSY_HOST, RowResult, Summarize, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
 from campaign.gates.speed.sequential import (
-    POWER,
     BootValues,
     Estimate,
     Look,
     estimate,
+    holm_rejected,
     look,
     look_confidence,
     looks_allowed,
-    pairs_needed,
+    p_below_bar,
     reachable,
 )
 from campaign.lanes.hostcpu import pinned_threads
@@ -85,6 +85,7 @@ class _Sequence:
     looks_made: int = 0
     stop: int | None = None  # the pairs after which a look decided (or found a problem)
     futile: int | None = None  # the pairs after which a look found that no more pairs could decide
+    conditional_power: float | None = None  # at the last look: the chance the remaining pairs decide
     verdict: Verdict | None = None
     problems: list[str] = field(default_factory=list)  # the comparison cannot be judged at all
     caveats: list[str] = field(default_factory=list)
@@ -244,18 +245,33 @@ class SpeedGate(LiveGate):
         return seq
 
     def _futile(self, seq: _Sequence) -> bool:
-        """No more pairs could decide: some judged level can never PASS (so the gate cannot) and none can
-        ever FAIL, at the last look, with the boot term gone (``sequential.reachable``)."""
-        rule, judged = self.spec.rule, set(self.spec.rule.levels or self.spec.concurrency)
-        could_pass, could_fail = True, False
-        for level in judged:
-            est = (seq.levels.get(level) or [{}])[-1].get("estimate")
-            if est is None:
-                return False  # a level without an estimate yet: another pair may give it one
-            can_pass, can_fail = reachable(est, min_mean_change=rule.min_mean_change,
-                                           ci_lower_above=rule.ci_lower_above)
-            could_pass, could_fail = could_pass and can_pass, could_fail or can_fail
-        return not could_pass and not could_fail
+        """Stop pairing (ends INCONCLUSIVE, never PASS or FAIL) by the rule's ``futility``: the chance that the
+        remaining pairs decide is under ``min_conditional_power`` (``conditional_power``), or no number of
+        pairs could (``reach``, the boot term gone: ``sequential.reachable``)."""
+        rule, judged = self.spec.rule, self.spec.rule.levels or self.spec.concurrency
+        lasts = [(seq.levels.get(level) or [{}])[-1] for level in judged]
+        if rule.futility == "none" or any(row.get("estimate") is None for row in lasts):
+            return False  # a level without an estimate yet: another pair may give it one
+        if rule.futility == "reach":
+            reach = [reachable(row["estimate"], min_mean_change=rule.min_mean_change,
+                               ci_lower_above=rule.ci_lower_above) for row in lasts]
+            return not all(can_pass for can_pass, _ in reach) and not any(can_fail for _, can_fail in reach)
+        chances = [conditional_decision(row["values"], self._shape(), pairs_done=row["pairs"],
+                                        higher_is_better=rule.metric != "ttft_s") for row in lasts]
+        if any(chance is None for chance in chances):
+            return False
+        # PASS needs every level, FAIL any one: at most the least likely PASS plus every level's FAIL
+        decide = min(c[0] for c in chances if c) + sum(c[1] for c in chances if c)
+        seq.conditional_power = round(decide, 4)
+        return decide < rule.min_conditional_power
+
+    def _shape(self, max_boot_pairs: int | None = None) -> RuleShape:
+        rule = self.spec.rule
+        judged = rule.levels or self.spec.concurrency
+        return RuleShape(rule.min_mean_change, rule.ci_lower_above, rule.confidence,
+                         max_boot_pairs or self.spec.max_boot_pairs,
+                         fail_levels=len(judged) if rule.fail_levels == "holm" else 1,
+                         wins_needed=rule.wins()[0] if rule.min_wins else None)
 
     def _boot_views(self, candidate: EffectiveLane, control: EffectiveLane, pairs: int | None) -> list[_Boot]:
         """control@j at position 2j, candidate@j at 2j + 1: each candidate boot between two control boots."""
@@ -270,10 +286,10 @@ class SpeedGate(LiveGate):
         return boots
 
     def _look(self, seq: _Sequence, pairs: int) -> None:
-        """One look after ``pairs`` pairs: each level's estimate on the boots measured so far."""
-        rule = self.spec.rule
+        """One look after ``pairs`` pairs: each level's estimate on the boots measured so far; PASS at every
+        judged level, or FAIL at one (Holm over the judged levels with ``fail_levels: holm``)."""
+        rule, judged = self.spec.rule, self.spec.rule.levels or self.spec.concurrency
         seq.looks_made = pairs - 1
-        decisions = []
         for level in self.spec.concurrency:
             counted = [b for b in seq.boots if b.position <= 2 * pairs and f"C{level}" not in seq.excluded.get(b.role, {})]
             values = [BootValues(b.view.key, b.position, b.role.startswith("candidate"), self.per_prompt(b.view, level))
@@ -281,24 +297,46 @@ class SpeedGate(LiveGate):
             values = [v for v in values if v.values]  # a row VOID on a reported-only level: that boot sits out
             drift = _control_drift(values, higher=rule.metric != "ttft_s")
             est = estimate(values, higher_is_better=rule.metric != "ttft_s", confidence=seq.look_confidence)
-            decided = look(est, min_mean_change=rule.min_mean_change, ci_lower_above=rule.ci_lower_above) if est else None
-            if decided and decided.verdict == "PASS" and rule.min_wins:
-                assert est is not None  # for mypy: a look is made on an estimate only
-                need, of = parse_fraction(rule.min_wins)
-                wins = sum(1 for change in est.per_prompt.values() if change > 0)
-                if of != est.prompts or wins < need:
-                    decided = None  # the bar includes the wins: not met yet
-            seq.levels.setdefault(level, []).append({"pairs": pairs, "estimate": est, "look": decided, "drift": drift})
-            if level not in (rule.levels or self.spec.concurrency):
-                continue
-            if drift and rule.max_control_drift is not None and abs(drift["largest"]) > rule.max_control_drift:
+            seq.levels.setdefault(level, []).append({"pairs": pairs, "estimate": est, "look": self._decide(est),
+                                                     "drift": drift, "values": values})
+            if level in judged and drift and rule.max_control_drift is not None \
+                    and abs(drift["largest"]) > rule.max_control_drift:
                 seq.problems.append(f"C{level}: the control moved {drift['largest']:+.1%} from one of its boots to "
                                     f"the next (limit {rule.max_control_drift:.0%}): the environment moved")
-            decisions.append(decided.verdict if decided else None)
+        rows = {level: seq.levels[level][-1] for level in judged}
+        self._share_fail_side(rows, seq.look_confidence)
+        decisions = [row["look"].verdict if row["look"] else None for row in rows.values()]
         if "FAIL" in decisions:
             seq.verdict = Verdict.FAIL
         elif decisions and all(d == "PASS" for d in decisions):
             seq.verdict = Verdict.PASS
+
+    def _decide(self, est: Estimate | None) -> Look | None:
+        rule = self.spec.rule
+        decided = look(est, min_mean_change=rule.min_mean_change, ci_lower_above=rule.ci_lower_above) if est else None
+        if decided and decided.verdict == "PASS" and rule.min_wins:
+            assert est is not None  # for mypy: a look is made on an estimate only
+            need, of = rule.wins()
+            wins = sum(1 for change in est.per_prompt.values() if change > 0)
+            if of != est.prompts or wins < need:
+                decided = None  # the bar includes the wins: not met yet
+        return decided
+
+    def _share_fail_side(self, rows: dict[int, dict[str, Any]], confidence: float) -> None:
+        """A FAIL at any judged level fails the comparison: with ``fail_levels: holm`` the levels share the
+        FAIL side's error rate by Holm's step-down, so a level's own FAIL stands only if Holm rejects it."""
+        rule = self.spec.rule
+        if rule.fail_levels != "holm" or len(rows) < 2:
+            return
+        p = {level: p_below_bar(row["estimate"], rule.min_mean_change) for level, row in rows.items() if row["estimate"]}
+        alpha = (1 - confidence) / 2
+        kept = holm_rejected(p, alpha)
+        for level, row in rows.items():
+            if row["look"] is None or row["look"].verdict != "FAIL":
+                continue
+            share = f"Holm over {len(rows)} judged levels, p {p[level]:.2g} against {alpha:.2g} / {len(rows)} first"
+            row["look"] = (Look("FAIL", f"{row['look'].reason} ({share})") if level in kept
+                           else Look(None, f"undecided: below the bar at this level's own rate, not at its share ({share})"))
 
     def _level_entries(self, result: GateResult, seq: _Sequence, views: dict[str, _LaneView]) -> dict[str, Any]:
         entries = {}
@@ -328,13 +366,14 @@ class SpeedGate(LiveGate):
                 entries[str(level)] = entry
                 continue
             entry["estimate"] = est.as_dict()
-            self._change_metrics(result, tag, est, seq)
-            entry.update(self._level_verdict(tag, est, final["look"], seq, why))
+            entry["power"] = power = self._power(final["values"])
+            self._change_metrics(result, tag, est, seq, power)
+            entry.update(self._level_verdict(tag, est, final["look"], seq, why, power))
             entries[str(level)] = entry
         return entries
 
     def _level_verdict(self, tag: str, est: Estimate, decided: Look | None, seq: _Sequence,
-                       why: str) -> dict[str, str]:
+                       why: str, power: dict[str, Any] | None) -> dict[str, str]:
         rule = self.spec.rule
         wins = sum(1 for change in est.per_prompt.values() if change > 0)
         text = (f"{tag} {rule.metric}: {est.change:+.2%} [{est.confidence:.2%} CI {est.low:+.2%}, {est.high:+.2%}] "
@@ -343,25 +382,60 @@ class SpeedGate(LiveGate):
                 f"{est.se_prompt:.2%}, {est.df:.1f} df), wins {wins}/{est.prompts}; bar: change >= "
                 f"{rule.min_mean_change:+.0%} and CI low > {rule.ci_lower_above:+.0%}")
         if rule.min_wins:
-            need, of = parse_fraction(rule.min_wins)
+            need, of = rule.wins()
             text += f" and wins >= {need}/{of}"
         if decided is not None and decided.verdict:
             return {"verdict": decided.verdict, "reason": f"{text}: {decided.reason}"}
-        detectable = est.detectable()
-        target = max(rule.min_mean_change, rule.ci_lower_above, 0.01)
-        needed = pairs_needed(est, target, seq.looks_made + 1)
-        more = (f"{target:+.0%} needs about {needed} boot pairs in all (max_boot_pairs) or a quieter host"
-                if needed else f"{target:+.0%} is out of reach while the change varies this much from prompt to "
-                               "prompt: more prompts, or a quieter host")
+        held = f" ({decided.reason.split(' (', 1)[1]}" if decided and decided.reason.startswith("undecided:") else ""
         return {"verdict": "INCONCLUSIVE",
-                "reason": f"{text}: undecided; this window could detect >= {detectable:+.1%} with "
-                          f"{POWER:.0%} power at the noise measured; {more}{'; ' + why if why else ''}"
+                "reason": f"{text}: undecided{held}; {self._power_words(power)}{'; ' + why if why else ''}"
                           f"{self._stopped_early(seq)}{self._futility_words(seq)}"}
 
-    @staticmethod
-    def _futility_words(seq: _Sequence) -> str:
+    def _power(self, values: list[BootValues]) -> dict[str, Any] | None:
+        """What this rule decides at the noise these boots measured, by simulating it (power.py): a true change
+        at the bar, none, the smallest passed with 80%, and the pairs a likely change needs."""
+        rule = self.spec.rule
+        noise = fit_noise(values, higher_is_better=rule.metric != "ttft_s")
+        if noise is None:
+            return None
+        shape = self._shape()
+        design = DesignSimulation(noise, shape)
+        est = estimate(values, higher_is_better=rule.metric != "ttft_s", confidence=0.5)
+        if rule.min_mean_change > 0:  # a change like the one seen, or twice the bar
+            target = max(est.change if est else 0.0, 2 * rule.min_mean_change)
+        else:  # a not-worse bar: an unchanged lane
+            target = 0.0 if rule.ci_lower_above < 0 else max(est.change if est else 0.0, 0.05)
+        return {"noise": noise.as_dict(), "max_boot_pairs": shape.max_boot_pairs, "runs": design.runs,
+                "at_bar": design.outcome(rule.min_mean_change).as_dict(), "unchanged": design.outcome(0.0).as_dict(),
+                "passed_with_80": design.change_passed(), "target": round(target, 5),
+                "pairs_for_target": pairs_for(noise, shape, target)}
+
+    def _power_words(self, power: dict[str, Any] | None) -> str:
+        if power is None:
+            return "too few boots to simulate the rule at this noise"
+        rule, noise = self.spec.rule, power["noise"]
+        passed = (f"a true {power['passed_with_80']:+.1%} in {POWER:.0%}" if power["passed_with_80"] is not None
+                  else f"no true change up to +400% in {POWER:.0%}")
+        words = (f"at the noise measured (boot SD {noise['boot_sd']:.1%}, prompt SD {noise['prompt_sd']:.1%}, the "
+                 f"change's SD over prompts {noise['effect_sd']:.1%}) this rule with up to {power['max_boot_pairs']} "
+                 f"boot pairs passes a true {rule.min_mean_change:+.0%} (the bar) in {power['at_bar']['pass_rate']:.0%} of "
+                 f"windows and {passed} (simulated, {power['runs']} windows)")
+        target, pairs = power["target"], power["pairs_for_target"]
+        words += (f"; a true {target:+.1%} passes in {POWER:.0%} with max_boot_pairs {pairs}, or a quieter host"
+                  if pairs else f"; a true {target:+.1%} is out of reach ({POWER:.0%} of windows) within 20 boot "
+                                "pairs at this noise: more prompts, or a quieter host")
+        if rule.min_mean_change > 0:
+            words += ("; the change must reach the bar, so a true change at the bar passes half the time at most: "
+                      "to pass it with 80% power, lower min_mean_change and set ci_lower_above to the margin needed")
+        return words
+
+    def _futility_words(self, seq: _Sequence) -> str:
         if seq.futile is None:
             return ""
+        if seq.conditional_power is not None:
+            return (f"; no more boot pairs after pair {seq.futile}: the remaining pairs would decide in "
+                    f"{seq.conditional_power:.0%} of this window's simulated continuations (under "
+                    f"min_conditional_power {self.spec.rule.min_conditional_power:.0%})")
         return (f"; no more boot pairs after pair {seq.futile}: however small the boot-to-boot noise got, the "
                 "spread of the change from prompt to prompt keeps both the bar and zero inside the CI")
 
@@ -375,7 +449,8 @@ class SpeedGate(LiveGate):
             return ""
         return f"; the window booted no more pairs after pair {stopped['after_pairs']}: {stopped['reason']}"
 
-    def _change_metrics(self, result: GateResult, tag: str, est: Estimate, seq: _Sequence) -> None:
+    def _change_metrics(self, result: GateResult, tag: str, est: Estimate, seq: _Sequence,
+                        power: dict[str, Any] | None) -> None:
         rule = self.spec.rule
         wins = sum(1 for change in est.per_prompt.values() if change > 0)
         boots = f"{est.boots} boots ({est.candidate_boots} candidate)"
@@ -392,9 +467,11 @@ class SpeedGate(LiveGate):
         result.metrics[f"{tag}.prompt_se"] = Metric(value=round(est.se_prompt, 5), unit="log ratio",
                                                     denominator=est.prompts,
                                                     note="how much the change differs from prompt to prompt")
-        result.metrics[f"{tag}.detectable_change"] = Metric(
-            value=round(est.detectable(), 5), unit="fraction", denominator=est.boots,
-            note=f"the smallest true change this look would call with {POWER:.0%} power")
+        if power and power["passed_with_80"] is not None:
+            result.metrics[f"{tag}.detectable_change"] = Metric(
+                value=round(power["passed_with_80"], 5), unit="fraction", denominator=power["runs"],
+                note=f"the smallest true change this rule passes in {POWER:.0%} of windows of up to "
+                     f"{power['max_boot_pairs']} pairs at the noise measured (simulated windows)")
         result.metrics[f"{tag}.boot_pairs"] = Metric(value=seq.looks_made + 1, unit="pairs",
                                                      denominator=self.spec.max_boot_pairs)
         result.metrics[f"{tag}.wins"] = Metric(value=wins, unit="prompts", denominator=est.prompts,

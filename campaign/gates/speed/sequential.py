@@ -22,23 +22,23 @@ with PASS or FAIL, or stop pairing when no number of pairs could decide (``reach
 varies so much from prompt to prompt that the bar and zero stay inside the CI however small the boot
 term gets; it ends INCONCLUSIVE, saying so). Each look uses a Bonferroni share of the error rate (``1 - confidence`` over the looks
 that ``max_boot_pairs`` allows), so the chance of a false PASS over every look together stays at most
-``1 - confidence`` whatever the stopping. benchmarks/speed_power.py measures both error rates.
+``1 - confidence`` whatever the stopping. With several judged levels, PASS needs every level (an
+intersection: no share needed) and FAIL any one, so the FAIL side is shared by Holm's step-down over the
+levels (``holm_rejected``). What the rule decides at a given true change, and the futility stop by
+conditional power, are simulated in power.py; benchmarks/speed_power.py measures both error rates.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["BootValues", "Estimate", "Look", "estimate", "look", "look_confidence", "looks_allowed", "pairs_needed",
-           "reachable"]
-
-POWER = 0.8  # the power the minimum detectable effect is stated at
-
+__all__ = ["BootValues", "Estimate", "Look", "estimate", "holm_rejected", "look", "look_confidence", "looks_allowed",
+           "p_below_bar", "reachable"]
 
 @dataclass(frozen=True)
 class BootValues:
@@ -70,11 +70,6 @@ class Estimate:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
-
-    def detectable(self, power: float = POWER) -> float:
-        """The smallest true change this look would call (CI low above zero) with ``power``."""
-        t_alpha = sps.t.ppf(1 - (1 - self.confidence) / 2, self.df)
-        return math.expm1((t_alpha + sps.t.ppf(power, self.df)) * self.se)
 
 
 def looks_allowed(max_boot_pairs: int) -> int:
@@ -157,13 +152,21 @@ def reachable(est: Estimate, *, min_mean_change: float, ci_lower_above: float) -
     return (est.log_change >= bar and est.log_change - floor > low), est.log_change + floor < bar
 
 
-def pairs_needed(est: Estimate, target: float, pairs: int, power: float = POWER) -> int | None:
-    """About how many pairs in all would detect ``target`` at this noise (the boot term shrinks with
-    pairs, the prompt term does not); None when no number of pairs would."""
-    if target <= 0:
-        return None
-    z = sps.norm.ppf(1 - (1 - est.confidence) / 2) + sps.norm.ppf(power)
-    room = (math.log1p(target) / z) ** 2 - est.se_prompt ** 2
-    if room <= 0:
-        return None
-    return max(pairs + 1, math.ceil(pairs * est.se_boot ** 2 / room))
+def p_below_bar(est: Estimate, min_mean_change: float) -> float:
+    """One-sided p of "the change is at least the bar": small when even the CI's high end is below it. A look
+    FAILs a level alone at p < (1 - look confidence) / 2, which is the CI's high end below the bar."""
+    if est.se <= 0:
+        return 0.0 if est.log_change < math.log1p(min_mean_change) else 1.0
+    return float(sps.t.cdf((est.log_change - math.log1p(min_mean_change)) / est.se, est.df))
+
+
+def holm_rejected(p_values: Mapping[Any, float], alpha: float) -> set[Any]:
+    """Holm's step-down: the smallest p against alpha / m, the next against alpha / (m - 1), ..., stopping at
+    the first that misses. The chance of any false rejection stays at most alpha over the m hypotheses."""
+    rejected: set[Any] = set()
+    ordered = sorted(p_values.items(), key=lambda item: item[1])
+    for rank, (key, p) in enumerate(ordered):
+        if p > alpha / (len(ordered) - rank):
+            break
+        rejected.add(key)
+    return rejected

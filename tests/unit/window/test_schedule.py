@@ -21,7 +21,7 @@ BODY = speed_contract("""\
       set: {args: {--seed: "1"}}
     """, """\
     - {kind: greedy, input: p, repeats: 2, rule: {self_identical: "6/6"}}
-    - {kind: speed, input: p, concurrency: [1, 2], max_tokens: 16, reps: 2, max_boot_pairs: 3}
+    - {kind: speed, input: p, concurrency: [1, 2], max_tokens: 16, reps: 2, max_boot_pairs: 3, rule: {futility: none}}
     """, name="t-schedule")
 
 

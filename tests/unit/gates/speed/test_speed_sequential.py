@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from campaign.gates.speed.sequential import (BootValues, estimate, look, look_confidence, looks_allowed,
-                                             pairs_needed, reachable)
+from campaign.gates.speed.sequential import (BootValues, estimate, holm_rejected, look, look_confidence,
+                                             looks_allowed, p_below_bar, reachable)
 
 PROMPTS = [f"p{i}" for i in range(6)]
 
@@ -81,10 +81,37 @@ def test_a_large_change_is_found_in_most_runs() -> None:
     assert counts["PASS"] / 200 >= 0.8, counts
 
 
-def test_pairs_needed_grows_as_the_target_shrinks() -> None:
-    est = estimate(boots(0.02, 3, rng=np.random.default_rng(5), boot_sd=0.04), higher_is_better=True,
+def test_holm_shares_the_fail_side_over_levels() -> None:
+    # two levels each below the bar at p 0.02: alone each FAILs at 0.025, shared neither does (0.0125 first)
+    assert holm_rejected({1: 0.02, 4: 0.02}, 0.025) == set()
+    assert holm_rejected({1: 0.01, 4: 0.02}, 0.025) == {1, 4}  # 0.01 <= 0.0125, then 0.02 <= 0.025
+    assert holm_rejected({1: 0.01, 4: 0.2}, 0.025) == {1}
+    assert holm_rejected({1: 0.02}, 0.025) == {1}
+
+
+def test_p_below_bar_agrees_with_the_ci_high_end() -> None:
+    est = estimate(boots(0.0, 3, rng=np.random.default_rng(5), boot_sd=0.01), higher_is_better=True,
                    confidence=0.95)
-    assert pairs_needed(est, 0.05, 3) > pairs_needed(est, 0.25, 3) >= 4
+    assert est.high < 0.05  # the CI's high end under the bar: FAIL alone at 2.5% one-sided
+    assert p_below_bar(est, 0.05) < 0.025
+    assert p_below_bar(est, est.high) == pytest.approx(0.025, abs=1e-6)  # the bar at the CI's end: p is its tail
+
+
+def test_a_fail_at_one_of_two_levels_keeps_the_stated_rate_only_when_shared() -> None:
+    """Two independent A/A levels at a 0% bar: FAIL at either is a false FAIL. Alone each level holds its
+    2.5%; any-of-two doubles it; Holm's share brings it back."""
+    rng = np.random.default_rng(11)
+    runs, alpha, each, shared = 2000, 0.025, 0, 0
+    for _ in range(runs):
+        p = {}
+        for level in (1, 4):
+            est = estimate(boots(0.0, 3, rng=rng, boot_sd=0.03, prompt_sd=0.02), higher_is_better=True,
+                           confidence=0.95)
+            p[level] = p_below_bar(est, 0.0)
+        each += any(v <= alpha for v in p.values())
+        shared += bool(holm_rejected(p, alpha))
+    assert each / runs > 0.035, each  # about 5%: twice the stated rate
+    assert shared / runs <= 0.025 + 0.011, shared  # nominal plus 3 binomial SEs
 
 
 def _with_per_prompt_change(changes: list[float], pairs: int, boot_sd: float = 0.01) -> list[BootValues]:
