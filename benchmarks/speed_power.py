@@ -40,11 +40,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from campaign.gates.common.stats import paired_bootstrap_ci  # noqa: E402
+from campaign.gates.speed.power import DesignSimulation, Noise, RuleShape, conditional_decision  # noqa: E402
 from campaign.gates.speed.sequential import BootValues, estimate, look, look_confidence, reachable  # noqa: E402
 
 EFFECTS = (0.0, 0.05, 0.10, 0.25)
@@ -70,7 +69,7 @@ def levels_from_bundles(paths: list[Path]) -> list[dict]:
                 if len(roles) < 3 or len(table) < 2:
                     continue
                 found.append({"bundle": path.name, "gate": result.parent.name, "level": level,
-                              "boots": [list(boot) for boot in zip(*table)]})
+                              "boots": [list(boot) for boot in zip(*table, strict=True)]})
     return found
 
 
@@ -110,33 +109,46 @@ def simulate_window(rng: np.random.Generator, effect: float, positions: int, pro
     return y
 
 
-def old_design(rng: np.random.Generator, effect: float, prompts: int, noise: dict, bar: float) -> str:
-    # the old window's order: control, candidate, control again, control a third time
-    y = simulate_window(rng, effect, 4, prompts, noise)
-    controls, candidate = np.exp(y[[0, 2, 3]]), np.exp(y[1])
-    baseline = controls.mean(axis=0)
-    ci = paired_bootstrap_ci(list(baseline), list(candidate), relative=True, confidence=0.95, resamples=1000,
-                             seed=int(rng.integers(1 << 31)))
-    effects = [float(np.mean(c / baseline - 1)) for c in controls]
-    half = float(sps.t.ppf(0.975, 2)) * statistics.stdev(effects) * math.sqrt(1 + 1 / 3)
-    low = ci.mean - math.hypot(ci.mean - ci.low, half)
-    return "PASS" if ci.mean >= bar and low > 0 else "FAIL"
-
-
-def new_design(rng: np.random.Generator, effect: float, prompts: int, noise: dict, bar: float,
-               max_pairs: int, futility: bool = True) -> tuple[str, int]:
-    y = simulate_window(rng, effect, 2 * max_pairs + 1, prompts, noise)
-    confidence = look_confidence(0.95, max_pairs)
+def replay(rng: np.random.Generator, effect: float, noise: dict, rule: RuleShape, futility: str,
+           min_power: float = 0.10) -> tuple[str, int]:
+    """One window through the gate's own functions: looks after pair 2, 3, ... with the Bonferroni share,
+    stopping at the first decision, or for futility (``reach``: no number of pairs could decide;
+    ``conditional_power``: the remaining pairs would decide in under ``min_power`` of continuations)."""
+    prompts = rule_prompts(noise)
+    y = simulate_window(rng, effect, 2 * rule.max_boot_pairs + 1, prompts, noise)
+    confidence = look_confidence(rule.confidence, rule.max_boot_pairs)
     ids = [f"p{i}" for i in range(prompts)]
-    boots = [BootValues(f"b{k}", k, k % 2 == 1, dict(zip(ids, np.exp(y[k])))) for k in range(len(y))]
-    for pairs in range(2, max_pairs + 1):
-        est = estimate(boots[:2 * pairs + 1], higher_is_better=True, confidence=confidence)
-        decided = look(est, min_mean_change=bar, ci_lower_above=0.0)
+    boots = [BootValues(f"b{k}", k, k % 2 == 1, dict(zip(ids, np.exp(y[k]), strict=True))) for k in range(len(y))]
+    for pairs in range(2, rule.max_boot_pairs + 1):
+        seen = boots[:2 * pairs + 1]
+        est = estimate(seen, higher_is_better=True, confidence=confidence)
+        decided = look(est, min_mean_change=rule.min_mean_change, ci_lower_above=rule.ci_lower_above)
         if decided.verdict:
-            return decided.verdict, 2 * pairs + 1
-        if futility and not any(reachable(est, min_mean_change=bar, ci_lower_above=0.0)):
-            return "INCONCLUSIVE", 2 * pairs + 1  # the gate boots no more pairs: none could decide
-    return "INCONCLUSIVE", 2 * max_pairs + 1
+            return decided.verdict, pairs
+        if pairs == rule.max_boot_pairs:
+            break
+        if futility == "reach" and not any(reachable(est, min_mean_change=rule.min_mean_change,
+                                                     ci_lower_above=rule.ci_lower_above)):
+            return "INCONCLUSIVE", pairs
+        if futility == "conditional_power":
+            chance = conditional_decision(seen, rule, pairs_done=pairs, higher_is_better=True)
+            if chance is not None and sum(chance) < min_power:
+                return "INCONCLUSIVE", pairs
+    return "INCONCLUSIVE", rule.max_boot_pairs
+
+
+def rule_prompts(noise: dict) -> int:
+    return int(noise["prompts"])
+
+
+def rates(results: list[tuple[str, int]]) -> dict[str, float]:
+    verdicts = [v for v, _ in results]
+    return {**{k: verdicts.count(k) / len(results) for k in ("PASS", "FAIL", "INCONCLUSIVE")},
+            "pairs": statistics.fmean(p for _, p in results)}
+
+
+def minutes(pairs: float, boot_seconds: float) -> float:
+    return (2 * pairs + 1) * boot_seconds / 60
 
 
 def main() -> None:
@@ -148,21 +160,57 @@ def main() -> None:
     parser.add_argument("--assume-noise", action="store_true",
                         help="simulate a made-up noise (boot SD 0.04, prompt SD 0.03, or --boot-sd/--prompt-sd) "
                              "when no measured figures are there")
-    parser.add_argument("--runs", type=int, default=4000, help="windows simulated per cell (the README's: 4000)")
+    parser.add_argument("--runs", type=int, default=2000, help="windows replayed per cell (the README's: 2000)")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-pairs", type=int, default=4)
+    parser.add_argument("--boot-seconds", type=float, default=BOOT_SECONDS,
+                        help="one boot of the demo's speed gate, measured (benchmarks/speed_windows.py)")
     parser.add_argument("--boot-sd", type=float, help="override the measured boot-to-boot SD (log)")
     parser.add_argument("--prompt-sd", type=float, help="override the measured prompt SD (log)")
     parser.add_argument("--effect-sd", type=float, default=0.0,
                         help="how much the true change varies from prompt to prompt (log SD)")
-    parser.add_argument("--no-futility", action="store_true", help="the new design without its futility stop")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    noise = read_noise(args)
+    rng = np.random.default_rng(args.seed)
+    rules = {"the demo's: change >= +5%, CI low > 0": RuleShape(0.05, 0.0, 0.95, args.max_pairs),
+             "faster at all: change >= +2%, CI low > 0": RuleShape(0.02, 0.0, 0.95, args.max_pairs),
+             "not worse: change >= -3%, CI low > -3%": RuleShape(-0.03, -0.03, 0.95, args.max_pairs)}
+    sim_noise = Noise(noise["boot_sd"], noise["prompt_sd"], noise["effect_sd"], args.prompts)
+    worst = 0.0
+    for title, rule in rules.items():
+        print(f"\nrule: {title}; up to {rule.max_boot_pairs} pairs; futility: none / reach / conditional power "
+              f"(< 10%); the gate's statement (simulated, no futility); minutes at {args.boot_seconds:.0f} s a boot")
+        print(f"{'true change':>11} | {'PASS':>6} {'FAIL':>6} {'INC':>6} {'pairs':>5} {'min':>5} | "
+              f"{'reach PASS':>10} {'FAIL':>6} {'pairs':>5} | {'CP PASS':>7} {'FAIL':>6} {'pairs':>5} {'min':>5} | "
+              f"{'stated PASS':>11} {'FAIL':>6}")
+        design = DesignSimulation(sim_noise, rule, runs=4000)
+        for effect in EFFECTS:
+            cells = {f: rates([replay(rng, effect, noise, rule, f) for _ in range(args.runs)])
+                     for f in ("none", "reach", "conditional_power")}
+            stated = design.outcome(effect)
+            none, reach, cp = cells["none"], cells["reach"], cells["conditional_power"]
+            worst = max(worst, abs(stated.pass_rate - none["PASS"]), abs(stated.fail_rate - none["FAIL"]))
+            print(f"{effect:>+11.0%} | {none['PASS']:>6.1%} {none['FAIL']:>6.1%} {none['INCONCLUSIVE']:>6.1%} "
+                  f"{none['pairs']:>5.2f} {minutes(none['pairs'], args.boot_seconds):>5.1f} | "
+                  f"{reach['PASS']:>10.1%} {reach['FAIL']:>6.1%} {reach['pairs']:>5.2f} | "
+                  f"{cp['PASS']:>7.1%} {cp['FAIL']:>6.1%} {cp['pairs']:>5.2f} {minutes(cp['pairs'], args.boot_seconds):>5.1f} | "
+                  f"{stated.pass_rate:>11.1%} {stated.fail_rate:>6.1%}")
+        passed = design.change_passed()
+        print(f"  the smallest true change this rule passes in 80% of windows: "
+              f"{'out of reach' if passed is None else f'{passed:+.1%}'}")
+    print(f"\nthe gate's statements against the replay (no futility): at most {100 * worst:.1f} points apart")
+
+
+BOOT_SECONDS = 30.0
+
+
+def read_noise(args: argparse.Namespace) -> dict:
     if args.bundle:
         levels, source = levels_from_bundles(args.bundle), f"{len(args.bundle)} bundle(s) given"
         if args.extract:
             _write_data(levels, args.bundle, args.machine)
-            return
+            sys.exit(0)
     elif DATA.exists():
         data = json.loads(DATA.read_text())
         levels, source = data["levels"], f"{DATA.name} ({data['provenance']['summary']})"
@@ -178,24 +226,12 @@ def main() -> None:
     noise["boot_sd"] = args.boot_sd if args.boot_sd is not None else noise["boot_sd"]
     noise["prompt_sd"] = args.prompt_sd if args.prompt_sd is not None else noise["prompt_sd"]
     noise["effect_sd"] = args.effect_sd
+    noise["prompts"] = args.prompts
     print(f"noise: boot-to-boot SD {noise['boot_sd']:.3f}, prompt SD {noise['prompt_sd']:.3f}, drift "
           f"{noise['drift']:+.4f} per position (log), from {noise['levels']} level(s) of {source}; "
           f"the change's own SD over prompts {noise['effect_sd']:.3f}; "
           f"{args.prompts} prompts, {args.runs} windows per cell")
-    rng = np.random.default_rng(args.seed)
-    for bar in (0.05, 0.0):
-        print(f"\nbar: change >= {bar:+.0%} and CI low > 0")
-        print(f"{'true change':>12} | {'old PASS':>9} {'old not met':>11} {'boots':>5} | "
-              f"{'new PASS':>9} {'new FAIL':>9} {'new INCONCL':>11} {'boots':>6}")
-        for effect in EFFECTS:
-            old = [old_design(rng, effect, args.prompts, noise, bar) for _ in range(args.runs)]
-            new = [new_design(rng, effect, args.prompts, noise, bar, args.max_pairs, not args.no_futility)
-                   for _ in range(args.runs)]
-            verdicts = [v for v, _ in new]
-            rate = {k: verdicts.count(k) / args.runs for k in ("PASS", "FAIL", "INCONCLUSIVE")}
-            print(f"{effect:>+12.0%} | {old.count('PASS') / args.runs:>9.1%} {old.count('FAIL') / args.runs:>11.1%} "
-                  f"{4:>5} | {rate['PASS']:>9.1%} {rate['FAIL']:>9.1%} {rate['INCONCLUSIVE']:>11.1%} "
-                  f"{statistics.fmean(b for _, b in new):>6.1f}")
+    return noise
 
 
 def _write_data(levels: list[dict], bundles: list[Path], machine: str) -> None:

@@ -443,6 +443,12 @@ class SpeedRule(StrictModel):
         20.0, gt=0.0, description="How late (99th percentile) the client's event loop may wake up during a rep; "
                                   "later means arrivals waited to be timed, so the client was the bottleneck "
                                   "(VOID). Null disables it.")
+    host_quiet_wait_s: float = Field(
+        30.0, ge=0.0, le=600.0, description="Seconds a row that other processes voided waits, before its re-run, "
+                                            "for a second in which they use no more than max_host_busy (bounded; "
+                                            "recorded, and said in the result). 0: re-run at once (tools before "
+                                            "0.3). Local process lanes only, where the lane's CPU is read.",
+        json_schema_extra=_SINCE_0_3)
     fail_levels: Literal["holm", "each"] = Field(
         "holm", description="A FAIL at any judged level fails the comparison. 'holm': the levels share the FAIL "
                             "side's error rate (Holm's step-down over each level's one-sided p), so the stated "

@@ -63,6 +63,7 @@ _POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include oth
 class _LaneView:
     key: str  # visit key: the lane name, or <lane>@rerun1
     rows: dict[tuple[int, str], list[RowResult]]
+    waits: list[dict[str, Any]] = field(default_factory=list)  # host_wait records: re-runs held for a quiet host
 
     def chosen(self, row: tuple[int, str]) -> RowResult | None:
         return next((r for r in self.rows.get(row, []) if r.valid), None)
@@ -157,7 +158,7 @@ class SpeedGate(LiveGate):
             per_rep = len(rep_order(classes.get(key[1], []), key[0]))
             rows[key] = [evaluate_row(a, per_rep=per_rep, reps=self.spec.reps, max_tokens=self.spec.max_tokens,
                                       facts=facts, rule=self.spec.rule, summarize=summarize) for a in attempts]
-        return _LaneView(key=visit_key, rows=rows)
+        return _LaneView(key=visit_key, rows=rows, waits=[r for r in records if r.get("kind") == "host_wait"])
 
     def _value(self, stats: StreamStats) -> float | None:
         return getattr(stats, self.spec.rule.metric)
@@ -181,6 +182,11 @@ class SpeedGate(LiveGate):
         seq = self.sequence(candidate, control)
         views = {boot.role: boot.view for boot in seq.boots}
         result.caveats += seq.caveats
+        result.caveats += [f"{view.key} C{w['level']}/{w['class']}: before re-run {w['attempt']} waited {w['waited_s']:g} s "
+                           f"for the host to quiet: " + ("it did" if w.get("quiet") else
+                                                         f"it did not within {w['limit_s']:g} s (other processes "
+                                                         f"{(w.get('other_shares') or [0])[-1]:.0%} at the end)")
+                           for view in views.values() for w in view.waits]
         unchecked = sorted({role for role, view in views.items() for attempts in view.rows.values()
                             for row in attempts for rep in row.rep_rows if rep["host_other_share"] is None})
         if unchecked and self.spec.rule.max_host_busy is not None:
@@ -191,7 +197,11 @@ class SpeedGate(LiveGate):
                                                 for b in seq.boots],
                                       "pairs": seq.pairs, "max_boot_pairs": self.spec.max_boot_pairs,
                                       "looks": seq.looks_made, "stopped_at_pairs": seq.stop,
-                                      "look_confidence": seq.look_confidence, "excluded": seq.excluded}
+                                      "look_confidence": seq.look_confidence, "excluded": seq.excluded,
+                                      # the limits this judgement applied, as the rule resolved them
+                                      "max_control_drift": self.spec.rule.max_control_drift,
+                                      "fail_levels": self.spec.rule.fail_levels, "futility": self.spec.rule.futility,
+                                      "conditional_power": seq.conditional_power}
         result.details["rows"] = self._row_details(views)
         result.details["engine"] = {role: self._engine_totals(view) for role, view in views.items()}
         self._engine_metrics(result)

@@ -26,7 +26,7 @@ from campaign.fsutil import JsonlAppender, jsonl_line
 from campaign.gates.common.inputs import Prompt
 from campaign.gates.common.stats import percentile
 from campaign.gates.common.streams import StreamFacts, streamed_text
-from campaign.gates.speed.rows import RowAttempt, RowResult, evaluate_row
+from campaign.gates.speed.rows import BUSY_HOST, RowAttempt, RowResult, evaluate_row
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import parse_prometheus
@@ -156,6 +156,8 @@ class SpeedMeasurement:
         results = self.results.setdefault((level, cls), [])
         for attempt in range(self.spec.rule.max_reruns + 1):
             if attempt:
+                if any(BUSY_HOST in reason for reason in results[-1].reasons):
+                    await self._wait_for_quiet(level, cls, attempt)
                 await self._warm_wave(level, cls, "rewarm", attempt)
             row = RowAttempt(level=level, cls=cls, attempt=attempt)
             row.metrics["before"] = await self._scrape(level, cls, attempt, "before")
@@ -173,6 +175,28 @@ class SpeedMeasurement:
             results.append(result)
             if result.valid:
                 return
+
+    async def _wait_for_quiet(self, level: int, cls: str, attempt: int) -> None:
+        """Before re-running a row other processes voided: wait, at most ``host_quiet_wait_s`` seconds, for a
+        second in which they use no more than ``max_host_busy`` of the host (the lane idles meanwhile; this
+        runner's own CPU is not theirs). The wait and each second's share are recorded: the judge says it."""
+        rule = self.spec.rule
+        if rule.max_host_busy is None or not rule.host_quiet_wait_s or self.lane_cpu is None:
+            return
+        started, shares = time.monotonic(), []
+        while time.monotonic() - started < rule.host_quiet_wait_s:
+            before = (host_busy_seconds(), self.lane_cpu(), time.process_time(), time.perf_counter())
+            await asyncio.sleep(1.0)
+            after = (host_busy_seconds(), self.lane_cpu(), time.process_time(), time.perf_counter())
+            if any(v is None for v in (*before, *after)):
+                return  # the host or the lane cannot be read now: the re-run goes on as before
+            host, lane, own, span = (b - a for a, b in zip(before, after, strict=True))  # type: ignore[operator]
+            shares.append(round(max(0.0, host - lane - own) / (span * (os.cpu_count() or 1)), 3))
+            if shares[-1] <= rule.max_host_busy:
+                break
+        self._sink.put({"kind": "host_wait", "level": level, "class": cls, "attempt": attempt,
+                        "waited_s": round(time.monotonic() - started, 1), "limit_s": rule.host_quiet_wait_s,
+                        "quiet": bool(shares) and shares[-1] <= rule.max_host_busy, "other_shares": shares[-30:]})
 
     async def _rep(self, row: RowAttempt, rep: int) -> None:
         queue = rep_order(self.classes[row.cls], row.level)

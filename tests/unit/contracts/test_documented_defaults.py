@@ -74,3 +74,18 @@ def test_a_stated_default_is_the_schema_default(doc: str, field: str, value: str
     stated = _value(value, field)
     assert any(stated == (round(d, 6) if isinstance(d, float) else d) for d in defaults), \
         f"{doc} says `{field}` defaults to {value}; the schema's default is {sorted(map(str, defaults))}"
+
+
+def test_the_readmes_speed_rule_example_is_the_schemas_defaults() -> None:
+    """The README's speed gate example says every rule value in it is the default: one number for each (a 10%
+    control-drift limit there once disagreed with the schema's 25%)."""
+    import yaml
+
+    from campaign.contracts.gatespecs import SpeedRule
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## The speed gate", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    rule = yaml.safe_load(block)[0]["rule"]
+    defaults = SpeedRule()
+    assert len(rule) >= 10
+    assert {k: v for k, v in rule.items() if getattr(defaults, k) != v} == {}

@@ -3,6 +3,7 @@ other defaults refuses to judge it by them unless told to, naming each field wit
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -142,3 +143,29 @@ def test_a_field_added_since_at_the_default_that_does_what_the_tool_did_is_no_ch
     assert tool_default_changes(frozen, moved) == [
         'gates[teacher_forced].rule.instrument: frozen (no such field), this tool "scoring"',
         "lanes[spec].aa: frozen (no such field), this tool true"]
+
+
+def test_speed_rules_added_since_judge_a_recorded_contract_as_its_tool_did(tmp_path: Path) -> None:
+    """0.3.0 shares the FAIL side over levels (Holm), stops pairing by conditional power and waits for a busy host
+    to quiet before a re-run. Rules recorded before have none of these fields: run names them as changed defaults, and a bundle is judged again by what its
+    tool did (each level at the full rate, the reach test), not by this tool's defaults; also where the gate's
+    whole rule was left to defaults (rebuilt from the record)."""
+    from campaign.contracts.effective import effective_contract, with_rules
+    from campaign.contracts.freeze import tool_default_changes
+    from tests.support.speedrecords import load_gates, speed_contract
+
+    written = "{kind: speed, input: p, rule: {max_spread: 0.2}}"
+    for gate in (written, "{kind: speed, input: p}"):
+        loaded, _ = load_gates(tmp_path / str(len(gate)), speed_contract("- {name: base, role: control}", f"- {gate}"))
+        current = effective_contract(loaded)
+        rules = json.loads(json.dumps(current))
+        for name in ("fail_levels", "futility", "min_conditional_power", "host_quiet_wait_s"):
+            rules["gates"][0]["rule"].pop(name)
+        rule = with_rules(loaded, rules, tmp_path / "record").contract.gates[0].rule
+        assert (rule.fail_levels, rule.futility, rule.min_conditional_power, rule.host_quiet_wait_s) == (
+            "each", "reach", 0.10, 0.0)
+        assert loaded.contract.gates[0].rule.futility == "conditional_power"  # the loaded contract untouched
+        assert tool_default_changes(rules, current) == [
+            'gates[speed].rule.fail_levels: frozen (no such field), this tool "holm"',
+            'gates[speed].rule.futility: frozen (no such field), this tool "conditional_power"',
+            "gates[speed].rule.host_quiet_wait_s: frozen (no such field), this tool 30.0"]
