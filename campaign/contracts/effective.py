@@ -38,7 +38,7 @@ LANE_TOOL_DEFAULTS = "lane_tool_defaults"
 # before them. A frozen record without one is judged with that value (never this tool's default), and it is a
 # change of the frozen rules only where this tool's default differs from it.
 ADDED_AS_BEFORE: dict[str, Any] = {"aa": False, "instrument": "generation", "fail_levels": "each",
-                                   "futility": "reach", "min_conditional_power": 0.10, "host_quiet_wait_s": 0.0}
+                                   "futility": "reach", "min_conditional_power": 0.05, "host_quiet_wait_s": 0.0}
 
 
 def effective_contract(loaded: LoadedContract) -> dict[str, Any]:

@@ -465,7 +465,7 @@ class SpeedRule(StrictModel):
                                          "INCONCLUSIVE, so the error rates stand.",
         json_schema_extra=_SINCE_0_3)
     min_conditional_power: float = Field(
-        0.10, ge=0.0, lt=1.0, description="With futility 'conditional_power': the chance of a decision in the "
+        0.05, ge=0.0, lt=1.0, description="With futility 'conditional_power': the chance of a decision in the "
                                           "remaining pairs under which the window boots no more pairs for this "
                                           "comparison.", json_schema_extra=_SINCE_0_3)
 

@@ -163,7 +163,7 @@ def test_speed_rules_added_since_judge_a_recorded_contract_as_its_tool_did(tmp_p
             rules["gates"][0]["rule"].pop(name)
         rule = with_rules(loaded, rules, tmp_path / "record").contract.gates[0].rule
         assert (rule.fail_levels, rule.futility, rule.min_conditional_power, rule.host_quiet_wait_s) == (
-            "each", "reach", 0.10, 0.0)
+            "each", "reach", 0.05, 0.0)
         assert loaded.contract.gates[0].rule.futility == "conditional_power"  # the loaded contract untouched
         assert tool_default_changes(rules, current) == [
             'gates[speed].rule.fail_levels: frozen (no such field), this tool "holm"',

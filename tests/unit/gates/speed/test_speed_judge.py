@@ -122,7 +122,7 @@ def test_a_change_that_varies_by_prompt_beyond_any_pairs_reach_stops_pairing(tmp
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
     assert "no more boot pairs after pair 2: the remaining pairs would decide in 0% of this window's simulated " \
-           "continuations (under min_conditional_power 10%)" in result.reasons[0]
+           "continuations (under min_conditional_power 5%)" in result.reasons[0]
     assert "is out of reach (80% of windows) within 20 boot pairs at this noise: more prompts" in result.reasons[0]
     # the rule of tools before 0.3 (a frozen contract of that time reads as it): the same stop, its own words
     gate, cand, ctrl = make_gate(tmp_path / "reach", rule="{futility: reach}", pairs=4)
