@@ -435,8 +435,9 @@ class SpeedGate(LiveGate):
                   if pairs else f"; a true {target:+.1%} is out of reach ({POWER:.0%} of windows) within 20 boot "
                                 "pairs at this noise: more prompts, or a quieter host")
         if rule.min_mean_change > 0:
-            words += ("; the change must reach the bar, so a true change at the bar passes half the time at most: "
-                      "to pass it with 80% power, lower min_mean_change and set ci_lower_above to the margin needed")
+            words += ("; the estimate must reach the bar at a look (a true change at the bar passes about half the "
+                      "time with one look): to pass it with 80% power, lower min_mean_change and keep ci_lower_above "
+                      "where the claim is")
         return words
 
     def _futility_words(self, seq: _Sequence) -> str:
