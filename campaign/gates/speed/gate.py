@@ -249,7 +249,9 @@ class SpeedGate(LiveGate):
             if seq.verdict is not None or seq.problems:
                 seq.stop = k
                 break
-            if self._futile(seq):
+            # live, before booting another pair; judged again, at the last pair measured only (a live stop
+            # leaves no later boots, and boots measured under other rules are never thrown away)
+            if k == seq.pairs and k < self.spec.max_boot_pairs and self._futile(seq):
                 seq.futile = k
                 break
         return seq
@@ -266,7 +268,7 @@ class SpeedGate(LiveGate):
             reach = [reachable(row["estimate"], min_mean_change=rule.min_mean_change,
                                ci_lower_above=rule.ci_lower_above) for row in lasts]
             return not all(can_pass for can_pass, _ in reach) and not any(can_fail for _, can_fail in reach)
-        chances = [conditional_decision(row["values"], self._shape(), pairs_done=row["pairs"],
+        chances = [conditional_decision(row["values"], self._shape(row["estimate"].prompts), pairs_done=row["pairs"],
                                         higher_is_better=rule.metric != "ttft_s") for row in lasts]
         if any(chance is None for chance in chances):
             return False
@@ -275,13 +277,15 @@ class SpeedGate(LiveGate):
         seq.conditional_power = round(decide, 4)
         return decide < rule.min_conditional_power
 
-    def _shape(self, max_boot_pairs: int | None = None) -> RuleShape:
+    def _shape(self, prompts: int) -> RuleShape:
+        """The rule as power.py simulates it, for a level of ``prompts`` counted prompts: wins over another
+        number of prompts than counted can never be met (the look says so), so none are enough there."""
         rule = self.spec.rule
         judged = rule.levels or self.spec.concurrency
-        return RuleShape(rule.min_mean_change, rule.ci_lower_above, rule.confidence,
-                         max_boot_pairs or self.spec.max_boot_pairs,
+        need, of = rule.wins()
+        return RuleShape(rule.min_mean_change, rule.ci_lower_above, rule.confidence, self.spec.max_boot_pairs,
                          fail_levels=len(judged) if rule.fail_levels == "holm" else 1,
-                         wins_needed=rule.wins()[0] if rule.min_wins else None)
+                         wins_needed=(need if of == prompts else prompts + 1) if rule.min_wins else None)
 
     def _boot_views(self, candidate: EffectiveLane, control: EffectiveLane, pairs: int | None) -> list[_Boot]:
         """control@j at position 2j, candidate@j at 2j + 1: each candidate boot between two control boots."""
@@ -338,7 +342,9 @@ class SpeedGate(LiveGate):
         rule = self.spec.rule
         if rule.fail_levels != "holm" or len(rows) < 2:
             return
-        p = {level: p_below_bar(row["estimate"], rule.min_mean_change) for level, row in rows.items() if row["estimate"]}
+        # a level without an estimate is a hypothesis not rejected (p 1): it still counts in Holm's m
+        p = {level: p_below_bar(row["estimate"], rule.min_mean_change) if row["estimate"] else 1.0
+             for level, row in rows.items()}
         alpha = (1 - confidence) / 2
         kept = holm_rejected(p, alpha)
         for level, row in rows.items():
@@ -408,7 +414,7 @@ class SpeedGate(LiveGate):
         noise = fit_noise(values, higher_is_better=rule.metric != "ttft_s")
         if noise is None:
             return None
-        shape = self._shape()
+        shape = self._shape(noise.prompts)
         design = DesignSimulation(noise, shape)
         est = estimate(values, higher_is_better=rule.metric != "ttft_s", confidence=0.5)
         if rule.min_mean_change > 0:  # a change like the one seen, or twice the bar
@@ -428,8 +434,9 @@ class SpeedGate(LiveGate):
                   else f"no true change up to +400% in {POWER:.0%}")
         words = (f"at the noise measured (boot SD {noise['boot_sd']:.1%}, prompt SD {noise['prompt_sd']:.1%}, the "
                  f"change's SD over prompts {noise['effect_sd']:.1%}) this rule with up to {power['max_boot_pairs']} "
-                 f"boot pairs passes a true {rule.min_mean_change:+.0%} (the bar) in {power['at_bar']['pass_rate']:.0%} of "
-                 f"windows and {passed} (simulated, {power['runs']} windows)")
+                 f"boot pairs passes, at this level, a true {rule.min_mean_change:+.0%} (the bar) in "
+                 f"{power['at_bar']['pass_rate']:.0%} of windows and {passed} (simulated, {power['runs']} windows, "
+                 "without the futility stop)")
         target, pairs = power["target"], power["pairs_for_target"]
         words += (f"; a true {target:+.1%} passes in {POWER:.0%} with max_boot_pairs {pairs}, or a quieter host"
                   if pairs else f"; a true {target:+.1%} is out of reach ({POWER:.0%} of windows) within 20 boot "

@@ -120,7 +120,9 @@ def _thresholds(fit: dict[str, np.ndarray], rule: RuleShape, alpha_look: float) 
     bar, floor = math.log1p(rule.min_mean_change), math.log1p(rule.ci_lower_above)
     half = _t_half(alpha_look / 2, df, se)
     pass_at = np.maximum(bar - d, floor - d + half + 1e-12)
-    if rule.wins_needed:
+    if rule.wins_needed and rule.wins_needed > fit["per_prompt"].shape[1]:
+        pass_at = np.full_like(pass_at, np.inf)  # more wins than prompts: never met
+    elif rule.wins_needed:
         ordered = -np.sort(-fit["per_prompt"], axis=1)  # largest first
         pass_at = np.maximum(pass_at, -ordered[:, rule.wins_needed - 1] + 1e-12)
     fail_below = bar - d - _t_half(alpha_look / (2 * max(1, rule.fail_levels)), df, se)
@@ -151,6 +153,9 @@ class DesignSimulation:
         self._fail_below = np.stack(fails, axis=1) if fails else np.full((runs, 0), -np.inf)
 
     def outcome(self, true_change: float) -> Outcome:
+        if self._pass_at.shape[1] == 0:  # max_boot_pairs 1: no look, never decided
+            return Outcome(true_change=true_change, pass_rate=0.0, fail_rate=0.0, inconclusive_rate=1.0,
+                           mean_pairs=float(max(1, self.rule.max_boot_pairs)), runs=self.runs)
         d = math.log1p(true_change)
         passed, failed = d >= self._pass_at, d < self._fail_below
         decided = passed | failed
@@ -246,8 +251,9 @@ def conditional_decision(boots: Sequence[BootValues], rule: RuleShape, *, pairs_
     d_now, se_now = float(fitted["d"][0]), float(fitted["se"][0])
     offsets = fitted["per_prompt"][0] - d_now
     design = np.column_stack([np.ones(len(boots)), positions.astype(float), candidate.astype(float)])
-    coefficients = np.linalg.pinv(design) @ y_seen
-    base, slope = coefficients[0], float(coefficients[1].mean())
+    slope = float((np.linalg.pinv(design) @ y_seen)[1].mean())
+    # each prompt's level refitted under the common slope, so its new boots continue its series straight
+    base = (y_seen - slope * positions[:, None] - candidate[:, None] * fitted["per_prompt"][0][None, :]).mean(axis=0)
     rng = np.random.default_rng(seed)
     truth = rng.normal(d_now, se_now, runs)
     new_positions = np.arange(2 * pairs_done + 1, 2 * rule.max_boot_pairs + 1)

@@ -185,11 +185,12 @@ class SpeedMeasurement:
             return
         started, shares = time.monotonic(), []
         while time.monotonic() - started < rule.host_quiet_wait_s:
-            before = (host_busy_seconds(), self.lane_cpu(), time.process_time(), time.perf_counter())
+            # as the rep's own check counts it: everything but the lane and this (the client's) thread
+            before = (host_busy_seconds(), self.lane_cpu(), time.thread_time(), time.perf_counter())
             await asyncio.sleep(1.0)
-            after = (host_busy_seconds(), self.lane_cpu(), time.process_time(), time.perf_counter())
+            after = (host_busy_seconds(), self.lane_cpu(), time.thread_time(), time.perf_counter())
             if any(v is None for v in (*before, *after)):
-                return  # the host or the lane cannot be read now: the re-run goes on as before
+                break  # the host or the lane cannot be read now: the re-run goes on, and the record says so
             host, lane, own, span = (b - a for a, b in zip(before, after, strict=True))  # type: ignore[operator]
             shares.append(round(max(0.0, host - lane - own) / (span * (os.cpu_count() or 1)), 3))
             if shares[-1] <= rule.max_host_busy:

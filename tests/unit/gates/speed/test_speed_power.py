@@ -111,3 +111,16 @@ def test_conditional_power_is_high_for_a_clear_change_and_low_when_no_pair_could
     p_pass, p_fail = conditional_decision(hopeless, rule, pairs_done=2, higher_is_better=True)
     assert p_pass + p_fail < 0.1
     assert conditional_decision(clear, rule, pairs_done=6, higher_is_better=True) == (0.0, 0.0)
+
+
+def test_wins_over_more_prompts_than_counted_never_pass_and_never_crash() -> None:
+    noise = Noise(0.02, 0.02, 0.0, 4)
+    assert DesignSimulation(noise, RuleShape(0.05, 0.0, 0.95, 4, wins_needed=5)).outcome(0.5).pass_rate == 0.0
+    boots = window(np.random.default_rng(6), 0.3, 2, noise)
+    assert conditional_decision(boots, RuleShape(0.05, 0.0, 0.95, 4, wins_needed=5), pairs_done=2,
+                                higher_is_better=True)[0] == 0.0
+
+
+def test_one_pair_is_never_decided() -> None:
+    outcome = DesignSimulation(Noise(0.02, 0.02, 0.0, 4), RuleShape(0.05, 0.0, 0.95, 1)).outcome(0.5)
+    assert (outcome.pass_rate, outcome.fail_rate, outcome.inconclusive_rate) == (0.0, 0.0, 1.0)
