@@ -1,5 +1,5 @@
-"""How often does the speed gate decide, and how often wrongly? The old design against the new, by
-simulation with the noise measured here.
+"""How often does the speed gate decide, and how often wrongly? Its rule replayed window by window, beside
+what the gate itself states (campaign/gates/speed/power.py), with the noise measured here.
 
 The noise is read from real bundles' control boots, kept in ``benchmarks/data/speed_noise.json`` (the
 per-boot, per-prompt tok/s of every speed level with 3+ control boots, with the machine, engine, model and
@@ -12,20 +12,15 @@ instead and ``--extract`` writes their figures to that file. With no figures it 
   rep-to-rep noise inside one boot's median is part of it);
 * drift: the slope per boot position.
 
-Then many windows are simulated from that model with a known true change, judged two ways:
+Then many windows are drawn from that model with a known true change (A/A, +5%, +10%, +25%) and judged
+through the gate's own functions (sequential.estimate and look, the interleaved schedule, a look after each
+pair from the second at its Bonferroni share), for three rules (the demo's +5% bar, "faster at all" at +2%,
+not-worse at -3%) under each futility rule: none, ``reach`` (0.2's) and ``conditional_power`` (the default,
+``--min-conditional-power``). Printed per cell: PASS / FAIL / INCONCLUSIVE, mean pairs and minutes (at
+``--boot-seconds`` a boot), beside the gate's statement for the same rule; last, how far the statements are
+from the replays. A/A PASS is the false-positive rate; nominal is 2.5% (one side of a 95% two-sided CI).
 
-* old: one candidate boot, three control boots (first, then two after the candidates); per-prompt
-  change against the control boots' mean; bootstrap CI over prompts widened in quadrature by the
-  control boots' prediction half-width (t with 2 df);
-* new: the interleaved schedule of campaign/gates/speed/sequential.py with ``--max-pairs`` pairs,
-  looks after each pair from the second with a Bonferroni share, stopping at the first decision, or
-  with INCONCLUSIVE once no number of pairs could decide (``reachable``), as the gate does.
-
-Printed per design and true change: PASS / FAIL / INCONCLUSIVE rates (the old design's "FAIL" is
-"bar not met") and the mean number of boots. A/A (true change 0) PASS is the false-positive rate;
-nominal is 2.5% (one side of a 95% two-sided CI); at the +5% bar it is lower still.
-
-    python benchmarks/speed_power.py                       # the README's figures (the committed noise)
+    python benchmarks/speed_power.py --boot-seconds 28            # the README's figures (the committed noise)
     python benchmarks/speed_power.py --bundle runs/W1 --bundle runs/W2 --extract   # new noise from bundles
     python benchmarks/speed_power.py --assume-noise --boot-sd 0.03 --prompt-sd 0.02  # a noise of your own
 """
