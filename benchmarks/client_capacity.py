@@ -1,12 +1,15 @@
 """How fast can the speed gate's client go, and how wrong are its clocks?
 
 Starts its own local SSE server (a child process, streaming llama-server-shaped chunks), then drives
-the gate's real client (``LaneClient.stream``, records written by the gate's background writer, each
-stream checked by the gate's ``analyze_stream``) at several concurrency levels:
+the gate's real client (``LaneClient.stream`` on aiohttp, records written by the gate's background writer
+and made durable once at the end, cyclic GC held, as a rep does; each stream checked by the gate's
+``analyze_stream``) at several concurrency levels, beside the hand-written client it replaced (the "before":
+``handwritten_sse.py``, an fsync per record, GC on), a plain aiohttp client and a raw socket:
 
 * capacity: the server streams as fast as it can; reports streamed tok/s, the client's CPU time per
-  1,000 tokens and its CPU share (near 100% of a core means the client is the limit), and the
-  server's CPU share (near 100% means the server is);
+  1,000 tokens and its CPU share (near 100% of a core means the client is the limit), the server's
+  CPU share (near 100% means the server is), and how late the client's event loop woke for a 5 ms
+  timer at p99 (the gate voids a row past 20 ms: an arrival waits that long to be timed);
 * timing: the server sleeps a known TTFT before the first content chunk and a known delay between
   tokens; reports the client's TTFT and inter-token errors. Every client counts from the request's
   write on an open connection and records that moment's wall clock; the server stamps when it read the
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import gc
 import json
 import os
 import statistics
@@ -29,13 +34,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from campaign.fsutil import JsonlAppender  # noqa: E402
-from campaign.gates.speed.run import RecordWriter  # noqa: E402
+import handwritten_sse  # noqa: E402
+from campaign.fsutil import JsonlAppender, jsonl_line  # noqa: E402
+from campaign.gates.speed.run import RecordWriter, _lag_figures, _watch_loop  # noqa: E402
 from campaign.gates.common.streams import StreamFacts, analyze_stream  # noqa: E402
 from campaign.lanes.engines.client import LaneClient  # noqa: E402
 
@@ -203,25 +211,58 @@ async def _gate_client(port: int, writer: RecordWriter) -> Any:
     return stream, client.aclose
 
 
-CLIENTS = {"campaign": _gate_client, "aiohttp": _peer_aiohttp, "raw-socket": _peer_raw}
+class _SyncEachWriter:
+    """The gate's writer before #35: every record fsynced on its own, on the writer thread."""
+
+    def __init__(self, sink: JsonlAppender) -> None:
+        self._sink, self._pending = sink, []
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="speed-sink")
+
+    def put(self, record: dict[str, Any]) -> None:
+        line = jsonl_line(record)
+        self._pending.append(asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(self._sink.append_line, line, sync=True)))
+
+    async def drain(self) -> None:
+        pending, self._pending = self._pending, []
+        await asyncio.gather(*pending)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
 
 
-def available_clients() -> list[str]:
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        print("aiohttp is not installed: the plain aiohttp peer is skipped (pip install aiohttp)")
-        return ["campaign", "raw-socket"]
-    return list(CLIENTS)
+async def _handwritten_client(port: int, writer: _SyncEachWriter) -> Any:
+    async def stream(body: dict[str, Any]) -> dict[str, Any]:
+        body = {**body, "stream": True}
+        record: dict[str, Any] = {"request": body, "wall_start": time.time()}
+        response = await handwritten_sse.post_stream(f"http://127.0.0.1:{port}", "/v1/chat/completions", body,
+                                                     headers={}, timeout=600.0)
+        record.update(status=response.status, events=response.events, done_marker=response.done_marker,
+                      elapsed_s=response.elapsed_s, connect_s=response.connect_s, sent_wall=response.sent_wall)
+        if response.error:
+            record["error"] = response.error
+        writer.put(record)
+        return record
+
+    async def close() -> None:
+        return None
+
+    return stream, close
+
+
+CLIENTS = {"campaign": _gate_client, "hand-written": _handwritten_client, "aiohttp": _peer_aiohttp,
+           "raw-socket": _peer_raw}
+WRITES = {"campaign": RecordWriter, "hand-written": _SyncEachWriter}  # the peers keep records in memory only
 
 
 async def drive(port: int, level: int, requests_per_user: int, tokens: int, sink_dir: Path,
                 client: str = "campaign") -> dict[str, Any]:
     records: list[dict[str, Any]] = []
+    lags: list[float] = []
     with JsonlAppender(sink_dir / f"{client}-c{level}-{time.monotonic_ns()}.jsonl") as sink:
-        writer = RecordWriter(sink)
+        writer = WRITES.get(client, RecordWriter)(sink)
         factory = CLIENTS[client]
-        stream, close = await (factory(port, writer) if client == "campaign" else factory(port))
+        stream, close = await (factory(port, writer) if client in WRITES else factory(port))
         try:
             await stream({"max_tokens": 2})  # imports and first connection outside the clock
 
@@ -229,9 +270,16 @@ async def drive(port: int, level: int, requests_per_user: int, tokens: int, sink
                 for _ in range(requests_per_user):
                     records.append(await stream({"model": "x", "max_tokens": tokens, "messages": []}))
 
+            watch = asyncio.create_task(_watch_loop(lags))
             cpu, start = time.process_time(), time.perf_counter()
-            await asyncio.gather(*(user() for _ in range(level)))
-            await writer.drain()
+            if client == "campaign":  # as the gate's rep does
+                gc.disable()
+            try:
+                await asyncio.gather(*(user() for _ in range(level)))
+                await writer.drain()
+            finally:
+                gc.enable()
+                watch.cancel()
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         finally:
             await close()
@@ -241,7 +289,7 @@ async def drive(port: int, level: int, requests_per_user: int, tokens: int, sink
     good = [s for s, _ in stats if s is not None]
     total = sum(s.tokens for s in good)
     return {"records": records, "stats": good, "errors": bad, "wall_s": wall, "client_cpu_s": cpu,
-            "tok_s": total / wall, "tokens": total}
+            "tok_s": total / wall, "tokens": total, "loop_lag_p99_ms": _lag_figures(lags).get("loop_lag_p99_ms")}
 
 
 def _srv_times(record: dict[str, Any]) -> list[tuple[float, float]]:
@@ -268,7 +316,8 @@ def capacity(levels: list[int], tokens: int, budget_tokens: int, sink_dir: Path,
                          "client_cpu_ms_per_1k_tokens": round(1e6 * result["client_cpu_s"] / result["tokens"], 1),
                          "client_cpu_share": round(result["client_cpu_s"] / result["wall_s"], 2),
                          "server_cpu_share": round(srv_cpu / result["wall_s"], 2),
-                         "median_ttft_ms": round(1000 * statistics.median(ttfts), 1)})
+                         "median_ttft_ms": round(1000 * statistics.median(ttfts), 1),
+                         "loop_lag_p99_ms": _ms(result["loop_lag_p99_ms"])})
     return rows
 
 
@@ -301,8 +350,13 @@ def timing(levels: list[int], ttft: float, itl: float, tokens: int, requests: in
                      "of_which_server_ms": ms(server_late), "of_which_client_ms": ms(client_late),
                      "itl_jitter_ms": round(1000 * statistics.fmean(itl_err), 3),
                      "decode_rate_error": f"{statistics.median(decode_err):+.2%}",
-                     "client_cpu_share": round(result["client_cpu_s"] / result["wall_s"], 2)})
+                     "client_cpu_share": round(result["client_cpu_s"] / result["wall_s"], 2),
+                     "loop_lag_p99_ms": _ms(result["loop_lag_p99_ms"])})
     return rows
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -331,7 +385,7 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     with tempfile.TemporaryDirectory(prefix="client-capacity-") as tmp:
         load = os.getloadavg()[0]
-        clients = [c for c in available_clients() if c in args.clients.split(",")]
+        clients = [c for c in CLIENTS if c in args.clients.split(",")]
         cap = capacity(levels, args.tokens, args.budget_tokens, Path(tmp), clients)
         tim = timing(levels, args.ttft_ms / 1000, args.itl_ms / 1000, 64, args.timing_requests, Path(tmp), clients)
     print(f"host: {os.cpu_count()} cores, load average {load:.2f} at start; python {sys.version.split()[0]}")
@@ -354,7 +408,8 @@ def _ratios(cap: list[dict[str, Any]], tim: list[dict[str, Any]]) -> list[str]:
         for peer in [c for c in at if c != "campaign"]:
             if mine:
                 lines.append(f"C{level}: tok/s {mine['tok_s'] / at[peer]['tok_s']:.2f}x {peer}'s; CPU per 1k tokens "
-                             f"{mine['client_cpu_ms_per_1k_tokens']} ms vs {at[peer]['client_cpu_ms_per_1k_tokens']} ms")
+                             f"{mine['client_cpu_ms_per_1k_tokens']} ms vs {at[peer]['client_cpu_ms_per_1k_tokens']} ms; loop "
+                             f"lag p99 {mine['loop_lag_p99_ms']} ms vs {at[peer]['loop_lag_p99_ms']} ms")
     for level in sorted({r["level"] for r in tim}):
         at = {r["client"]: r for r in tim if r["level"] == level}
         if "campaign" in at and "raw-socket" in at:

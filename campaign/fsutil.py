@@ -280,10 +280,15 @@ class JsonlAppender:
     def append(self, record: dict[str, Any]) -> None:
         self.append_line(jsonl_line(record))
 
-    def append_line(self, line: bytes) -> None:
-        """One line already encoded by ``jsonl_line`` (so a caller can encode on its own thread)."""
+    def append_line(self, line: bytes, *, sync: bool = True) -> None:
+        """One line already encoded by ``jsonl_line`` (so a caller can encode on its own thread). Without
+        ``sync`` the line is in the OS's hands (a killed process loses nothing) and ``sync`` makes it durable."""
         self._handle.write(line)
         self._handle.flush()
+        if sync:
+            os.fsync(self._handle.fileno())
+
+    def sync(self) -> None:
         os.fsync(self._handle.fileno())
 
     def close(self) -> None:

@@ -9,7 +9,8 @@
 #   probe    decode tok/s of the candidate axes, measured first, to choose the window's axis
 #   lanes    launch failures on a GPU, through campaign's own boot: a GPU that does not exist, a context that
 #            does not fit; and a GPU lane's device use read back
-#   windows  the A/A window and the real-axis window (greedy, teacher_forced, speed), verified, tarred to $OUT
+#   windows  the A/A window and the real-axis window (greedy, teacher_forced, speed), verified, tarred to $OUT;
+#            GPU_WINDOWS names others of examples/gpu/ (gpu-speed: the speed decisions, on the random model)
 #   realmodel  keep the real model's part this call carries (pack.sh --model-part N); with all three, put it together
 #   tfprobe  why teacher forcing does not give the generated logprobs back on this GPU (tf_probe.py)
 set -euo pipefail
@@ -33,7 +34,7 @@ say() { echo "[gpu $(date +%H:%M:%S)] $*"; }
 step_setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$repo"/.gpu/wheels/*.whl 2>&1 | grep -v "^WARNING: Target directory" || true
-  python3 -c "import campaign.cli, pydantic, cryptography, docker, orjson; print('campaign imports')"
+  python3 -c "import campaign.cli, campaign.lanes.engines.sse, pydantic, cryptography, docker, orjson, aiohttp; print('campaign imports')"
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
   nvcc --version | tail -n 1; nproc
 }
@@ -99,7 +100,7 @@ step_windows() {
   cp -r "$repo/examples/prompts" "$work/prompts"
   local digest; digest="$(sha256sum "$model" | cut -d' ' -f1)"
   python3 -m campaign.cli keys init >/dev/null 2>&1 || true
-  for name in gpu-aa gpu-axis; do
+  for name in ${GPU_WINDOWS:-gpu-aa gpu-axis}; do
     sed -e "s|@SERVER@|$server|; s|@MODEL@|$model|; s|@MODEL_SHA256@|$digest|" \
       "$repo/examples/gpu/$name.yaml" >"$work/$name.yaml"
     python3 -m campaign.cli freeze "$work/$name.yaml"
@@ -111,7 +112,7 @@ step_windows() {
     python3 -c "import json,sys; s=json.load(open(sys.argv[1]+'/SUMMARY.json')); print(json.dumps({'window': s['window'], 'candidates': {c: {g: r['verdict'] for g, r in e['gates'].items()} | {'overall': e['overall']} for c, e in s['candidates'].items()}}))" "$bundle"
   done
   cp "$XDG_CONFIG_HOME/campaign/signing.pub" "$work/signing.pub"
-  tar -czf "$out/gpu-bundles.tar.gz" -C "$work" runs gpu-aa.yaml gpu-axis.yaml signing.pub
+  tar -czf "$out/gpu-bundles.tar.gz" -C "$work" runs $(cd "$work" && ls *.yaml) signing.pub
   say "bundles: $(du -h "$out/gpu-bundles.tar.gz" | cut -f1)"
 }
 

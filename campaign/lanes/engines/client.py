@@ -15,7 +15,7 @@ import httpx
 
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.lanes.engines.sse import post_stream
+from campaign.lanes.engines.sse import StreamSession
 
 __all__ = ["LaneClient", "RawRecord"]
 
@@ -37,10 +37,12 @@ class LaneClient:
                                        timeout=httpx.Timeout(timeout, connect=10.0),
                                        limits=httpx.Limits(max_connections=256, max_keepalive_connections=256,
                                                            keepalive_expiry=KEEPALIVE_EXPIRY_S))
+        self._streams = StreamSession()
         self._seq = itertools.count()
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._streams.aclose()
 
     async def __aenter__(self) -> "LaneClient":
         return self
@@ -92,13 +94,13 @@ class LaneClient:
         """A streaming POST; every SSE event is kept with its arrival time (seconds after the request was
         written on an open connection; the handshake before it is ``connect_s``).
 
-        Sent through the load path of ``sse.py`` (bytes kept with their arrival time, framed after the
-        response ends), on a fresh connection per stream: llama-server closes the connection after every
-        streamed response while advertising keep-alive."""
+        Sent through the load path of ``sse.py`` (aiohttp; bytes kept with their arrival time, framed after
+        the response ends), on a fresh connection per stream: llama-server closes the connection after
+        every streamed response while advertising keep-alive."""
         body = {**body, "stream": True}
         record: RawRecord = {"seq": next(self._seq), "lane": self.lane, "path": path, "request": body,
                              "tags": tags or {}, "wall_start": time.time()}
-        response = await post_stream(self.base_url, path, body, headers=self._headers, timeout=self._timeout)
+        response = await self._streams.post(self.base_url, path, body, headers=self._headers, timeout=self._timeout)
         record["elapsed_s"] = response.elapsed_s
         if response.connect_s is not None:
             record["connect_s"], record["sent_wall"] = response.connect_s, response.sent_wall

@@ -1,46 +1,49 @@
-"""The load path of streamed requests: one POST per connection on asyncio's protocol layer.
+"""The load path of streamed requests: aiohttp (its C HTTP parser), each socket read kept with its arrival.
 
-Measured in one run by ``benchmarks/client_capacity.py`` (README, "The speed client"): through httpx
-the gate's client was the slowest of the clients compared at 64 users, and its own TTFT grew to three
-times the server's, so under load the instrument measured itself. The cost was per chunk: httpx's
-stream layers, a line iterator, a JSON decode and a dict per event, all while other streams were being
-timed. Here the hot path does one thing per socket read: it keeps the bytes with their arrival time.
-The HTTP framing (head, chunked body), the SSE events and their JSON are read after the response has
-ended, with each event stamped with the arrival of the read that completed its line.
+The hot path does one thing per read: it keeps the bytes with the time they were taken. The SSE events and
+their JSON (orjson) are read after the response has ended, each event stamped with the read that completed
+its line, so no decode, dict or line split competes with the timing of other streams. Measured in one run by
+``benchmarks/client_capacity.py`` (README, "The speed client") against the hand-written HTTP/1.1 client this
+replaced, a plain aiohttp client and a raw socket.
 
-A fresh connection per stream (``Connection: close``): llama-server closes a streamed response's
-connection while advertising keep-alive, so reuse fails there anyway. Times count from the request's
-write on the open connection, so the handshake (slow under load, when the server is busy streaming to
-others and accepts late) is never inside a TTFT: it is recorded beside it (``connect_s``), as a client
-with pooled connections would never pay it. httpx stays for everything else (health, metrics, scoring).
+Times count from the request's write on an open connection (aiohttp's ``on_request_chunk_sent`` hook fires
+as the body goes out), so the handshake (slow under load, when the server is busy streaming to others and
+accepts late) is never inside a TTFT: it is recorded beside it (``connect_s``). A fresh connection per stream
+(``force_close``): llama-server closes a streamed response's connection while advertising keep-alive, so a
+pooled connection would be reused just as the server closes it. ``HTTP(S)_PROXY`` and ``NO_PROXY`` apply, as
+they do to httpx, which stays for everything else (health, metrics, scoring).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import ssl
 import time
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
+from urllib.request import getproxies, proxy_bypass
 
+import aiohttp
 import orjson
 
 from campaign.fsutil import jsonl_line
 
-__all__ = ["StreamedResponse", "post_stream"]
+__all__ = ["StreamSession", "StreamedResponse", "post_stream"]
 
 _MAX_ERROR_BODY = 4000
+# A speed gate's reply of 32k tokens streams about 13 MB; past this the server is not sending a reply.
+MAX_STREAM_BYTES = 128 << 20
 
 
 @dataclass
 class StreamedResponse:
     """What came back: the status, the SSE data payloads with their arrival times (seconds after the
-    request started), whether ``[DONE]`` came, and an error when the response was not whole."""
+    request was written), whether ``[DONE]`` came, and an error when the response was not whole."""
 
     status: int | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -53,115 +56,10 @@ class StreamedResponse:
     sent_wall: float | None = None  # the wall clock when the request was written: the events' zero
 
 
-class _Reads(asyncio.Protocol):
-    """Keeps every read with its arrival time. Besides that, only what tells the end of the response: its
-    framing, learnt once from the head, then a length count or a walk over the chunk-size lines, so a
-    server that keeps the connection open despite ``Connection: close`` still ends the stream."""
-
-    def __init__(self, done: asyncio.Future[None]) -> None:
-        self.times: list[float] = []
-        self.chunks: list[bytes] = []
-        self.done = done
-        self.lost: Exception | None = None
-        self._framing: str | None = None  # "chunked", "length", "close" or "broken-chunked", from the head on
-        self.body_begin = -1  # offset of the body in the joined reads, once the head has arrived
-        self.pieces: list[tuple[int, int]] = []  # the chunks' data, (start, end) in the body's bytes
-        self.chunks_whole = False  # the zero-size chunk and its trailers arrived
-        self._remaining = 0  # bytes of a content-length body still to come
-        self._buffer = bytearray()  # the chunked body so far: the walk needs it contiguous
-        self._position = 0  # where the walk over the chunked body stands
-        self._skip = 0  # bytes of chunk data (and its CRLF) still to pass over
-
-    def data_received(self, data: bytes) -> None:
-        self.times.append(time.perf_counter())
-        self.chunks.append(data)
-        if self._framing == "chunked":
-            self._buffer += data
-            self._walk_chunks()
-        elif self._framing == "length":
-            self._remaining -= len(data)
-            if self._remaining <= 0:
-                self._finish()
-        elif self._framing is None:
-            self._learn_framing()
-
-    def _learn_framing(self) -> None:
-        raw = b"".join(self.chunks)
-        head_end = raw.find(b"\r\n\r\n")
-        if head_end < 0:
-            return
-        fields = _fields(raw[:head_end])
-        self.body_begin = head_end + 4
-        if "chunked" in fields.get("transfer-encoding", ""):
-            self._framing = "chunked"
-            self._buffer += raw[head_end + 4:]
-            self._walk_chunks()
-        elif fields.get("content-length", "").isdigit():
-            self._framing, self._remaining = "length", int(fields["content-length"]) - (len(raw) - head_end - 4)
-            if self._remaining <= 0:
-                self._finish()
-        else:
-            self._framing = "close"
-
-    def _walk_chunks(self) -> None:
-        """Note each chunk's data as its size line arrives and skip over it; the response ends at the
-        zero-size chunk and its trailers. The only chunk parser: ``_read`` frames the body from ``pieces``."""
-        buffer, position = self._buffer, self._position
-        while True:
-            if self._skip:
-                taken = min(self._skip, len(buffer) - position)
-                position += taken
-                self._skip -= taken
-                if self._skip:
-                    break
-            line_end = buffer.find(b"\r\n", position)
-            if line_end < 0:
-                break
-            try:
-                size = int(bytes(buffer[position:line_end]).split(b";", 1)[0], 16)
-            except ValueError:  # a bad size line: the body is not whole, and the close will end it
-                self._framing = "broken-chunked"
-                return
-            if size == 0:  # the last chunk: trailer lines (usually none), then an empty line
-                if buffer.find(b"\r\n\r\n", line_end) >= 0:
-                    self.chunks_whole = True
-                    self._finish()
-                break
-            self.pieces.append((line_end + 2, line_end + 2 + size))
-            position, self._skip = line_end + 2, size + 2
-        self._position = position
-
-    def _finish(self) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
-
-    def eof_received(self) -> bool:
-        return False  # close our side too: the response ends with the connection
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = exc
-        self._finish()
-
-
-def _fields(head: bytes) -> dict[str, str]:
-    fields = {}
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        name, _, value = line.partition(":")
-        fields[name.strip().lower()] = value.strip()
-    return fields
-
-
-def _request_bytes(url: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[bytes, Any]:
-    parts = urlsplit(url)
-    target = (parts.path.rstrip("/") + path) or "/"
-    payload = jsonl_line(body)[:-1]  # orjson, the stdlib where orjson refuses (an integer past 64 bits)
-    host = parts.hostname or "localhost"
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    authority = host if ":" not in host else f"[{host}]"
-    lines = [f"POST {target} HTTP/1.1", f"Host: {authority}{f':{parts.port}' if parts.port else ''}",
-             "Content-Type: application/json", f"Content-Length: {len(payload)}", "Accept: text/event-stream",
-             "Accept-Encoding: identity", "Connection: close", *(f"{k}: {v}" for k, v in headers.items())]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload, (host, port, parts.scheme == "https")
+async def _on_body_sent(_session: object, context: SimpleNamespace, _params: object) -> None:
+    sent = context.trace_request_ctx
+    if sent is not None:  # the last body chunk's moment, when a body goes out in several
+        sent.perf, sent.wall = time.perf_counter(), time.time()
 
 
 @functools.lru_cache(maxsize=1)
@@ -176,107 +74,168 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
-async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float,
-                      connect_timeout: float = 10.0) -> StreamedResponse:
-    """POST ``body`` and read the whole streamed response. The events' times count from the moment the
-    request is written on an open connection; the handshake before it is ``connect_s``. ``timeout`` is the
-    longest silence tolerated (as httpx's read timeout); failures come back in ``error``, never raised (a
-    gate decides)."""
-    request, (host, port, tls) = _request_bytes(url, path, body, headers)
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    reads = _Reads(done)
-    called = time.perf_counter()
-    try:
-        transport, _ = await asyncio.wait_for(loop.create_connection(
-            lambda: reads, host, port, ssl=_tls_context() if tls else None), connect_timeout)
-    except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-        return StreamedResponse(error=f"ConnectError: {str(exc) or f'no connection within {connect_timeout:g}s'}",
-                                elapsed_s=time.perf_counter() - called)
-    start, sent_wall = time.perf_counter(), time.time()
-    try:
-        transport.write(request)
-        while not done.done():
-            quiet_since = reads.times[-1] if reads.times else start
-            left = quiet_since + timeout - time.perf_counter()
-            if left <= 0:
-                transport.abort()
-                response = _read(reads, start)
-                response.error = (f"ReadTimeout: nothing received for {timeout:g}s"
-                                  f"{f' ({response.error})' if response.error else ''}")
-                response.elapsed_s = time.perf_counter() - start
-                return response
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(done), left)
-    finally:
-        transport.close()
-    response = _read(reads, start)
-    response.elapsed_s = (reads.times[-1] if reads.times else time.perf_counter()) - start
-    response.connect_s, response.sent_wall = start - called, sent_wall
-    return response
+class _ArrivalStamped(aiohttp.ClientResponse):
+    """aiohttp's response with each socket read of its connection stamped on arrival, before the parser
+    sees it, as ``marks``: (arrival, payload bytes fed so far). A read's stamp taken where the reading task
+    resumes is late by whatever else the loop runs first: with 64 streams ending in one turn of the loop,
+    the last token of each read up to 18 ms late, -6% on the decode rate."""
+
+    marks: list[tuple[float, int]]
+
+    async def start(self, connection: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        self.marks = []
+        before_head: list[float] = []  # reads that arrived before the head was parsed
+        protocol = connection.protocol
+        if protocol is not None:
+            parse = protocol.data_received
+
+            def stamped(data: bytes) -> None:
+                arrived = time.perf_counter()
+                parse(data)
+                content: aiohttp.StreamReader | None = self.content  # None (the class's) until start() sets it
+                if content is None:
+                    before_head.append(arrived)
+                else:
+                    self.marks.append((arrived, content.total_bytes))
+
+            protocol.data_received = stamped  # type: ignore[method-assign]  # the transport looks it up per read
+        started = await super().start(connection)
+        if before_head:  # the body's first bytes came with the head: never stamped before the head's last read
+            self.marks.insert(0, (before_head[-1], self.content.total_bytes))
+        return started
 
 
-def _read(reads: _Reads, start: float) -> StreamedResponse:
-    """Frames the bytes kept by ``_Reads``: the status line, the (chunked) body, the SSE data lines."""
-    raw = b"".join(reads.chunks)
-    ends: list[int] = []
-    total = 0
-    for chunk in reads.chunks:
-        total += len(chunk)
-        ends.append(total)
-    head_end = raw.find(b"\r\n\r\n")
-    if head_end < 0:
-        reason = f" ({reads.lost})" if reads.lost else ""
-        return StreamedResponse(error=f"RemoteProtocolError: Server disconnected without sending a response{reason}")
-    status_line = raw[:raw.find(b"\r\n")].decode("latin-1")
-    try:
-        status = int(status_line.split(" ", 2)[1])
-    except (IndexError, ValueError):
-        return StreamedResponse(error=f"RemoteProtocolError: malformed status line {status_line[:80]!r}")
-    fields = _fields(raw[:head_end])
-    chunked = reads._framing in ("chunked", "broken-chunked")
-    pieces, whole = _body_pieces(reads, len(raw), fields)
-    body = b"".join(raw[begin:end] for begin, end in pieces)
-    response = StreamedResponse(status=status)
-    if not whole:
-        response.error = ("RemoteProtocolError: peer closed connection without sending complete message body "
-                          "(incomplete chunked read)" if chunked else
-                          "RemoteProtocolError: peer closed connection without sending complete message body")
-    if status >= 400:
-        response.response_text = body.decode(errors="replace")[:_MAX_ERROR_BODY]
-        response.error = f"HTTP {status}"
+def _target(url: str, path: str) -> tuple[str, bool]:
+    """The request's URL, the base URL's path prefix kept and its credentials never sent."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    netloc = (host if ":" not in host else f"[{host}]") + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + path, "", "")), parts.scheme == "https"
+
+
+class StreamSession:
+    """The aiohttp session streams go through, made on first use in the running loop (a session belongs
+    to its loop; a client used from another loop gets a new one)."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._proxies: dict[tuple[str, str], str | None] = {}
+
+    def _proxy(self, url: str) -> str | None:
+        """The proxy the environment names for this URL's host, looked up once: aiohttp's own lookup
+        (``trust_env``) runs on a thread for every request, a thread hop inside every stream's setup."""
+        parts = urlsplit(url)
+        key = (parts.scheme, parts.hostname or "")
+        if key not in self._proxies:
+            self._proxies[key] = None if proxy_bypass(key[1]) else getproxies().get(parts.scheme)
+        return self._proxies[key]
+
+    def _current(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            if self._session is not None and not self._session.closed:
+                self._session.detach()  # its loop is gone; with force_close it holds no connection
+            trace = aiohttp.TraceConfig()
+            trace.on_request_chunk_sent.append(_on_body_sent)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                auto_decompress=False, trace_configs=[trace], response_class=_ArrivalStamped)
+            self._loop = loop
+        return self._session
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            if self._loop is asyncio.get_running_loop():
+                await session.close()
+            else:
+                session.detach()
+
+    async def post(self, url: str, path: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float,
+                   connect_timeout: float = 10.0) -> StreamedResponse:
+        """POST ``body`` and read the whole streamed response. ``timeout`` is the longest silence tolerated
+        (as httpx's read timeout); failures come back in ``error``, never raised (a gate decides)."""
+        target, tls = _target(url, path)
+        payload = jsonl_line(body)[:-1]  # orjson, the stdlib where orjson refuses (an integer past 64 bits)
+        sent = SimpleNamespace(perf=None, wall=None)
+        reads: list[bytes] = []
+        marks: list[tuple[float, int]] = []
+        called = time.perf_counter()
+        response = StreamedResponse()
+        chunked = False
+        try:
+            async with self._current().post(
+                    target, data=payload, headers={
+                        "Content-Type": "application/json", "Accept": "text/event-stream",
+                        "Accept-Encoding": "identity", **headers},
+                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=timeout),
+                    ssl=_tls_context() if tls else True, proxy=self._proxy(url), trace_request_ctx=sent) as reply:
+                response.status = reply.status
+                chunked = "chunked" in reply.headers.get("Transfer-Encoding", "").lower()
+                marks = reply.marks if isinstance(reply, _ArrivalStamped) else []
+                content, size = reply.content, 0
+                while data := await content.readany():
+                    reads.append(data)
+                    size += len(data)
+                    if not marks:  # no protocol to stamp (not seen with aiohttp 3.14): stamped here, later
+                        marks.append((time.perf_counter(), size))
+                    if size > MAX_STREAM_BYTES:
+                        response.error = f"ResponseTooLarge: over {MAX_STREAM_BYTES:,} bytes"
+                        break
+        except aiohttp.ConnectionTimeoutError:
+            response.error = f"ConnectError: no connection within {connect_timeout:g}s"
+        except aiohttp.ClientConnectorError as exc:
+            response.error = f"ConnectError: {exc}"
+        except (aiohttp.ServerTimeoutError, asyncio.TimeoutError):
+            response.error = f"ReadTimeout: nothing received for {timeout:g}s"
+        except aiohttp.ClientPayloadError:
+            response.error = ("RemoteProtocolError: peer closed connection without sending complete message body"
+                              + (" (incomplete chunked read)" if chunked else ""))
+        except aiohttp.ServerDisconnectedError:
+            response.error = "RemoteProtocolError: Server disconnected without sending a response"
+        except aiohttp.ClientResponseError as exc:  # the C parser refused the status line or the head
+            response.error = f"RemoteProtocolError: malformed response ({_one_line(exc.message)})"
+        except (aiohttp.ClientError, OSError) as exc:
+            response.error = f"RemoteProtocolError: {type(exc).__name__}: {_one_line(exc)}"
+        zero = sent.perf if sent.perf is not None else called
+        if sent.perf is not None:
+            response.connect_s, response.sent_wall = sent.perf - called, sent.wall
+        response.elapsed_s = (marks[-1][0] if marks and response.error is None else time.perf_counter()) - zero
+        _frame(response, b"".join(reads), [(t - zero, fed) for t, fed in marks])
         return response
-    _events(response, body, pieces, ends, [t - start for t in reads.times])
-    return response
 
 
-def _body_pieces(reads: _Reads, raw_length: int, fields: dict[str, str]) -> tuple[list[tuple[int, int]], bool]:
-    """(start, end) offsets in the joined reads of the body's bytes, and whether the body arrived whole.
-    A chunked body's pieces are the ones ``_Reads`` noted while it watched for the end."""
-    begin = reads.body_begin
-    if reads._framing in ("chunked", "broken-chunked"):
-        pieces = [(begin + a, min(begin + b, raw_length)) for a, b in reads.pieces if begin + a < raw_length]
-        return pieces, reads.chunks_whole
-    length = fields.get("content-length", "")
-    if not length.isdigit():
-        return [(begin, raw_length)], True  # delimited by the close
-    end = begin + int(length)
-    return [(begin, min(end, raw_length))], end <= raw_length
+async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float,
+                      connect_timeout: float = 10.0, session: StreamSession | None = None) -> StreamedResponse:
+    """One streamed POST (``StreamSession.post``), through ``session`` or a session of its own."""
+    if session is not None:
+        return await session.post(url, path, body, headers=headers, timeout=timeout, connect_timeout=connect_timeout)
+    own = StreamSession()
+    try:
+        return await own.post(url, path, body, headers=headers, timeout=timeout, connect_timeout=connect_timeout)
+    finally:
+        await own.aclose()
 
 
-def _events(response: StreamedResponse, body: bytes, pieces: list[tuple[int, int]], ends: list[int],
-            times: list[float]) -> None:
-    """Each ``data:`` line becomes an event stamped with the arrival of the read holding its newline."""
-    piece_starts, offset = [], 0
-    for begin, end in pieces:
-        piece_starts.append(offset)
-        offset += end - begin
-    events = response.events
-    position = 0
-    while True:
-        newline = body.find(b"\n", position)
-        if newline < 0:
-            break
+def _one_line(what: object) -> str:
+    return " ".join(str(what).split())[:200]
+
+
+def _frame(response: StreamedResponse, body: bytes, marks: list[tuple[float, int]]) -> None:
+    """Each ``data:`` line of the body becomes an event stamped with the arrival of the read that brought
+    its newline (``marks``: each read's arrival and the body's bytes fed once it was parsed); an error status
+    keeps its body's text instead."""
+    if response.status is not None and response.status >= 400:
+        response.response_text = body[:4 * _MAX_ERROR_BODY].decode(errors="replace")[:_MAX_ERROR_BODY]
+        response.error = f"HTTP {response.status}"
+        return
+    if not marks:
+        return  # nothing was read
+    ends = [fed for _, fed in marks]
+    last = len(marks) - 1
+    events, position = response.events, 0
+    while (newline := body.find(b"\n", position)) >= 0:
         line = body[position:newline].rstrip(b"\r")
         position = newline + 1
         if not line.startswith(b"data:"):
@@ -285,9 +244,7 @@ def _events(response: StreamedResponse, body: bytes, pieces: list[tuple[int, int
         if payload == b"[DONE]":
             response.done_marker = True
             continue
-        index = bisect_right(piece_starts, newline) - 1
-        raw_offset = pieces[index][0] + (newline - piece_starts[index])
-        arrived = times[bisect_right(ends, raw_offset)]  # the read whose bytes end past the newline
+        arrived = marks[min(bisect_right(ends, newline), last)][0]  # the first read whose bytes end past it
         try:
             events.append({"t": arrived, "data": orjson.loads(payload)})
         except orjson.JSONDecodeError:

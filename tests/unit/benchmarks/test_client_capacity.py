@@ -19,8 +19,12 @@ def test_client_capacity_reports_rates_cpu_and_timing_error(tmp_path: Path) -> N
     assert ran.returncode == 0, ran.stderr
     assert "capacity:" in ran.stdout and "timing:" in ran.stdout
     figures = json.loads(out.read_text())
+    # the gate's client, the hand-written one it replaced, plain aiohttp and the raw socket, at each level
+    assert sorted((r["client"], r["level"]) for r in figures["capacity"]) == sorted(
+        (client, level) for client in ("campaign", "hand-written", "aiohttp", "raw-socket") for level in (1, 4))
     for row in figures["capacity"]:
         assert row["errors"] == 0 and row["tok_s"] > 0 and row["client_cpu_ms_per_1k_tokens"] > 0
+        assert row["loop_lag_p99_ms"] >= 0
     for row in figures["timing"]:
         assert row["errors"] == 0
         # a client can only see the first token after the server slept its injected TTFT
