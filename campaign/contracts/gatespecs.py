@@ -470,9 +470,9 @@ class SpeedRule(StrictModel):
                                           "comparison.", json_schema_extra=_SINCE_0_3)
 
 
-    def wins(self) -> tuple[int, int]:
-        """``min_wins`` as (need, of); (0, 0) when it is not set."""
-        return parse_fraction(self.min_wins) if self.min_wins else (0, 0)
+    def wins(self) -> tuple[int, int] | None:
+        """``min_wins`` as (need, of); None when it is not set."""
+        return parse_fraction(self.min_wins) if self.min_wins else None
 
 
 class SpeedSpec(GateSpecBase):

@@ -282,10 +282,10 @@ class SpeedGate(LiveGate):
         number of prompts than counted can never be met (the look says so), so none are enough there."""
         rule = self.spec.rule
         judged = rule.levels or self.spec.concurrency
-        need, of = rule.wins()
+        wins = rule.wins()
         return RuleShape(rule.min_mean_change, rule.ci_lower_above, rule.confidence, self.spec.max_boot_pairs,
                          fail_levels=len(judged) if rule.fail_levels == "holm" else 1,
-                         wins_needed=(need if of == prompts else prompts + 1) if rule.min_wins else None)
+                         wins_needed=None if wins is None else wins[0] if wins[1] == prompts else prompts + 1)
 
     def _boot_views(self, candidate: EffectiveLane, control: EffectiveLane, pairs: int | None) -> list[_Boot]:
         """control@j at position 2j, candidate@j at 2j + 1: each candidate boot between two control boots."""
@@ -328,9 +328,10 @@ class SpeedGate(LiveGate):
     def _decide(self, est: Estimate | None) -> Look | None:
         rule = self.spec.rule
         decided = look(est, min_mean_change=rule.min_mean_change, ci_lower_above=rule.ci_lower_above) if est else None
-        if decided and decided.verdict == "PASS" and rule.min_wins:
+        wanted = rule.wins()
+        if decided and decided.verdict == "PASS" and wanted is not None:
             assert est is not None  # for mypy: a look is made on an estimate only
-            need, of = rule.wins()
+            need, of = wanted
             wins = sum(1 for change in est.per_prompt.values() if change > 0)
             if of != est.prompts or wins < need:
                 decided = None  # the bar includes the wins: not met yet
@@ -382,7 +383,7 @@ class SpeedGate(LiveGate):
                 entries[str(level)] = entry
                 continue
             entry["estimate"] = est.as_dict()
-            entry["power"] = power = self._power(final["values"])
+            entry["power"] = power = self._power(final["values"], est, decided=bool(final["look"] and final["look"].verdict))
             self._change_metrics(result, tag, est, seq, power)
             entry.update(self._level_verdict(tag, est, final["look"], seq, why, power))
             entries[str(level)] = entry
@@ -397,9 +398,8 @@ class SpeedGate(LiveGate):
                 f"{looks_allowed(self.spec.max_boot_pairs)} (drift taken out; boot SE {est.se_boot:.2%}, prompt SE "
                 f"{est.se_prompt:.2%}, {est.df:.1f} df), wins {wins}/{est.prompts}; bar: change >= "
                 f"{rule.min_mean_change:+.0%} and CI low > {rule.ci_lower_above:+.0%}")
-        if rule.min_wins:
-            need, of = rule.wins()
-            text += f" and wins >= {need}/{of}"
+        if (wanted := rule.wins()) is not None:
+            text += f" and wins >= {wanted[0]}/{wanted[1]}"
         if decided is not None and decided.verdict:
             return {"verdict": decided.verdict, "reason": f"{text}: {decided.reason}"}
         held = f" ({decided.reason.split(' (', 1)[1]}" if decided and decided.reason.startswith("undecided:") else ""
@@ -407,24 +407,24 @@ class SpeedGate(LiveGate):
                 "reason": f"{text}: undecided{held}; {self._power_words(power)}{'; ' + why if why else ''}"
                           f"{self._stopped_early(seq)}{self._futility_words(seq)}"}
 
-    def _power(self, values: list[BootValues]) -> dict[str, Any] | None:
+    def _power(self, values: list[BootValues], est: Estimate, *, decided: bool) -> dict[str, Any] | None:
         """What this rule decides at the noise these boots measured, by simulating it (power.py): a true change
-        at the bar, none, the smallest passed with 80%, and the pairs a likely change needs."""
+        at the bar, none, the smallest passed with 80%, and, for an undecided level, the pairs a likely change
+        needs."""
         rule = self.spec.rule
         noise = fit_noise(values, higher_is_better=rule.metric != "ttft_s")
         if noise is None:
             return None
         shape = self._shape(noise.prompts)
         design = DesignSimulation(noise, shape)
-        est = estimate(values, higher_is_better=rule.metric != "ttft_s", confidence=0.5)
         if rule.min_mean_change > 0:  # a change like the one seen, or twice the bar
-            target = max(est.change if est else 0.0, 2 * rule.min_mean_change)
+            target = max(est.change, 2 * rule.min_mean_change)
         else:  # a not-worse bar: an unchanged lane
-            target = 0.0 if rule.ci_lower_above < 0 else max(est.change if est else 0.0, 0.05)
+            target = 0.0 if rule.ci_lower_above < 0 else max(est.change, 0.05)
         return {"noise": noise.as_dict(), "max_boot_pairs": shape.max_boot_pairs, "runs": design.runs,
                 "at_bar": design.outcome(rule.min_mean_change).as_dict(), "unchanged": design.outcome(0.0).as_dict(),
                 "passed_with_80": design.change_passed(), "target": round(target, 5),
-                "pairs_for_target": pairs_for(noise, shape, target)}
+                "pairs_for_target": None if decided else pairs_for(noise, shape, target)}
 
     def _power_words(self, power: dict[str, Any] | None) -> str:
         if power is None:

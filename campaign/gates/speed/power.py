@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from campaign.gates.speed.sequential import BootValues, look_confidence
+from campaign.gates.speed.sequential import BootValues, boot_design, log_values, look_confidence
 
 __all__ = ["DesignSimulation", "Noise", "Outcome", "RuleShape", "conditional_decision", "fit_noise", "pairs_for"]
 
@@ -198,27 +198,18 @@ def pairs_for(noise: Noise, rule: RuleShape, true_change: float, *, power: float
     return high
 
 
-def _log_values(boots: Sequence[BootValues], higher_is_better: bool) -> tuple[np.ndarray, list[str]] | None:
-    prompts = sorted(set.intersection(*(set(p for p, v in b.values.items() if v > 0) for b in boots))) if boots else []
-    if len(prompts) < 2:
-        return None
-    sign = 1.0 if higher_is_better else -1.0
-    return sign * np.log(np.array([[b.values[p] for p in prompts] for b in boots])), prompts
-
-
 def fit_noise(boots: Sequence[BootValues], *, higher_is_better: bool) -> Noise | None:
     """The three SDs of the model from the boots one window counted (None under 4 boots or 2 prompts):
     per-prompt fits give each prompt's change; what the fit leaves splits into the boot's shared part and
     each prompt's own; the change's spread over prompts is what its per-prompt estimates vary beyond that."""
     if len(boots) < 4 or sum(b.candidate for b in boots) < 2 or sum(not b.candidate for b in boots) < 2:
         return None
-    found = _log_values(boots, higher_is_better)
-    if found is None:
-        return None
-    y, _ = found
+    found = log_values(boots, higher_is_better=higher_is_better)
+    return None if found is None else _noise(found[0], boot_design(boots))
+
+
+def _noise(y: np.ndarray, design: np.ndarray) -> Noise:
     n_boots, n_prompts = y.shape
-    design = np.column_stack([np.ones(n_boots), [float(b.position) for b in boots],
-                              [1.0 if b.candidate else 0.0 for b in boots]])
     solve = np.linalg.pinv(design)
     coefficients = solve @ y
     residual = y - design @ coefficients
@@ -238,19 +229,21 @@ def conditional_decision(boots: Sequence[BootValues], rule: RuleShape, *, pairs_
     """(P(PASS), P(FAIL)) at the looks after pairs ``pairs_done + 1`` .. ``max_boot_pairs``, from these boots
     on: the true change drawn from the current estimate and its uncertainty, each prompt's change keeping its
     measured offset, new boots from the noise measured. None when the boots cannot be fitted."""
-    noise = fit_noise(boots, higher_is_better=higher_is_better)
-    found = _log_values(boots, higher_is_better)
-    if noise is None or found is None:
+    if len(boots) < 4 or sum(b.candidate for b in boots) < 2 or sum(not b.candidate for b in boots) < 2:
+        return None
+    found = log_values(boots, higher_is_better=higher_is_better)
+    if found is None:
         return None
     if pairs_done >= rule.max_boot_pairs:
         return 0.0, 0.0
     y_seen, _ = found
+    design = boot_design(boots)
+    noise = _noise(y_seen, design)
     positions = np.array([b.position for b in boots])
     candidate = np.array([b.candidate for b in boots])
     fitted = _fit(y_seen[None], positions, candidate)
     d_now, se_now = float(fitted["d"][0]), float(fitted["se"][0])
     offsets = fitted["per_prompt"][0] - d_now
-    design = np.column_stack([np.ones(len(boots)), positions.astype(float), candidate.astype(float)])
     slope = float((np.linalg.pinv(design) @ y_seen)[1].mean())
     # each prompt's level refitted under the common slope, so its new boots continue its series straight
     base = (y_seen - slope * positions[:, None] - candidate[:, None] * fitted["per_prompt"][0][None, :]).mean(axis=0)

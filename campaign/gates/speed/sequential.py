@@ -81,6 +81,22 @@ def look_confidence(confidence: float, max_boot_pairs: int) -> float:
     return 1 - (1 - confidence) / looks_allowed(max_boot_pairs)
 
 
+def log_values(boots: Sequence[BootValues], *, higher_is_better: bool) -> tuple[np.ndarray, list[str]] | None:
+    """The log of each boot's value (boots x prompts, signed so that up is better) over the prompts every
+    boot measured, and those prompts; None when they are under 2."""
+    prompts = sorted(set.intersection(*(set(p for p, v in b.values.items() if v > 0) for b in boots))) if boots else []
+    if len(prompts) < 2:
+        return None
+    sign = 1.0 if higher_is_better else -1.0
+    return sign * np.log(np.array([[b.values[p] for p in prompts] for b in boots])), prompts
+
+
+def boot_design(boots: Sequence[BootValues]) -> np.ndarray:
+    """The model's design: a level, the boot's position (drift) and whether it is the candidate."""
+    return np.column_stack([np.ones(len(boots)), [float(b.position) for b in boots],
+                            [1.0 if b.candidate else 0.0 for b in boots]])
+
+
 def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence: float) -> Estimate | None:
     """The fit over the prompts every boot measured; None when the boots leave no degree of freedom
     (fewer than two candidate boots or two control boots, or under four boots) or share under 2 prompts."""
@@ -88,13 +104,11 @@ def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence:
     controls = [b for b in boots if not b.candidate]
     if len(candidates) < 2 or len(controls) < 2 or len(boots) < 4:
         return None
-    prompts = sorted(set.intersection(*(set(p for p, v in b.values.items() if v > 0) for b in boots)))
-    if len(prompts) < 2:
+    found = log_values(boots, higher_is_better=higher_is_better)
+    if found is None:
         return None
-    sign = 1.0 if higher_is_better else -1.0
-    y = sign * np.log(np.array([[b.values[p] for p in prompts] for b in boots]))  # boots x prompts
-    design = np.column_stack([np.ones(len(boots)), [float(b.position) for b in boots],
-                              [1.0 if b.candidate else 0.0 for b in boots]])
+    y, prompts = found  # boots x prompts
+    design = boot_design(boots)
     # (X'X)^-1 X': its third row gives d, one linear contrast of the boots applied to each prompt
     solve = np.linalg.pinv(design)
     contrast = solve[2]

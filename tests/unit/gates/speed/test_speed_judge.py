@@ -5,9 +5,11 @@ runs are in tests/integration/speed/)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from scipy import stats as sps
 
 from campaign.contracts.load import load_contract
 from campaign.fsutil import JsonlAppender
@@ -437,3 +439,26 @@ def test_rows_a_busy_host_voided_and_re_ran_are_named_before_the_time_budget_the
     (decided,) = decisions(summary)
     assert decided.next_step.startswith("other processes used 50% of the CPUs: run on a quiet host or pin lanes "
                                         "(cpus:); then a longer failsafe deadline"), decided.next_step
+
+
+def test_a_level_without_an_estimate_still_counts_in_holms_share(tmp_path: Path) -> None:
+    """Two judged levels, one with no estimate (its boots did not count): its hypothesis is not rejected
+    (p 1) and it stays in Holm's m, so the other level's FAIL needs p under alpha / 2, not alpha."""
+    from campaign.gates.speed.sequential import Estimate, Look
+
+    gate, _, _ = make_gate(tmp_path, rule="{futility: none}")
+    alpha = 0.025
+
+    def failing(p: float) -> dict:
+        # a one-sided p of "the change is at least the bar (+5%)" of exactly p, with 10 df
+        se, df = 0.02, 10.0
+        log_change = math.log1p(0.05) + se * float(sps.t.ppf(p, df))
+        est = Estimate(change=math.expm1(log_change), low=0.0, high=0.0, log_change=log_change, se=se, se_boot=se,
+                       se_prompt=0.0, df=df, confidence=0.95, boots=6, candidate_boots=3, prompts=4, per_prompt={})
+        return {"estimate": est, "look": Look("FAIL", "not met: even the CI's high end is below +5%")}
+
+    for p, stands in ((0.02, False), (0.01, True)):  # between alpha / 2 and alpha, then under alpha / 2
+        rows = {1: failing(p), 2: {"estimate": None, "look": None}}
+        gate._share_fail_side(rows, confidence=1 - 2 * alpha)
+        assert (rows[1]["look"].verdict == "FAIL") is stands, rows[1]["look"].reason
+        assert "Holm over 2 judged levels" in rows[1]["look"].reason
