@@ -717,21 +717,47 @@ def verify(bundle: Path, trust: list[Path] = typer.Option([], help="Also trust t
 @app.command()
 @one_line_errors
 def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write the report."),
+            index: Optional[Path] = typer.Option(None, "--index", help="Publish into this folder's history of "
+                                                                       "windows (index.html, index.json) instead."),
             trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
-    """Render a verified bundle: report.html (static, no network), SUMMARY.md, and a .tar.gz of the bundle."""
+    """Render a verified bundle: report.html (static, no network), SUMMARY.md, and a .tar.gz of the bundle; with
+    --index, into a folder that lists every window published into it, with the control's figures over time."""
     from campaign.fsutil import load_json_strict
     from campaign.receipts.bundle import verify_bundle
     from campaign.receipts.decision import decisions
     from campaign.signing import load_trusted
     from campaign.window.report import publish as do_publish
+    from campaign.window.report import publish_into_index
 
-    verify_bundle(bundle, load_trusted(trust))
-    written = do_publish(bundle, out_dir)
+    if index is not None and out_dir is not None:
+        raise InputError("--out and --index: give one (the index places the report itself)")
+    if index is not None:
+        written = publish_into_index(bundle, index, load_trusted(trust))
+    else:
+        verify_bundle(bundle, load_trusted(trust))
+        written = do_publish(bundle, out_dir)
     for kind, path in written.items():
         out.print(f"{kind}: {path}")
     for decision in decisions(load_json_strict(bundle / "SUMMARY.json")):  # the report's first lines
         deciding = f"{decision.gate}: " if decision.gate else ""
         out.print(f"{decision.candidate}: {decision.decision}: {deciding}{decision.reason[:200]}")
+
+
+@app.command("index")
+@one_line_errors
+def index_command(folder: Path, trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
+    """Build a history of windows (`publish --index`) again from its archives alone: each verified again, its
+    entry derived again; one that does not verify leaves the index. The same archives give the same page."""
+    from campaign.signing import load_trusted
+    from campaign.window.report import rebuild_index
+
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such folder")
+    written, left = rebuild_index(folder, load_trusted(trust))
+    for line in left:
+        err.print(line)
+    for kind, path in written.items():
+        out.print(f"{kind}: {path}")
 
 
 @app.command()
@@ -878,7 +904,8 @@ COMMAND_EXAMPLES = {
     "rollback": "campaign rollback",
     "ledger": "campaign ledger --json",
     "verify": "campaign verify runs/BUNDLE --trust other-box.pub",
-    "publish": "campaign publish runs/BUNDLE --out site/",
+    "publish": "campaign publish runs/BUNDLE --index site/",
+    "index": "campaign index site/",
     "rejudge": "campaign rejudge runs/BUNDLE --out rejudged/",
     "cleanup": "campaign cleanup --engines-of examples/demo-docker.yaml --remove",
     "doctor": "campaign doctor examples/demo.yaml --no-smoke",

@@ -217,8 +217,9 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
     fsync_dir(path.parent)
 
 
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+def atomic_write_json(path: Path, value: Any, *, mode: int | None = None) -> None:
+    atomic_write_bytes(path, (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode(),
+                       mode=mode)
 
 
 def _set_aside_torn_tail(path: Path) -> None:

@@ -44,7 +44,9 @@ def plots_for(gate: dict[str, Any]) -> list[Plot]:
     return [draw(plot) for plot in presentation.plots]
 
 
-def draw(plot: PlotData) -> Plot:
+def draw(plot: PlotData, *, salt: str | None = None) -> Plot:
+    """``salt`` names the plot's SVG ids (default: a count in this process): a page drawn again with the
+    same salts is the same bytes."""
     fig = _figure(plot.height)
     axes = fig.subplots(len(plot.panels), 1, squeeze=False,
                         gridspec_kw={"height_ratios": plot.heights} if plot.heights else None)[:, 0]
@@ -64,7 +66,7 @@ def draw(plot: PlotData) -> Plot:
             ax.legend(loc="best", fontsize=6 if many else 7, ncol=2 if many else 1)
     main = plot.panels[0]
     axes[0].set_title(plot.title, fontsize=10)
-    return _finish(fig, plot.title, main.xlabel, main.ylabel)
+    return _finish(fig, plot.title, main.xlabel, main.ylabel, salt)
 
 
 def _colour(role: str | None) -> str | None:
@@ -143,12 +145,12 @@ def _figure(height: float = 3.0, width: float = 7.2) -> Any:
     return fig
 
 
-def _finish(fig: Any, title: str, xlabel: str, ylabel: str) -> Plot:
+def _finish(fig: Any, title: str, xlabel: str, ylabel: str, salt: str | None = None) -> Plot:
     import matplotlib
 
     buffer = io.StringIO()
     # text stays text; ids are salted per plot so two plots on one page never share a clip path's id
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"campaign-{next(_salt)}",
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"campaign-{salt or next(_salt)}",
                                 "font.size": 8}):
         fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buffer.getvalue()

@@ -156,15 +156,17 @@ def archive_bundle(bundle: Path, target: Path) -> Path:
     return target
 
 
-def publish(bundle: Path, out_dir: Path | None = None, fill: Fill | None = None) -> dict[str, Path]:
-    """report.html, SUMMARY.md and <bundle>.tar.gz, written beside (not inside) the signed bundle."""
+def publish(bundle: Path, out_dir: Path | None = None, fill: Fill | None = None, *,
+            archive_name: str | None = None) -> dict[str, Path]:
+    """report.html, SUMMARY.md and <bundle>.tar.gz (or ``archive_name``.tar.gz), written beside (not inside) the
+    signed bundle."""
     out_dir = out_dir or bundle.parent / f"{bundle.name}.published"
     data = load_report_data(bundle, fill)
     html = out_dir / "report.html"
     markdown = out_dir / "SUMMARY.md"
     atomic_write_bytes(html, render_html(data).encode(), mode=SHARED)
     atomic_write_bytes(markdown, render_markdown(data).encode(), mode=SHARED)
-    archive = archive_bundle(bundle, out_dir / f"{bundle.name}.tar.gz")
+    archive = archive_bundle(bundle, out_dir / f"{archive_name or bundle.name}.tar.gz")
     return {"html": html, "markdown": markdown, "archive": archive}
 
 

@@ -49,3 +49,25 @@ def test_the_check_sees_a_report_that_reaches_out(bundle: Path, tmp_path: Path) 
                                               '<h2>Verdicts</h2><img src="http://127.0.0.1:9/x.png">'))
     _, console, _ = open_in_chromium(bad)
     assert any("127.0.0.1:9" in line for line in console)
+
+
+def test_the_history_of_windows_opens_offline_with_its_plots_and_working_links(tmp_path: Path) -> None:
+    """`campaign publish --index` of the three shipped fixture windows, opened in Chromium: one row per
+    window, the control's figure over time plotted with its labels as text, every link a published file."""
+    import html
+    import re
+
+    from campaign.signing import load_trusted
+    from campaign.window.report import publish_into_index
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "bundles"
+    versions = ("v0.1.0", "v0.1.0-control-boots", "v0.2.0")
+    trusted = load_trusted([fixtures / v / "signing.pub" for v in versions], include_local=False)
+    for version in versions:
+        written = publish_into_index(fixtures / version / "bundle", tmp_path / "history", trusted)
+    dom, console, requests = open_in_chromium(written["html"])
+    assert console == [] and requests == []
+    assert dom.split('id="windows"')[1].split("</table>")[0].count("<tr>") == 1 + 3
+    assert "fixture: greedy control_self_identical" in labelled_plots(dom)
+    links = [html.unescape(href) for href in re.findall(r'<a href="([^"]+)"', dom)]
+    assert len(links) == 9 and all((tmp_path / "history" / link).is_file() for link in links)
