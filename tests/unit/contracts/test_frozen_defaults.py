@@ -169,3 +169,26 @@ def test_speed_rules_added_since_judge_a_recorded_contract_as_its_tool_did(tmp_p
             'gates[speed].rule.fail_levels: frozen (no such field), this tool "holm"',
             'gates[speed].rule.futility: frozen (no such field), this tool "conditional_power"',
             "gates[speed].rule.host_quiet_wait_s: frozen (no such field), this tool 30.0"]
+
+
+def test_each_field_added_since_names_one_field_wherever_a_contract_model_has_it() -> None:
+    """ADDED_AS_BEFORE is keyed by a field's bare name (a recorded rule lacking it is judged with that value):
+    another field of the same name, of another meaning, would take this one's old value. Each name is one
+    field: the same type in every model that has it (a lane and its resolved form), the old value valid there."""
+    import inspect
+
+    from pydantic import BaseModel
+
+    from campaign.contracts import gatespecs, resolve, schema
+    from campaign.contracts.effective import ADDED_AS_BEFORE
+
+    models = {cls for module in (gatespecs, resolve, schema) for _, cls in inspect.getmembers(module, inspect.isclass)
+              if issubclass(cls, BaseModel) and cls.__module__ == module.__name__}
+    from pydantic import TypeAdapter
+
+    for name, before in ADDED_AS_BEFORE.items():
+        fields = [cls.model_fields[name] for cls in models if name in cls.model_fields]
+        assert fields, name
+        assert len({repr(field.annotation) for field in fields}) == 1, (name, [f.annotation for f in fields])
+        for field in fields:
+            TypeAdapter(field.annotation).validate_python(before)
