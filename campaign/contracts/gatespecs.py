@@ -8,6 +8,7 @@ line in ``gates/registry.py`` (ARCHITECTURE.md has the checklist).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from pathlib import Path
@@ -400,14 +401,40 @@ class RulerSpec(GateSpecBase):
 
 _SINCE_0_3: dict[str, Any] = {"since": "0.3.0"}  # the reference's "since" column
 
+# Latency tails: a percentile of a boot's samples pooled over a row's requests (per prompt class), lower is better.
+# ttft: time to first token per request; itl: every gap between content chunks; e2e: each request's whole time.
+TAIL_METRICS = ("ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p95_s",
+                "itl_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p95_s", "e2e_p99_s")
+TAIL_BEYOND = 5  # samples a percentile needs past it, per class and boot: n (1 - p) >= 5 (p99: 500, p90: 50)
+
+
+def tail_of(metric: str) -> tuple[str, int] | None:
+    """("ttft", 99) for "ttft_p99_s"; None for a metric that is not a tail."""
+    if metric not in TAIL_METRICS:
+        return None
+    quantity, percent, _ = metric.split("_")
+    return quantity, int(percent[1:])
+
+
+def tail_samples_needed(percent: int) -> int:
+    return math.ceil(TAIL_BEYOND / (1 - percent / 100) - 1e-9)
+
 
 class SpeedRule(StrictModel):
     """The frozen speed bar and the validity rules that void a row. Changes are fractions: 0.05 is +5%."""
 
-    metric: Literal["decode_tok_s", "effective_tok_s", "ttft_s"] = Field(
-        "decode_tok_s", description="Per-request number compared per prompt: decode tok/s after the first "
-                                    "token, output tokens over request wall time, or time to first token "
-                                    "(for ttft_s a positive change means faster).")
+    metric: Literal["decode_tok_s", "effective_tok_s", "ttft_s", "ttft_p50_s", "ttft_p90_s", "ttft_p95_s",
+                    "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p95_s", "itl_p99_s", "e2e_p50_s", "e2e_p90_s",
+                    "e2e_p95_s", "e2e_p99_s"] = Field(
+        "decode_tok_s", description="What is compared. Per prompt (each prompt's median request): decode tok/s "
+                                    "after the first token, output tokens over request wall time, or time to "
+                                    "first token. A latency tail (since 0.3.0), per prompt class: the 50th, 90th, "
+                                    "95th or 99th percentile of every time to first token (ttft_pNN_s), every "
+                                    "gap between streamed chunks (itl_pNN_s) or every request's whole time "
+                                    "(e2e_pNN_s) a boot measured in the class's counted rows; the contract must "
+                                    "give 5 samples past the percentile per class and boot (p99: 500, p90: 50). "
+                                    "For times a positive change means faster: 'p99 TTFT not worse by more than "
+                                    "10%' is min_mean_change -0.1 with ci_lower_above -0.1.")
     levels: list[int] | None = Field(None, description="Concurrency levels judged against the bar; "
                                                        "default every measured level. Others are reported.")
     min_mean_change: float = Field(0.05, ge=-1.0, le=10.0,
@@ -474,6 +501,15 @@ class SpeedRule(StrictModel):
         """``min_wins`` as (need, of); None when it is not set."""
         return parse_fraction(self.min_wins) if self.min_wins else None
 
+    @property
+    def tail(self) -> tuple[str, int] | None:
+        """(quantity, percentile) of a latency-tail metric, else None."""
+        return tail_of(self.metric)
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric in ("decode_tok_s", "effective_tok_s")
+
 
 class SpeedSpec(GateSpecBase):
     kind: Literal["speed"]
@@ -530,6 +566,41 @@ class SpeedSpec(GateSpecBase):
         if missing:
             raise ValueError(f"rule.levels {missing} are not in concurrency {self.concurrency}")
         return self
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        """A latency tail needs samples past its percentile (``TAIL_BEYOND``) in every class of every boot at
+        each judged level: a rule the contract's sizes cannot support is refused, not found out in the window."""
+        tail = self.rule.tail
+        if tail is None or not check_files:
+            return
+        quantity, percent = tail
+        need = tail_samples_needed(percent)
+        written = loaded.contract.inputs[self.input].file
+        try:
+            text = read_text_bounded(loaded.resolve(written), INPUT_FILE_BYTES, what="input file")
+        except UnreadableFile as exc:
+            raise loaded.error(("inputs", self.input, "file"), f"{written!r}: {exc.reason}") from None
+        classes: dict[str, int] = {}
+        for line in text.splitlines():
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                return  # the gate's own reading names the bad line
+            if isinstance(row, dict):
+                name = row.get("class") or "all"
+                classes[str(name)] = classes.get(str(name), 0) + 1
+        per_request = self.max_tokens - 1 if quantity == "itl" else 1  # at most: a stream may stop early
+        for level in self.rule.levels or self.concurrency:
+            for name, prompts in classes.items():
+                requests = self.reps * max(prompts, level)
+                if requests * per_request < need:
+                    gaps = f" x {per_request} gaps" if quantity == "itl" else ""
+                    raise loaded.error(("gates", index, "rule", "metric"),
+                                       f"{self.rule.metric} needs {need} samples per class and boot at each judged "
+                                       f"level ({TAIL_BEYOND} past the {percent}th percentile); class {name!r} at "
+                                       f"C{level} gives {requests * per_request} (reps {self.reps} x "
+                                       f"{max(prompts, level)} requests{gaps}): raise reps or the class's prompts, "
+                                       "or judge a lower percentile")
 
 
 class LengthRule(StrictModel):

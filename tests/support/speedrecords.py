@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from campaign.contracts.load import LoadedContract, load_contract
 from campaign.fsutil import JsonlAppender
@@ -50,14 +50,14 @@ def load_gates(tmp_path: Path, body: str) -> tuple[LoadedContract, list[Gate]]:
 
 
 def request(pid: str, cls: str, level: int, rep: int, user: int, attempt: int, rate: float,
-            text: str | None = None, cut: bool = False) -> dict[str, Any]:
+            text: str | None = None, cut: bool = False, ttft: float = 0.2) -> dict[str, Any]:
     events = [{"t": 0.01, "data": {"id": "s", "choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}}]
     for i in range(TOKENS):
-        events.append({"t": 0.2 + i / rate, "data": {"id": "s", "timings": {"predicted_n": i + 1}, "choices": [
+        events.append({"t": ttft + i / rate, "data": {"id": "s", "timings": {"predicted_n": i + 1}, "choices": [
             {"delta": {"content": (text or f"{pid} ")[i % len(text or pid)]}, "finish_reason": None}]}})
         if cut and i == 3:
             break
-    end = 0.2 + (TOKENS - 1) / rate
+    end = ttft + (TOKENS - 1) / rate
     if not cut:
         events.append({"t": end, "data": {"id": "s", "choices": [{"delta": {}, "finish_reason": "length"}]}})
         events.append({"t": end, "data": {"id": "s", "choices": [], "usage": {"completion_tokens": TOKENS}}})
@@ -68,9 +68,10 @@ def request(pid: str, cls: str, level: int, rep: int, user: int, attempt: int, r
 
 def write_visit(gate, key: str, rates: dict[str, float], *, levels=(1, 2), void_attempts: int = 0,
                 always_void: bool = False, text: str | None = None, cut_level: int | None = None,
-                host_busy: float | None = None) -> None:
+                host_busy: float | None = None, ttft: Callable[[int, int], float] | None = None) -> None:
     """One lane visit: every row measured with reps whose durations agree (or spread 60% when void);
-    ``host_busy``: other processes used that share of the host's 2 CPUs during every rep of a void attempt."""
+    ``host_busy``: other processes used that share of the host's 2 CPUs during every rep of a void attempt;
+    ``ttft(rep, position)``: each request's time to first token (default 0.2 s)."""
     with JsonlAppender(gate.ctx.raw_path(gate.gate_id, key)) as sink:
         sink.append({"kind": "instrument", "engine": "llamacpp", "token_counter": "timings.predicted_n",
                      "tokens_per_chunk": None})
@@ -84,7 +85,8 @@ def write_visit(gate, key: str, rates: dict[str, float], *, levels=(1, 2), void_
                         for position in range(max(len(pids), level)):
                             pid = pids[position % len(pids)]
                             sink.append(request(pid, cls, level, rep, position % level, attempt, rates[pid], text,
-                                                cut=cut_level == level and rep == 1))
+                                                cut=cut_level == level and rep == 1,
+                                                ttft=ttft(rep, position) if ttft else 0.2))
                         duration = (1.0 if rep == 0 else (1.6 if void else 1.02)) * len(pids)
                         host = {} if host_busy is None or not void else {"host_cpus": 2, "lane_cpu_s": 0.0,
                                                              "host_busy_s": host_busy * duration * 2 + 0.01}

@@ -7,6 +7,7 @@ client's arrival times of SSE events, seconds after sending (see ``LaneClient.st
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ class StreamStats:
     finish_reason: str
     text: str
     prompt_tokens: int | None
+    itl_s: tuple[float, ...] = ()  # each gap between consecutive chunks carrying output, in arrival order
 
 
 def streamed_text(record: dict[str, Any]) -> str:
@@ -75,6 +77,7 @@ class _Events:
     chunks: int = 0
     counters: list[tuple[int, str]] = field(default_factory=list)
     last_t: float = 0.0
+    output_t: list[float] = field(default_factory=list)  # arrival of each chunk carrying output
 
 
 def analyze_stream(record: dict[str, Any], max_tokens: int,
@@ -104,7 +107,8 @@ def analyze_stream(record: dict[str, Any], max_tokens: int,
     return StreamStats(tokens=tokens, token_source=source, ttft_s=first_t, decode_tok_s=decode,
                        effective_tok_s=tokens / elapsed if elapsed > 0 else 0.0, elapsed_s=elapsed,
                        finish_reason=seen.finish, text="".join(seen.text),
-                       prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None), None
+                       prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
+                       itl_s=tuple(b - a for a, b in itertools.pairwise(seen.output_t))), None
 
 
 def _read_events(events: list[dict[str, Any]], facts: StreamFacts) -> tuple[_Events, str | None]:
@@ -139,6 +143,7 @@ def _read_choice(seen: _Events, index: int, t: float, data: dict[str, Any], choi
     if _carries_output(delta):
         seen.chunks += 1
         seen.first_t = t if seen.first_t is None else seen.first_t
+        seen.output_t.append(t)
         piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
         seen.text.append(piece if isinstance(piece, str) else "")
         if facts.token_counter:

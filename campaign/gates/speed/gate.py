@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from campaign.contracts.gatespecs import SpeedRule, SpeedSpec
+from campaign.contracts.gatespecs import SpeedRule, SpeedSpec, tail_samples_needed
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
@@ -47,6 +47,7 @@ from campaign.gates.speed.sequential import (
     looks_allowed,
     p_below_bar,
     reachable,
+    tail_value,
 )
 from campaign.lanes.hostcpu import pinned_threads
 from campaign.lanes.lanerun import LaneRun
@@ -164,6 +165,9 @@ class SpeedGate(LiveGate):
         return getattr(stats, self.spec.rule.metric)
 
     def per_prompt(self, view: _LaneView, level: int) -> dict[str, float]:
+        """Each prompt's median request; for a latency tail, each class's percentile of its pooled samples."""
+        if self.spec.rule.tail is not None:
+            return self._per_class_tail(view, level, *self.spec.rule.tail)
         values: dict[str, list[float]] = {}
         for cls in by_class(self.prompts()):
             chosen = view.chosen((level, cls))
@@ -172,6 +176,18 @@ class SpeedGate(LiveGate):
                 if value is not None and value > 0:
                     values.setdefault(str(tags.get("prompt")), []).append(value)
         return {pid: statistics.median(v) for pid, v in values.items()}
+
+    def _per_class_tail(self, view: _LaneView, level: int, quantity: str, percent: int) -> dict[str, float]:
+        """A class with fewer samples than its percentile needs is left out of this boot (too few counted
+        requests: the level then rests on the classes every boot measured, or has no estimate)."""
+        need, out = tail_samples_needed(percent), {}
+        for cls in by_class(self.prompts()):
+            chosen = view.chosen((level, cls))
+            samples = [x for _, stats in (chosen.stats if chosen else []) for x in _samples(stats, quantity)]
+            value = tail_value(samples, percent, need)
+            if value is not None and value > 0:
+                out[cls] = value
+        return out
 
     @classmethod
     def present(cls, rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
@@ -269,7 +285,7 @@ class SpeedGate(LiveGate):
                                ci_lower_above=rule.ci_lower_above) for row in lasts]
             return not all(can_pass for can_pass, _ in reach) and not any(can_fail for _, can_fail in reach)
         chances = [conditional_decision(row["values"], self._shape(row["estimate"].prompts), pairs_done=row["pairs"],
-                                        higher_is_better=rule.metric != "ttft_s") for row in lasts]
+                                        higher_is_better=rule.higher_is_better) for row in lasts]
         if any(chance is None for chance in chances):
             return False
         # PASS needs every level, FAIL any one: at most the least likely PASS plus every level's FAIL
@@ -309,8 +325,9 @@ class SpeedGate(LiveGate):
             values = [BootValues(b.view.key, b.position, b.role.startswith("candidate"), self.per_prompt(b.view, level))
                       for b in counted]
             values = [v for v in values if v.values]  # a row VOID on a reported-only level: that boot sits out
-            drift = _control_drift(values, higher=rule.metric != "ttft_s")
-            est = estimate(values, higher_is_better=rule.metric != "ttft_s", confidence=seq.look_confidence)
+            drift = _control_drift(values, higher=rule.higher_is_better)
+            est = estimate(values, higher_is_better=rule.higher_is_better, confidence=seq.look_confidence,
+                           min_columns=1 if rule.tail else 2)
             seq.levels.setdefault(level, []).append({"pairs": pairs, "estimate": est, "look": self._decide(est),
                                                      "drift": drift, "values": values})
             if level in judged and drift and rule.max_control_drift is not None \
@@ -362,11 +379,12 @@ class SpeedGate(LiveGate):
             values = {role: self.per_prompt(view, level) for role, view in views.items()}
             entry: dict[str, Any] = {"judged": level in (self.spec.rule.levels or self.spec.concurrency),
                                      "looks": [_look_row(row) for row in looks]}
-            self._lane_level_metrics(result, views, level, values, _UNITS[self.spec.rule.metric])
+            self._lane_level_metrics(result, views, level, values, _UNITS.get(self.spec.rule.metric, "s"))
             final = looks[-1] if looks else None
             est = final["estimate"] if final else None
             why = _why_fewer(seq, tag, views)
-            entry["prompts"] = _prompt_rows(self.prompts(), values, est)
+            entry["prompts"] = (_class_rows(values, est) if self.spec.rule.tail else
+                                _prompt_rows(self.prompts(), values, est))
             if final and final["drift"]:
                 entry["control_drift"] = final["drift"]
                 result.metrics[f"{tag}.control_drift"] = Metric(
@@ -412,7 +430,9 @@ class SpeedGate(LiveGate):
         at the bar, none, the smallest passed with 80%, and, for an undecided level, the pairs a likely change
         needs."""
         rule = self.spec.rule
-        noise = fit_noise(values, higher_is_better=rule.metric != "ttft_s")
+        if rule.tail:
+            return None  # a percentile pooled per class: no per-prompt noise to simulate from
+        noise = fit_noise(values, higher_is_better=rule.higher_is_better)
         if noise is None:
             return None
         shape = self._shape(noise.prompts)
@@ -427,6 +447,9 @@ class SpeedGate(LiveGate):
                 "pairs_for_target": None if decided else pairs_for(noise, shape, target)}
 
     def _power_words(self, power: dict[str, Any] | None) -> str:
+        if power is None and self.spec.rule.tail:
+            return ("a latency tail pooled per class: its CI rests on the boots' scatter alone, and its power is not "
+                    "simulated; more boot pairs narrow it")
         if power is None:
             return "too few boots to simulate the rule at this noise"
         rule, noise = self.spec.rule, power["noise"]
@@ -529,7 +552,8 @@ class SpeedGate(LiveGate):
             if per_prompt:
                 result.metrics[f"{tag}.{self.spec.rule.metric}"] = Metric(
                     value=round(statistics.median(per_prompt), 4), unit=unit, denominator=len(per_prompt),
-                    note=f"median over prompts of each prompt's median request ({view.key})")
+                    note=(f"median over classes of each class's pooled percentile ({view.key})" if self.spec.rule.tail
+                          else f"median over prompts of each prompt's median request ({view.key})"))
             chosen = [view.chosen((level, cls)) for cls in classes]
             aggregates = [r.median_aggregate for r in chosen if r and r.median_aggregate is not None]
             if len(aggregates) == len(classes):
@@ -647,6 +671,26 @@ class SpeedGate(LiveGate):
                                       _round(row.median_aggregate), **{k: _round(v) for k, v in rep.items()},
                                       "source": path.relative_to(self.ctx.bundle).as_posix()})
         return {"throughput.csv": table}
+
+
+def _samples(stats: StreamStats, quantity: str) -> tuple[float, ...]:
+    """A request's samples of a latency tail: its TTFT, its whole time, or each gap between its chunks."""
+    if quantity == "itl":
+        return stats.itl_s
+    return (stats.ttft_s,) if quantity == "ttft" else (stats.elapsed_s,)
+
+
+def _class_rows(values: dict[str, dict[str, float]], est: Estimate | None) -> list[dict[str, Any]]:
+    """One row per prompt class (a latency tail is pooled per class): each boot's percentile and the class's
+    own change."""
+    rows = []
+    for cls in sorted({cls for per_class in values.values() for cls in per_class}):
+        row: dict[str, Any] = {"class": cls, **{role: per_class.get(cls) for role, per_class in values.items()}}
+        if est is not None and cls in est.per_prompt:
+            row["change"] = est.per_prompt[cls]
+            row["win"] = row["change"] > 0
+        rows.append(row)
+    return rows
 
 
 def _prompt_rows(prompts: list[Prompt], values: dict[str, dict[str, float]],

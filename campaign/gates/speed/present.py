@@ -167,7 +167,7 @@ def _boots(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
                                       role=role, line=True))
         out.append(Plot(title=f"C{level}: {metric} of every boot, in window order (drift shows here)",
                         panels=[Points(series=series, xlabel="boot (window order: control, candidate, control, ...)",
-                                       ylabel="tok/s")]))
+                                       ylabel="tok/s" if metric.endswith("tok_s") else "s")]))
     return out
 
 

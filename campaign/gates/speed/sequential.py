@@ -37,6 +37,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from campaign.gates.common.stats import percentile
+
 __all__ = ["BootValues", "Estimate", "Look", "estimate", "holm_rejected", "look", "look_confidence", "looks_allowed",
            "p_below_bar", "reachable"]
 
@@ -81,14 +83,22 @@ def look_confidence(confidence: float, max_boot_pairs: int) -> float:
     return 1 - (1 - confidence) / looks_allowed(max_boot_pairs)
 
 
-def log_values(boots: Sequence[BootValues], *, higher_is_better: bool) -> tuple[np.ndarray, list[str]] | None:
+def log_values(boots: Sequence[BootValues], *, higher_is_better: bool,
+               min_columns: int = 2) -> tuple[np.ndarray, list[str]] | None:
     """The log of each boot's value (boots x prompts, signed so that up is better) over the prompts every
-    boot measured, and those prompts; None when they are under 2."""
+    boot measured, and those prompts; None when they are under ``min_columns`` (2: the prompts' scatter is
+    part of the CI; 1 for a pooled percentile per class, whose CI rests on the boots)."""
     prompts = sorted(set.intersection(*(set(p for p, v in b.values.items() if v > 0) for b in boots))) if boots else []
-    if len(prompts) < 2:
+    if len(prompts) < max(1, min_columns):
         return None
     sign = 1.0 if higher_is_better else -1.0
     return sign * np.log(np.array([[b.values[p] for p in prompts] for b in boots])), prompts
+
+
+def tail_value(samples: Sequence[float], percent: int, need: int) -> float | None:
+    """The nearest-rank percentile of one boot's samples pooled over a row (every value reported was
+    observed); None under ``need`` samples, too few to have any past the percentile."""
+    return percentile(samples, percent) if len(samples) >= need else None
 
 
 def boot_design(boots: Sequence[BootValues]) -> np.ndarray:
@@ -97,14 +107,16 @@ def boot_design(boots: Sequence[BootValues]) -> np.ndarray:
                             [1.0 if b.candidate else 0.0 for b in boots]])
 
 
-def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence: float) -> Estimate | None:
+def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence: float,
+             min_columns: int = 2) -> Estimate | None:
     """The fit over the prompts every boot measured; None when the boots leave no degree of freedom
-    (fewer than two candidate boots or two control boots, or under four boots) or share under 2 prompts."""
+    (fewer than two candidate boots or two control boots, or under four boots) or share under
+    ``min_columns`` prompts (a pooled percentile per class: one class is enough, its CI the boots' alone)."""
     candidates = [b for b in boots if b.candidate]
     controls = [b for b in boots if not b.candidate]
     if len(candidates) < 2 or len(controls) < 2 or len(boots) < 4:
         return None
-    found = log_values(boots, higher_is_better=higher_is_better)
+    found = log_values(boots, higher_is_better=higher_is_better, min_columns=min_columns)
     if found is None:
         return None
     y, prompts = found  # boots x prompts
@@ -118,9 +130,9 @@ def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence:
     residuals = boot_means - design @ (solve @ boot_means)
     df_boot = len(boots) - 3
     se_boot = math.sqrt(float(residuals @ residuals) / df_boot * float(contrast @ contrast))
-    se_prompt = float(per_prompt.std(ddof=1)) / math.sqrt(len(prompts))
+    se_prompt = float(per_prompt.std(ddof=1)) / math.sqrt(len(prompts)) if len(prompts) > 1 else 0.0
     se = math.hypot(se_boot, se_prompt)
-    df = _satterthwaite((se_boot, df_boot), (se_prompt, len(prompts) - 1))
+    df = _satterthwaite((se_boot, df_boot), (se_prompt, len(prompts) - 1)) if len(prompts) > 1 else float(df_boot)
     half = float(sps.t.ppf(1 - (1 - confidence) / 2, df)) * se
     return Estimate(change=math.expm1(d), low=math.expm1(d - half), high=math.expm1(d + half), log_change=d,
                     se=se, se_boot=se_boot, se_prompt=se_prompt, df=df, confidence=confidence, boots=len(boots),
