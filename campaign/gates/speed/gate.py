@@ -189,6 +189,18 @@ class SpeedGate(LiveGate):
                 out[cls] = value
         return out
 
+    def _tails(self, view: _LaneView, level: int) -> dict[str, dict[str, dict[str, float | None]]]:
+        """Reported for every boot, whatever the rule judges: per class, TTFT, chunk gap and request time at
+        p50/p90/p95/p99 (None where the boot has fewer samples than the percentile needs)."""
+        out = {}
+        for cls in by_class(self.prompts()):
+            chosen = view.chosen((level, cls))
+            stats = [s for _, s in chosen.stats] if chosen else []
+            out[cls] = {quantity: {f"p{percent}": tail_value([x for s in stats for x in _samples(s, quantity)],
+                                                            percent, tail_samples_needed(percent))
+                                   for percent in (50, 90, 95, 99)} for quantity in ("ttft", "itl", "e2e")}
+        return out
+
     @classmethod
     def present(cls, rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
         return presenting.present(rule, result)
@@ -385,6 +397,7 @@ class SpeedGate(LiveGate):
             why = _why_fewer(seq, tag, views)
             entry["prompts"] = (_class_rows(values, est) if self.spec.rule.tail else
                                 _prompt_rows(self.prompts(), values, est))
+            entry["tails"] = {role: self._tails(view, level) for role, view in views.items() if view is not None}
             if final and final["drift"]:
                 entry["control_drift"] = final["drift"]
                 result.metrics[f"{tag}.control_drift"] = Metric(

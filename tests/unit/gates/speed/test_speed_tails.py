@@ -66,6 +66,10 @@ def test_a_constructed_ttft_tail_fails_a_not_worse_bar(tmp_path: Path) -> None:
     assert {row["class"] for row in rows} == {"prose", "code"}
     assert all(row["control"] == pytest.approx(0.29, abs=0.01) and row["candidate"] == 1.5 for row in rows)
     assert result.metrics[f"C{LEVEL}.control.ttft_p90_s"].value == pytest.approx(0.29, abs=0.01)
+    # every boot's tails are reported whatever is judged; a p99 needs 500 samples, these boots have 50 a class
+    tails = result.details["levels"][str(LEVEL)]["tails"]["candidate"]["prose"]
+    assert tails["ttft"]["p90"] == 1.5 and tails["ttft"]["p99"] is None
+    assert tails["itl"]["p99"] == pytest.approx(0.02, rel=0.2)  # 50 requests x 15 gaps
 
 
 def test_an_unchanged_tail_never_fails_the_bar_and_passes_once_the_boots_agree(tmp_path: Path) -> None:
