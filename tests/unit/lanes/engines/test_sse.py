@@ -12,6 +12,8 @@ import asyncio
 import socket
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from campaign.lanes.engines import sse
 from campaign.lanes.engines.sse import StreamedResponse, StreamSession, _frame, post_stream
@@ -199,3 +201,21 @@ async def test_one_session_serves_many_streams_and_a_new_loop_gets_its_own() -> 
 
 async def _current_of(session: StreamSession) -> object:
     return session._current()
+
+
+_LINES = st.one_of(st.just(b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'), st.just(b"data: [DONE]\n\n"),
+                   st.just(b": keep-alive\n"), st.binary(max_size=40))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(pieces=st.lists(_LINES, max_size=30), cuts=st.lists(st.integers(min_value=1, max_value=2000), max_size=12))
+def test_any_body_split_anyhow_frames_without_raising_and_stamps_in_arrival_order(pieces: list[bytes],
+                                                                                 cuts: list[int]) -> None:
+    body = b"".join(pieces)
+    points = sorted({c for c in cuts if c < len(body)}) + [len(body)]
+    marks = [(0.1 * (i + 1), end) for i, end in enumerate(points)]
+    response = StreamedResponse(status=200)
+    _frame(response, body, marks)
+    times = [event["t"] for event in response.events]
+    assert times == sorted(times) and set(times) <= {t for t, _ in marks}
+    assert len(response.events) <= body.count(b"\n")
