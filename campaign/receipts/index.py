@@ -66,7 +66,7 @@ def window_entry(data: dict[str, Any], keyid: str) -> dict[str, Any]:
             value = figure.get("value") if isinstance(figure, dict) else None
             if (_CONTROL_METRIC.match(metric) and not _BOOKKEEPING.search(metric) and key not in control
                     and isinstance(value, (int, float)) and not isinstance(value, bool)):
-                control[key] = {"value": value, "unit": str(figure.get("unit") or ""),
+                control[key] = {"value": value, "unit": str(figure.get("unit") or "")[:120],
                                 "denominator": figure.get("denominator")}
     return {"window": name, "started_at": summary.get("started_at"),
             "status": summary.get("status"), "contract": {"name": contract.get("name"),

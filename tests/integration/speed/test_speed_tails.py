@@ -1,10 +1,9 @@
-"""A latency-tail rule on real llama-server lanes: time to first token at p90 not worse by more than 25%,
+"""A latency-tail rule on real llama-server lanes: time to first token at p90 not worse by more than 10%,
 judged boot by boot against a candidate that serves one request at a time (`--parallel 1` under four users:
 three of every four requests wait in its queue) and against an A/A lane (the control again)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -23,9 +22,6 @@ PROMPTS = ["Name a colour.", "Name a fruit.", "Name a city.", "Name a river.", "
 def test_a_ttft_tail_rule_fails_a_queueing_candidate_and_never_an_a_a_lane(tmp_path: Path) -> None:
     if not shutil.which("llama-server"):
         pytest.fail("llama-server is not on PATH: run the tests with `make test`")
-    (tmp_path / "prompts").mkdir()
-    (tmp_path / "prompts" / "p.jsonl").write_text(
-        "".join(json.dumps({"id": f"p{i}", "prompt": text}) + "\n" for i, text in enumerate(PROMPTS)))
     args = ["--ctx-size", "2048", "--threads", "1", "--parallel", "4", "--seed", "0", "--no-webui", "--metrics"]
     body = contract_yaml(
         "t-tail", defaults=process_defaults(free_port(), args=args),
@@ -33,13 +29,15 @@ def test_a_ttft_tail_rule_fails_a_queueing_candidate_and_never_an_a_a_lane(tmp_p
                candidate("one-slot", ["args.parallel"], args={"--parallel": "1"})],
         inputs={"p": {"file": "prompts/p.jsonl"}},
         # 7 reps x 8 prompts: 56 TTFTs per boot, the 50 a p90 needs (a p99 would need 500 and is refused)
-        gates=[{"kind": "speed", "input": "p", "concurrency": [4], "max_tokens": 8, "reps": 7, "max_boot_pairs": 3,
-                "rule": {"metric": "ttft_p90_s", "min_mean_change": -0.25, "ci_lower_above": -0.25,
+        gates=[{"kind": "speed", "input": "p", "concurrency": [4], "max_tokens": 8, "reps": 7, "max_boot_pairs": 2,
+                "rule": {"metric": "ttft_p90_s", "min_mean_change": -0.10, "ci_lower_above": -0.10,
                          "max_spread": 0.5, "max_reruns": 1}}],
         requires=["speed"])
-    bundle, _ = window_bundle(tmp_path, write_contract(tmp_path, body))
+    prompts = [(f"p{i}", text) for i, text in enumerate(PROMPTS)]
+    bundle, _ = window_bundle(tmp_path, write_contract(tmp_path, body, prompts=prompts))
     summary = load_json_strict(bundle / "SUMMARY.json")
     slow = load_json_strict(bundle / "gates" / "speed" / "one-slot.json")
+    # measured here: -50.8% [95% CI -65.9%, -29.1%] after 2 pairs; the A/A +7.4% [-24.3%, +52.6%]
     assert slow["verdict"] == "FAIL", slow["reasons"]
     assert slow["reasons"][0].startswith("C4 ttft_p90_s: -"), slow["reasons"]
     assert slow["metrics"]["C4.candidate.ttft_p90_s"]["value"] > 1.5 * slow["metrics"]["C4.control.ttft_p90_s"]["value"]
