@@ -2,15 +2,14 @@
 ``client_capacity.py``: one POST per connection on asyncio's protocol layer, each socket read kept with its
 arrival time, the chunked framing walked as reads arrive and again after the end, the SSE events read after
 the response ended. The gate now streams through aiohttp (``campaign/lanes/engines/sse.py``) with the same
-read-stamping design; this file is the code it replaced, unchanged but for this docstring and ``__all__``.
+read-stamping design; this file is the code it replaced, unchanged but for this docstring, ``__all__`` and
+the response class and TLS context it now shares with the gate's module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import os
 import ssl
 import time
 from bisect import bisect_right
@@ -20,7 +19,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from campaign.fsutil import jsonl_line
-from campaign.lanes.engines.sse import StreamedResponse
+from campaign.lanes.engines.sse import StreamedResponse, _tls_context
 
 __all__ = ["post_stream"]
 
@@ -136,18 +135,6 @@ def _request_bytes(url: str, path: str, body: dict[str, Any], headers: dict[str,
              "Content-Type: application/json", f"Content-Length: {len(payload)}", "Accept: text/event-stream",
              "Accept-Encoding: identity", "Connection: close", *(f"{k}: {v}" for k, v in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload, (host, port, parts.scheme == "https")
-
-
-@functools.lru_cache(maxsize=1)
-def _tls_context() -> ssl.SSLContext:
-    """Built once: loading the CA bundle takes ~20 ms, which would sit inside every https stream's TTFT.
-    The same CAs httpx trusts (certifi, or SSL_CERT_FILE / SSL_CERT_DIR when set)."""
-    import certifi
-
-    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
-    if cafile or capath:
-        return ssl.create_default_context(cafile=cafile, capath=capath)
-    return ssl.create_default_context(cafile=certifi.where())
 
 
 async def post_stream(url: str, path: str, body: dict[str, Any], *, headers: dict[str, str], timeout: float,
