@@ -157,11 +157,11 @@ def archive_bundle(bundle: Path, target: Path) -> Path:
 
 
 def publish(bundle: Path, out_dir: Path | None = None, fill: Fill | None = None, *,
-            archive_name: str | None = None) -> dict[str, Path]:
+            archive_name: str | None = None, data: dict[str, Any] | None = None) -> dict[str, Path]:
     """report.html, SUMMARY.md and <bundle>.tar.gz (or ``archive_name``.tar.gz), written beside (not inside) the
-    signed bundle."""
+    signed bundle; ``data``: the bundle's report data when the caller read it already."""
     out_dir = out_dir or bundle.parent / f"{bundle.name}.published"
-    data = load_report_data(bundle, fill)
+    data = data if data is not None else load_report_data(bundle, fill)
     html = out_dir / "report.html"
     markdown = out_dir / "SUMMARY.md"
     atomic_write_bytes(html, render_html(data).encode(), mode=SHARED)

@@ -40,7 +40,7 @@ def publish_into_index(bundle: Path, folder: Path, trusted: TrustedKeys) -> dict
     data = load_report_data(bundle)
     entry = receipts_index.window_entry(data, verified.keyid)
     place = folder / receipts_index.WINDOWS / entry["window"]
-    written = receipts_publish.publish(bundle, place, stored_presentation, archive_name=entry["window"])
+    written = receipts_publish.publish(bundle, place, stored_presentation, archive_name=entry["window"], data=data)
     atomic_write_json(place / receipts_index.ENTRY, entry, mode=receipts_publish.SHARED)
     return {**written, **receipts_index.write_index(folder)}
 

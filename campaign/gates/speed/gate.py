@@ -182,23 +182,24 @@ class SpeedGate(LiveGate):
         requests: the level then rests on the classes every boot measured, or has no estimate)."""
         need, out = tail_samples_needed(percent), {}
         for cls in by_class(self.prompts()):
-            chosen = view.chosen((level, cls))
-            samples = [x for _, stats in (chosen.stats if chosen else []) for x in _samples(stats, quantity)]
-            value = tail_value(samples, percent, need)
+            value = tail_value(self._class_samples(view, level, cls, quantity), percent, need)
             if value is not None and value > 0:
                 out[cls] = value
         return out
+
+    def _class_samples(self, view: _LaneView, level: int, cls: str, quantity: str) -> list[float]:
+        """Every sample of a latency quantity in the class's counted row of this boot at this level."""
+        chosen = view.chosen((level, cls))
+        return [x for _, stats in (chosen.stats if chosen else []) for x in _samples(stats, quantity)]
 
     def _tails(self, view: _LaneView, level: int) -> dict[str, dict[str, dict[str, float | None]]]:
         """Reported for every boot, whatever the rule judges: per class, TTFT, chunk gap and request time at
         p50/p90/p95/p99 (None where the boot has fewer samples than the percentile needs)."""
         out = {}
         for cls in by_class(self.prompts()):
-            chosen = view.chosen((level, cls))
-            stats = [s for _, s in chosen.stats] if chosen else []
-            out[cls] = {quantity: {f"p{percent}": tail_value([x for s in stats for x in _samples(s, quantity)],
-                                                            percent, tail_samples_needed(percent))
-                                   for percent in (50, 90, 95, 99)} for quantity in ("ttft", "itl", "e2e")}
+            samples = {quantity: self._class_samples(view, level, cls, quantity) for quantity in ("ttft", "itl", "e2e")}
+            out[cls] = {quantity: {f"p{percent}": tail_value(values, percent, tail_samples_needed(percent))
+                                   for percent in (50, 90, 95, 99)} for quantity, values in samples.items()}
         return out
 
     @classmethod
