@@ -420,6 +420,68 @@ def tail_samples_needed(percent: int) -> int:
     return math.ceil(TAIL_BEYOND / (1 - percent / 100) - 1e-9)
 
 
+# A speed level is a concurrency (an int: that many users in flight) or a request rate, named by its key
+# ("2rps": two requests a second on an arrival schedule) in records, results and rule.levels.
+Level = Union[int, str]
+RATE_UNIT = "rps"
+
+
+def rate_key(rate: float) -> str:
+    return f"{rate:g}{RATE_UNIT}"
+
+
+def level_tag(level: Level) -> str:
+    """How a level is named in reasons and metrics: C4 (four users) or 2rps (two requests a second)."""
+    return f"C{level}" if isinstance(level, int) else str(level)
+
+
+def load_order(level: Level) -> tuple[int, float]:
+    """Sorts levels by load: concurrency levels, then rate levels, each kind rising."""
+    return (0, level) if isinstance(level, int) else (1, float(level.removesuffix(RATE_UNIT)))
+
+
+def level_of_key(key: str) -> Level:
+    """A level as results key it (details.levels' keys are strings): "4" -> 4, "2rps" -> "2rps"."""
+    return int(key) if key.isdigit() else key
+
+
+class Arrival(StrictModel):
+    """How a rate level's requests arrive: the schedule is drawn before the rep from the seed, the level and
+    the prompt class (not the lane), so every boot of every lane gets the same one, and is kept in the raw
+    records."""
+
+    process: Literal["poisson", "constant"] = Field(
+        "poisson", description="poisson: gaps drawn from an exponential at the rate (bursts, as users "
+                               "arrive); constant: one request every 1/rate seconds.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the Poisson schedule.")
+    late_after_s: float = Field(0.01, gt=0.0, le=10.0,
+                                description="A request sent more than this after its scheduled time is a late "
+                                            "send: the client could not keep the schedule.")
+    max_late_share: float = Field(0.05, ge=0.0, le=1.0,
+                                  description="A rep with more late sends than this share of its requests is "
+                                              "VOID (the load was not the one stated).")
+
+
+class Slo(StrictModel):
+    """A latency SLO per request, as `vllm bench serve --goodput` states one: a request is good when it meets
+    every bound given; goodput is good requests per second. Reported per lane and level, with the paired
+    change in the good share and the highest level each lane serves with at least ``min_good_share`` good."""
+
+    ttft_s: float | None = Field(None, gt=0.0, le=3600.0, description="Time to first token at most this.")
+    tpot_s: float | None = Field(None, gt=0.0, le=60.0,
+                                 description="Mean time per output token after the first at most this.")
+    e2e_s: float | None = Field(None, gt=0.0, le=3600.0, description="The whole request at most this.")
+    min_good_share: float = Field(0.99, gt=0.0, le=1.0,
+                                  description="The share of good requests a level must keep to meet the SLO "
+                                              "(0.99: the SLO's bounds hold at p99).")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "Slo":
+        if self.ttft_s is None and self.tpot_s is None and self.e2e_s is None:
+            raise ValueError("an slo needs at least one of ttft_s, tpot_s, e2e_s")
+        return self
+
+
 class SpeedRule(StrictModel):
     """The frozen speed bar and the validity rules that void a row. Changes are fractions: 0.05 is +5%."""
 
@@ -435,8 +497,9 @@ class SpeedRule(StrictModel):
                                     "give 5 samples past the percentile per class and boot (p99: 500, p90: 50). "
                                     "For times a positive change means faster: 'p99 TTFT not worse by more than "
                                     "10%' is min_mean_change -0.1 with ci_lower_above -0.1.")
-    levels: list[int] | None = Field(None, description="Concurrency levels judged against the bar; "
-                                                       "default every measured level. Others are reported.")
+    levels: list[Level] | None = Field(None, description="Levels judged against the bar: concurrency levels "
+                                                         "and rate levels by key ('2rps'); default every measured "
+                                                         "level. Others are reported.")
     min_mean_change: float = Field(0.05, ge=-1.0, le=10.0,
                                    description="The change vs control (geometric mean over prompts, drift taken out) "
                                                "must be at least this.")
@@ -514,7 +577,18 @@ class SpeedRule(StrictModel):
 class SpeedSpec(GateSpecBase):
     kind: Literal["speed"]
     input: str = Field(description="Name of an input set of prompts; each prompt's `class` makes a row.")
-    concurrency: list[int] = Field([1], min_length=1, description="Concurrency levels (users in flight).")
+    concurrency: list[int] = Field([1], description="Concurrency levels (users in flight, each sending its next "
+                                                    "prompt when the last ends). [] with rates: rate levels only.")
+    rates: list[float] = Field(
+        default_factory=list, description="Rate levels, requests per second (since 0.3.0): each rep sends the "
+                                          "class's prompts once, on the arrival schedule, whatever is still in "
+                                          "flight; named '<rate>rps' in results and rule.levels.",
+        json_schema_extra=_SINCE_0_3)
+    arrival: Arrival = Field(default_factory=Arrival, description="The rate levels' arrival schedule.",
+                             json_schema_extra=_SINCE_0_3)
+    slo: Slo | None = Field(None, description="A per-request latency SLO: goodput and the good share are "
+                                              "reported per lane and level (not judged).",
+                            json_schema_extra=_SINCE_0_3)
     max_tokens: int = Field(128, ge=2, le=65536, description="Tokens asked per request.")
     client_cpus: Cpuset | None = Field(None, description="CPUs the speed client runs on while it measures, a cpuset "
                                                       "like '0': with the lanes' `cpus` elsewhere, the client and "
@@ -560,11 +634,26 @@ class SpeedSpec(GateSpecBase):
             raise ValueError("concurrency levels are distinct integers from 1 to 1024")
         return levels
 
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, rates: list[float]) -> list[float]:
+        if any(not 0.01 <= rate <= 10000 for rate in rates) or len({rate_key(r) for r in rates}) != len(rates):
+            raise ValueError("rates are distinct request rates from 0.01 to 10000 per second")
+        return rates
+
+    @property
+    def loads(self) -> list[Level]:
+        """Every measured level, concurrency levels first."""
+        return [*self.concurrency, *(rate_key(rate) for rate in self.rates)]
+
     @model_validator(mode="after")
     def _judged_levels_are_measured(self) -> "SpeedSpec":
-        missing = sorted(set(self.rule.levels or []) - set(self.concurrency))
+        if not self.loads:
+            raise ValueError("no level to measure: give concurrency levels, rates or both")
+        missing = [level for level in self.rule.levels or [] if level not in self.loads]
         if missing:
-            raise ValueError(f"rule.levels {missing} are not in concurrency {self.concurrency}")
+            rates = f" or rates {[rate_key(rate) for rate in self.rates]}" if self.rates else ""
+            raise ValueError(f"rule.levels {missing} are not in concurrency {self.concurrency}{rates}")
         return self
 
     def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
@@ -590,16 +679,16 @@ class SpeedSpec(GateSpecBase):
                 name = row.get("class") or "all"
                 classes[str(name)] = classes.get(str(name), 0) + 1
         per_request = self.max_tokens - 1 if quantity == "itl" else 1  # at most: a stream may stop early
-        for level in self.rule.levels or self.concurrency:
+        for level in self.rule.levels or self.loads:
             for name, prompts in classes.items():
-                requests = self.reps * max(prompts, level)
+                requests = self.reps * (max(prompts, level) if isinstance(level, int) else prompts)
                 if requests * per_request < need:
                     gaps = f" x {per_request} gaps" if quantity == "itl" else ""
                     raise loaded.error(("gates", index, "rule", "metric"),
                                        f"{self.rule.metric} needs {need} samples per class and boot at each judged "
                                        f"level ({TAIL_BEYOND} past the {percent}th percentile); class {name!r} at "
-                                       f"C{level} gives {requests * per_request} (reps {self.reps} x "
-                                       f"{max(prompts, level)} requests{gaps}): raise reps or the class's prompts, "
+                                       f"{level_tag(level)} gives {requests * per_request} (reps {self.reps} x "
+                                       f"{requests // self.reps} requests{gaps}): raise reps or the class's prompts, "
                                        "or judge a lower percentile")
 
 

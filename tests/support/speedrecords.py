@@ -49,8 +49,9 @@ def load_gates(tmp_path: Path, body: str) -> tuple[LoadedContract, list[Gate]]:
     return loaded, [gate_for(spec, ctx) for spec in loaded.contract.gates]
 
 
-def request(pid: str, cls: str, level: int, rep: int, user: int, attempt: int, rate: float,
-            text: str | None = None, cut: bool = False, ttft: float = 0.2) -> dict[str, Any]:
+def request(pid: str, cls: str, level: int | str, rep: int, user: int, attempt: int, rate: float,
+            text: str | None = None, cut: bool = False, ttft: float = 0.2,
+            tags: dict[str, Any] | None = None) -> dict[str, Any]:
     events = [{"t": 0.01, "data": {"id": "s", "choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}}]
     for i in range(TOKENS):
         events.append({"t": ttft + i / rate, "data": {"id": "s", "timings": {"predicted_n": i + 1}, "choices": [
@@ -63,15 +64,17 @@ def request(pid: str, cls: str, level: int, rep: int, user: int, attempt: int, r
         events.append({"t": end, "data": {"id": "s", "choices": [], "usage": {"completion_tokens": TOKENS}}})
     return {"status": 200, "events": events, "done_marker": True, "elapsed_s": end + 0.001,
             "tags": {"phase": "measure", "level": level, "class": cls, "rep": rep, "user": user,
-                     "attempt": attempt, "prompt": pid}}
+                     "attempt": attempt, "prompt": pid, **(tags or {})}}
 
 
 def write_visit(gate, key: str, rates: dict[str, float], *, levels=(1, 2), void_attempts: int = 0,
                 always_void: bool = False, text: str | None = None, cut_level: int | None = None,
-                host_busy: float | None = None, ttft: Callable[[int, int], float] | None = None) -> None:
+                host_busy: float | None = None, ttft: Callable[[int, int], float] | None = None,
+                late: Callable[[int, int], float] | None = None) -> None:
     """One lane visit: every row measured with reps whose durations agree (or spread 60% when void);
     ``host_busy``: other processes used that share of the host's 2 CPUs during every rep of a void attempt;
-    ``ttft(rep, position)``: each request's time to first token (default 0.2 s)."""
+    ``ttft(rep, position)``: each request's time to first token (default 0.2 s); a rate level ("2rps")
+    sends each prompt once a rep, each ``late(rep, position)`` seconds after its scheduled time (default 0)."""
     with JsonlAppender(gate.ctx.raw_path(gate.gate_id, key)) as sink:
         sink.append({"kind": "instrument", "engine": "llamacpp", "token_counter": "timings.predicted_n",
                      "tokens_per_chunk": None})
@@ -82,11 +85,14 @@ def write_visit(gate, key: str, rates: dict[str, float], *, levels=(1, 2), void_
                 for attempt in range(attempts):
                     void = always_void or attempt < void_attempts
                     for rep in range(2):
-                        for position in range(max(len(pids), level)):
+                        count = max(len(pids), level) if isinstance(level, int) else len(pids)
+                        for position in range(count):
                             pid = pids[position % len(pids)]
-                            sink.append(request(pid, cls, level, rep, position % level, attempt, rates[pid], text,
+                            sent = ({"user": position % level} if isinstance(level, int) else
+                                    {"scheduled_s": 0.5 * position, "late_s": late(rep, position) if late else 0.0})
+                            sink.append(request(pid, cls, level, rep, position, attempt, rates[pid], text,
                                                 cut=cut_level == level and rep == 1,
-                                                ttft=ttft(rep, position) if ttft else 0.2))
+                                                ttft=ttft(rep, position) if ttft else 0.2, tags=sent))
                         duration = (1.0 if rep == 0 else (1.6 if void else 1.02)) * len(pids)
                         host = {} if host_busy is None or not void else {"host_cpus": 2, "lane_cpu_s": 0.0,
                                                              "host_busy_s": host_busy * duration * 2 + 0.01}

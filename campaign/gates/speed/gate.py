@@ -1,4 +1,5 @@
-"""speed: throughput and latency per concurrency level and prompt class, over interleaved boots.
+"""speed: throughput and latency per level (concurrency or request rate) and prompt class, over interleaved
+boots.
 
 Live (``collect``, see run.py): warm every batch shape, measure rows in reps, void and re-run. The window
 boots control, candidate, control, candidate, ..., control (every candidate boot between two control
@@ -23,16 +24,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from campaign.contracts.gatespecs import SpeedRule, SpeedSpec, tail_samples_needed
+from campaign.contracts.gatespecs import Level, SpeedRule, SpeedSpec, level_tag, tail_samples_needed
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit
 from campaign.gates.common.inputs import Prompt, load_prompts
-from campaign.gates.common.streams import StreamStats
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed import present as presenting
+from campaign.gates.speed.latency import BootGoodput, highest_meeting, knee, paired_share_change, pooled, samples
 from campaign.gates.speed.power import POWER, DesignSimulation, RuleShape, conditional_decision, fit_noise, pairs_for
 from campaign.gates.speed.rows import BUSY_HOST, RowResult, Summarize, evaluate_row, facts_from, group_attempts
 from campaign.gates.speed.run import SpeedMeasurement, by_class, rep_order
@@ -63,10 +64,10 @@ _POSITIONS_IN_METRICS = 8  # in a row's reasons: its engine counters include oth
 @dataclass
 class _LaneView:
     key: str  # visit key: the lane name, or <lane>@rerun1
-    rows: dict[tuple[int, str], list[RowResult]]
+    rows: dict[tuple[Level, str], list[RowResult]]
     waits: list[dict[str, Any]] = field(default_factory=list)  # host_wait records: re-runs held for a quiet host
 
-    def chosen(self, row: tuple[int, str]) -> RowResult | None:
+    def chosen(self, row: tuple[Level, str]) -> RowResult | None:
         return next((r for r in self.rows.get(row, []) if r.valid), None)
 
 
@@ -92,7 +93,7 @@ class _Sequence:
     problems: list[str] = field(default_factory=list)  # the comparison cannot be judged at all
     caveats: list[str] = field(default_factory=list)
     excluded: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # boot role -> level -> why not counted
-    levels: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # level -> its looks
+    levels: dict[Level, list[dict[str, Any]]] = field(default_factory=dict)  # level -> its looks
 
 
 class SpeedGate(LiveGate):
@@ -121,11 +122,12 @@ class SpeedGate(LiveGate):
         return load_prompts(self.ctx.input_paths[self.spec.input])
 
     def planned_requests(self, visit: Visit) -> int:
-        """Per level and class: one warmup wave of ``level`` users, then each rep sends the class's prompts
-        (at least one per user); VOID rows re-run are not counted."""
+        """Per level and class: one warmup wave (one request per user, or a rate level's schedule once),
+        then each rep sends the class's prompts (at least one per user); VOID rows re-run are not counted."""
         classes = by_class(self.prompts())
-        return sum(level + self.spec.reps * max(len(prompts), level)
-                   for level in self.spec.concurrency for prompts in classes.values())
+        return sum((level if isinstance(level, int) else len(rep_order(prompts, level)))
+                   + self.spec.reps * len(rep_order(prompts, level))
+                   for level in self.spec.loads for prompts in classes.values())
 
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         warm_path = self.ctx.bundle / "raw" / self.gate_id / "warmup" / f"{visit.key}.jsonl"
@@ -154,17 +156,18 @@ class SpeedGate(LiveGate):
             return None
         facts, classes = facts_from(records), by_class(self.prompts())
         summarize = self._summarizer(visit_key)
-        rows: dict[tuple[int, str], list[RowResult]] = {}
+        rows: dict[tuple[Level, str], list[RowResult]] = {}
         for key, attempts in group_attempts(records).items():
             per_rep = len(rep_order(classes.get(key[1], []), key[0]))
             rows[key] = [evaluate_row(a, per_rep=per_rep, reps=self.spec.reps, max_tokens=self.spec.max_tokens,
-                                      facts=facts, rule=self.spec.rule, summarize=summarize) for a in attempts]
+                                      facts=facts, rule=self.spec.rule, summarize=summarize,
+                                      arrival=self.spec.arrival) for a in attempts]
         return _LaneView(key=visit_key, rows=rows, waits=[r for r in records if r.get("kind") == "host_wait"])
 
-    def _value(self, stats: StreamStats) -> float | None:
+    def _value(self, stats: Any) -> float | None:
         return getattr(stats, self.spec.rule.metric)
 
-    def per_prompt(self, view: _LaneView, level: int) -> dict[str, float]:
+    def per_prompt(self, view: _LaneView, level: Level) -> dict[str, float]:
         """Each prompt's median request; for a latency tail, each class's percentile of its pooled samples."""
         if self.spec.rule.tail is not None:
             return self._per_class_tail(view, level, *self.spec.rule.tail)
@@ -177,7 +180,7 @@ class SpeedGate(LiveGate):
                     values.setdefault(str(tags.get("prompt")), []).append(value)
         return {pid: statistics.median(v) for pid, v in values.items()}
 
-    def _per_class_tail(self, view: _LaneView, level: int, quantity: str, percent: int) -> dict[str, float]:
+    def _per_class_tail(self, view: _LaneView, level: Level, quantity: str, percent: int) -> dict[str, float]:
         """A class with fewer samples than its percentile needs is left out of this boot (too few counted
         requests: the level then rests on the classes every boot measured, or has no estimate)."""
         need, out = tail_samples_needed(percent), {}
@@ -187,19 +190,19 @@ class SpeedGate(LiveGate):
                 out[cls] = value
         return out
 
-    def _class_samples(self, view: _LaneView, level: int, cls: str, quantity: str) -> list[float]:
+    def _class_samples(self, view: _LaneView, level: Level, cls: str, quantity: str) -> list[float]:
         """Every sample of a latency quantity in the class's counted row of this boot at this level."""
         chosen = view.chosen((level, cls))
-        return [x for _, stats in (chosen.stats if chosen else []) for x in _samples(stats, quantity)]
+        return [x for _, stats in (chosen.stats if chosen else []) for x in samples(stats, quantity)]
 
-    def _tails(self, view: _LaneView, level: int) -> dict[str, dict[str, dict[str, float | None]]]:
+    def _tails(self, view: _LaneView, level: Level) -> dict[str, dict[str, dict[str, float | None]]]:
         """Reported for every boot, whatever the rule judges: per class, TTFT, chunk gap and request time at
         p50/p90/p95/p99 (None where the boot has fewer samples than the percentile needs)."""
         out = {}
         for cls in by_class(self.prompts()):
-            samples = {quantity: self._class_samples(view, level, cls, quantity) for quantity in ("ttft", "itl", "e2e")}
+            found = {quantity: self._class_samples(view, level, cls, quantity) for quantity in ("ttft", "itl", "e2e")}
             out[cls] = {quantity: {f"p{percent}": tail_value(values, percent, tail_samples_needed(percent))
-                                   for percent in (50, 90, 95, 99)} for quantity, values in samples.items()}
+                                   for percent in (50, 90, 95, 99)} for quantity, values in found.items()}
         return out
 
     @classmethod
@@ -211,7 +214,7 @@ class SpeedGate(LiveGate):
         seq = self.sequence(candidate, control)
         views = {boot.role: boot.view for boot in seq.boots}
         result.caveats += seq.caveats
-        result.caveats += [f"{view.key} C{w['level']}/{w['class']}: before re-run {w['attempt']} waited {w['waited_s']:g} s "
+        result.caveats += [f"{view.key} {level_tag(w['level'])}/{w['class']}: before re-run {w['attempt']} waited {w['waited_s']:g} s "
                            f"for the host to quiet: " + ("it did" if w.get("quiet") else
                                                          f"it did not within {w['limit_s']:g} s (other processes "
                                                          f"{(w.get('other_shares') or [0])[-1]:.0%} at the end)")
@@ -236,10 +239,19 @@ class SpeedGate(LiveGate):
         self._engine_metrics(result)
         levels = self._level_entries(result, seq, views)
         result.details["levels"] = levels
+        met: dict[str, dict[Level, bool]] | None = None
+        if self.spec.slo is not None:
+            met = {lane: {level: bool((levels[str(level)].get("goodput", {}).get(lane) or {}).get("meets_slo"))
+                          for level in self.spec.loads} for lane in ("control", "candidate")}
+            result.details["slo"] = {**self.spec.slo.model_dump(), "highest_within": {
+                lane: highest_meeting(self.spec.loads, met[lane]) for lane in met}}
+        throughput = self._lane_throughput(views)
+        result.details["knee"] = {lane: knee(self.spec.loads, throughput[lane], met[lane] if met else None)
+                                  for lane in throughput}
         if seq.problems:
             result.reasons = ["instrument: the speed numbers cannot be judged", *seq.problems[:20]]
             return result
-        judged = self.spec.rule.levels or self.spec.concurrency
+        judged = self.spec.rule.levels or self.spec.loads
         result.reasons = [levels[str(level)]["reason"] for level in judged]
         result.verdict = seq.verdict or Verdict.INCONCLUSIVE
         return result
@@ -260,13 +272,13 @@ class SpeedGate(LiveGate):
                         look_confidence=look_confidence(spec.rule.confidence, spec.max_boot_pairs))
         roles = {boot.role for boot in seq.boots}
         seq.problems += [f"{role} lane has no speed records" for role in ("control", "candidate") if role not in roles]
-        judged = set(spec.rule.levels or spec.concurrency)
+        judged = set(spec.rule.levels or spec.loads)
         for boot in seq.boots:
             per_level, same_reply = self._instrument_problems(boot.role, boot.view, classes)
             seq.problems += same_reply
             for level, texts in per_level.items():
-                seq.excluded.setdefault(boot.role, {})[f"C{level}"] = texts
-                prefix = f"boot not counted at C{level}" if level in judged else "not judged"
+                seq.excluded.setdefault(boot.role, {})[level_tag(level)] = texts
+                prefix = f"boot not counted at {level_tag(level)}" if level in judged else "not judged"
                 seq.caveats += [f"{prefix}: {text}" for text in texts]
         seq.pairs = max((b.position // 2 for b in seq.boots if b.role.startswith("control")), default=0)
         if pairs is not None:
@@ -289,7 +301,7 @@ class SpeedGate(LiveGate):
         """Stop pairing (ends INCONCLUSIVE, never PASS or FAIL) by the rule's ``futility``: the chance that the
         remaining pairs decide is under ``min_conditional_power`` (``conditional_power``), or no number of
         pairs could (``reach``, the boot term gone: ``sequential.reachable``)."""
-        rule, judged = self.spec.rule, self.spec.rule.levels or self.spec.concurrency
+        rule, judged = self.spec.rule, self.spec.rule.levels or self.spec.loads
         lasts = [(seq.levels.get(level) or [{}])[-1] for level in judged]
         if rule.futility == "none" or any(row.get("estimate") is None for row in lasts):
             return False  # a level without an estimate yet: another pair may give it one
@@ -310,7 +322,7 @@ class SpeedGate(LiveGate):
         """The rule as power.py simulates it, for a level of ``prompts`` counted prompts: wins over another
         number of prompts than counted can never be met (the look says so), so none are enough there."""
         rule = self.spec.rule
-        judged = rule.levels or self.spec.concurrency
+        judged = rule.levels or self.spec.loads
         wins = rule.wins()
         return RuleShape(rule.min_mean_change, rule.ci_lower_above, rule.confidence, self.spec.max_boot_pairs,
                          fail_levels=len(judged) if rule.fail_levels == "holm" else 1,
@@ -331,10 +343,11 @@ class SpeedGate(LiveGate):
     def _look(self, seq: _Sequence, pairs: int) -> None:
         """One look after ``pairs`` pairs: each level's estimate on the boots measured so far; PASS at every
         judged level, or FAIL at one (Holm over the judged levels with ``fail_levels: holm``)."""
-        rule, judged = self.spec.rule, self.spec.rule.levels or self.spec.concurrency
+        rule, judged = self.spec.rule, self.spec.rule.levels or self.spec.loads
         seq.looks_made = pairs - 1
-        for level in self.spec.concurrency:
-            counted = [b for b in seq.boots if b.position <= 2 * pairs and f"C{level}" not in seq.excluded.get(b.role, {})]
+        for level in self.spec.loads:
+            counted = [b for b in seq.boots if b.position <= 2 * pairs
+                       and level_tag(level) not in seq.excluded.get(b.role, {})]
             values = [BootValues(b.view.key, b.position, b.role.startswith("candidate"), self.per_prompt(b.view, level))
                       for b in counted]
             values = [v for v in values if v.values]  # a row VOID on a reported-only level: that boot sits out
@@ -345,7 +358,7 @@ class SpeedGate(LiveGate):
                                                      "drift": drift, "values": values})
             if level in judged and drift and rule.max_control_drift is not None \
                     and abs(drift["largest"]) > rule.max_control_drift:
-                seq.problems.append(f"C{level}: the control moved {drift['largest']:+.1%} from one of its boots to "
+                seq.problems.append(f"{level_tag(level)}: the control moved {drift['largest']:+.1%} from one of its boots to "
                                     f"the next (limit {rule.max_control_drift:.0%}): the environment moved")
         rows = {level: seq.levels[level][-1] for level in judged}
         self._share_fail_side(rows, seq.look_confidence)
@@ -367,7 +380,7 @@ class SpeedGate(LiveGate):
                 decided = None  # the bar includes the wins: not met yet
         return decided
 
-    def _share_fail_side(self, rows: dict[int, dict[str, Any]], confidence: float) -> None:
+    def _share_fail_side(self, rows: dict[Level, dict[str, Any]], confidence: float) -> None:
         """A FAIL at any judged level fails the comparison: with ``fail_levels: holm`` the levels share the
         FAIL side's error rate by Holm's step-down, so a level's own FAIL stands only if Holm rejects it."""
         rule = self.spec.rule
@@ -387,10 +400,10 @@ class SpeedGate(LiveGate):
 
     def _level_entries(self, result: GateResult, seq: _Sequence, views: dict[str, _LaneView]) -> dict[str, Any]:
         entries = {}
-        for level in self.spec.concurrency:
-            tag, looks = f"C{level}", seq.levels.get(level, [])
+        for level in self.spec.loads:
+            tag, looks = level_tag(level), seq.levels.get(level, [])
             values = {role: self.per_prompt(view, level) for role, view in views.items()}
-            entry: dict[str, Any] = {"judged": level in (self.spec.rule.levels or self.spec.concurrency),
+            entry: dict[str, Any] = {"judged": level in (self.spec.rule.levels or self.spec.loads),
                                      "looks": [_look_row(row) for row in looks]}
             self._lane_level_metrics(result, views, level, values, _UNITS.get(self.spec.rule.metric, "s"))
             final = looks[-1] if looks else None
@@ -399,6 +412,8 @@ class SpeedGate(LiveGate):
             entry["prompts"] = (_class_rows(values, est) if self.spec.rule.tail else
                                 _prompt_rows(self.prompts(), values, est))
             entry["tails"] = {role: self._tails(view, level) for role, view in views.items() if view is not None}
+            if self.spec.slo is not None:
+                entry["goodput"] = self._goodput(result, seq, level)
             if final and final["drift"]:
                 entry["control_drift"] = final["drift"]
                 result.metrics[f"{tag}.control_drift"] = Metric(
@@ -420,6 +435,47 @@ class SpeedGate(LiveGate):
             entry.update(self._level_verdict(tag, est, final["look"], seq, why, power))
             entries[str(level)] = entry
         return entries
+
+    def _lane_throughput(self, views: Mapping[str, _LaneView | None]) -> dict[str, dict[Level, float]]:
+        """Per lane and level: aggregate tok/s (each boot's median over reps, mean over classes), the mean over
+        the lane's boots that measured every class there."""
+        classes = by_class(self.prompts())
+        out: dict[str, dict[Level, float]] = {"control": {}, "candidate": {}}
+        for level in self.spec.loads:
+            for lane in out:
+                figures = []
+                for role, view in views.items():
+                    chosen = [view.chosen((level, cls)) for cls in classes] if view and role.startswith(lane) else []
+                    aggregates = [r.median_aggregate for r in chosen if r and r.median_aggregate is not None]
+                    if aggregates and len(aggregates) == len(classes):
+                        figures.append(statistics.fmean(aggregates))
+                if figures:
+                    out[lane][level] = statistics.fmean(figures)
+        return out
+
+    def _goodput(self, result: GateResult, seq: _Sequence, level: Level) -> dict[str, Any]:
+        """The SLO at this level: per lane, its counted boots' requests pooled (good share, goodput), and the
+        paired change in the good share. Reported, not judged."""
+        slo, tag = self.spec.slo, level_tag(level)
+        assert slo is not None  # for mypy: called only with an slo
+        boots = []
+        for boot in seq.boots:
+            if tag in seq.excluded.get(boot.role, {}):
+                continue  # as for the change: a boot whose rows here stayed VOID does not count
+            counted = BootGoodput(boot.role, boot.position, boot.role.startswith("candidate"))
+            for cls in by_class(self.prompts()):
+                chosen = boot.view.chosen((level, cls))
+                if chosen is not None:
+                    counted.add([stats for _, stats in chosen.stats], len(chosen.errors),
+                                sum(rep["duration_s"] for rep in chosen.rep_rows), slo)
+            boots.append(counted)
+        lanes = pooled(boots, slo)
+        for lane, figures in lanes.items():
+            if figures["share"] is not None:
+                result.metrics[f"{tag}.{lane}.good_share"] = Metric(
+                    value=figures["share"], unit="requests within the SLO / requests", denominator=figures["requests"],
+                    note=f"every counted boot of the {lane}; goodput {figures['goodput_rps']} requests/s")
+        return {**lanes, "paired_change": paired_share_change(boots, self.spec.rule.confidence)}
 
     def _level_verdict(self, tag: str, est: Estimate, decided: Look | None, seq: _Sequence,
                        why: str, power: dict[str, Any] | None) -> dict[str, str]:
@@ -533,19 +589,19 @@ class SpeedGate(LiveGate):
                                                note="prompts where the candidate is faster (drift taken out)")
 
     def _instrument_problems(self, role: str, view: _LaneView,
-                             classes: dict[str, list[Prompt]]) -> tuple[dict[int, list[str]], list[str]]:
+                             classes: dict[str, list[Prompt]]) -> tuple[dict[Level, list[str]], list[str]]:
         """Per level, why this boot cannot count there (a row stayed VOID, the client may have limited the
         rate); and whether the lane answered its prompts at all."""
-        problems: dict[int, list[str]] = {}
+        problems: dict[Level, list[str]] = {}
         first_texts: dict[str, str] = {}
-        for level in self.spec.concurrency:
+        for level in self.spec.loads:
             for cls in classes:
                 attempts = view.rows.get((level, cls), [])
                 chosen = view.chosen((level, cls))
                 if chosen is None:
                     last = attempts[-1].reasons[0] if attempts and attempts[-1].reasons else "never measured"
                     problems.setdefault(level, []).append(
-                        f"{role} ({view.key}) row C{level}/{cls} stayed VOID after {len(attempts)} attempt(s): {last}")
+                        f"{role} ({view.key}) row {level_tag(level)}/{cls} stayed VOID after {len(attempts)} attempt(s): {last}")
                     continue
                 for tags, stats in chosen.stats:
                     first_texts.setdefault(str(tags.get("prompt")), stats.text)
@@ -555,13 +611,13 @@ class SpeedGate(LiveGate):
                         "it is not answering them")
         return problems, same
 
-    def _lane_level_metrics(self, result: GateResult, views: Mapping[str, _LaneView | None], level: int,
+    def _lane_level_metrics(self, result: GateResult, views: Mapping[str, _LaneView | None], level: Level,
                             values: dict[str, dict[str, float]], unit: str) -> None:
         classes = by_class(self.prompts())
         for role, view in views.items():
             if view is None:
                 continue
-            tag = f"C{level}.{role}"
+            tag = f"{level_tag(level)}.{role}"
             per_prompt = list(values[role].values())
             if per_prompt:
                 result.metrics[f"{tag}.{self.spec.rule.metric}"] = Metric(
@@ -575,8 +631,9 @@ class SpeedGate(LiveGate):
                 result.metrics[f"{tag}.aggregate_tok_s"] = Metric(
                     value=round(aggregate, 2), unit="tok/s (all users; median over reps, mean over classes)",
                     denominator=len(classes))
-                result.metrics[f"{tag}.per_user_tok_s"] = Metric(
-                    value=round(aggregate / level, 2), unit="tok/s per user", denominator=level)
+                if isinstance(level, int):
+                    result.metrics[f"{tag}.per_user_tok_s"] = Metric(
+                        value=round(aggregate / level, 2), unit="tok/s per user", denominator=level)
             ttfts = [s.ttft_s for r in chosen if r for _, s in r.stats]
             if ttfts:
                 result.metrics[f"{tag}.ttft_s"] = Metric(value=round(statistics.median(ttfts), 4), unit="s",
@@ -685,13 +742,6 @@ class SpeedGate(LiveGate):
                                       _round(row.median_aggregate), **{k: _round(v) for k, v in rep.items()},
                                       "source": path.relative_to(self.ctx.bundle).as_posix()})
         return {"throughput.csv": table}
-
-
-def _samples(stats: StreamStats, quantity: str) -> tuple[float, ...]:
-    """A request's samples of a latency tail: its TTFT, its whole time, or each gap between its chunks."""
-    if quantity == "itl":
-        return stats.itl_s
-    return (stats.ttft_s,) if quantity == "ttft" else (stats.elapsed_s,)
 
 
 def _class_rows(values: dict[str, dict[str, float]], est: Estimate | None) -> list[dict[str, Any]]:

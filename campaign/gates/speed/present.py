@@ -1,16 +1,17 @@
 """What the report shows of a speed result: the change per level with its CI (headline and plot), every
-boot in window order, the paired change per prompt, the draft acceptance per position and every row over
-the window. Built from the result as the judge wrote it (``details``) and the typed rule; a result of an
+boot in window order, the paired change per prompt, each lane's throughput, latency tail and good share
+against the load (the knee), the draft acceptance per position and every row over the window. Built from the result as the judge wrote it (``details``) and the typed rule; a result of an
 older bundle goes through the same builders (``SpeedGate.stored_presentation``)."""
 
 from __future__ import annotations
 
 import itertools
+import statistics
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from campaign.contracts.gatespecs import SpeedRule
+from campaign.contracts.gatespecs import Level, SpeedRule, level_of_key, level_tag, load_order
 from campaign.gates.base import each_plot
 from campaign.presentation import (
     Bars,
@@ -20,6 +21,7 @@ from campaign.presentation import (
     Interval,
     Intervals,
     Marker,
+    Panel,
     Plot,
     Points,
     PointSeries,
@@ -68,7 +70,7 @@ def present(rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
         headline = _headline(metric, level, entry, result)
         if headline is not None:
             headlines.append(headline)
-    plots = each_plot([_change, _boots, _prompts, _acceptance, _rows], rule, result)
+    plots = each_plot([_change, _load, _boots, _prompts, _acceptance, _rows], rule, result)
     return Presentation(headlines=headlines, plots=plots)
 
 
@@ -85,10 +87,10 @@ def _headline(metric: str, level: str, entry: dict[str, Any], result: dict[str, 
         pairs = looks[-1].get("pairs") if isinstance(looks, list) and looks and isinstance(looks[-1], dict) else None
         rests_on = f"{_pairs(pairs)}, " if isinstance(pairs, int) else ""
         return Headline(
-            label=f"C{level}",
+            label=_label(level),
             value=f"{est['change']:+.1%} [{est['confidence']:.1%} CI {est['low']:+.1%}, {est['high']:+.1%}]",
             unit=f"{metric}, {rests_on}{est.get('boots')} boots, {est.get('prompts')} prompts")
-    measured = {role: _measured(result, f"C{level}", role, metric) for role in _ROLES}
+    measured = {role: _measured(result, _label(level), role, metric) for role in _ROLES}
     if all(value is None for value, _ in measured.values()):
         return None
     unit = next((unit for _, unit in measured.values() if unit), "")
@@ -100,7 +102,7 @@ def _headline(metric: str, level: str, entry: dict[str, Any], result: dict[str, 
     def figure(value: float | None) -> str:
         return "none counted" if value is None else f"{value:.4g}"
 
-    return Headline(label=f"C{level}", value=f"{figure(candidate)} vs {figure(control)} {unit}".strip(),
+    return Headline(label=_label(level), value=f"{figure(candidate)} vs {figure(control)} {unit}".strip(),
                     unit=f"{metric}, candidate vs control{rests_on}, no CI")
 
 
@@ -128,12 +130,75 @@ def _change(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
                                   text=f"{change:+.1f}% [{low:+.1f}, {high:+.1f}]"))
     bar = rule.min_mean_change if rule else 0.0
     metric = rule.metric if rule else "decode_tok_s"
-    panel = Intervals(categories=[f"C{level}" for level, _ in shown], intervals=intervals,
+    panel = Intervals(categories=[_label(level) for level, _ in shown], intervals=intervals,
                       bounds=[Bound(value=0.0, kind="zero"),
                               Bound(value=100 * bar, label="bar (min_mean_change)", kind="target")],
-                      xlabel="concurrency level", ylabel=f"change in {metric} (%)")
+                      xlabel="level (C: users in flight; rps: requests a second)", ylabel=f"change in {metric} (%)")
     return [Plot(title=f"Speed change per level with its {shown[0][1]['confidence']:.1%} CI", panels=[panel],
                  height=2.8)]
+
+
+def _label(key: str) -> str:
+    """details.levels' key as the level is named: "4" -> C4, "2rps" -> 2rps."""
+    return level_tag(level_of_key(key))
+
+
+def _lane_mean(values: list[Any]) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, (int, float))]
+    return statistics.fmean(numbers) if numbers else None
+
+
+def _load(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
+    """Each lane against the load, one plot per kind (concurrency, rate): throughput, the highest TTFT
+    percentile every level measured and, with an SLO, the good share; the knee in the title."""
+    details, metrics = result["details"], result.get("metrics") or {}
+    out = []
+    for kind, keys in (("concurrency", [k for k in details["levels"] if k.isdigit()]),
+                       ("rate", [k for k in details["levels"] if not k.isdigit()])):
+        keys = sorted(keys, key=lambda k: load_order(level_of_key(k)))
+        if len(keys) < 2:
+            continue
+        tails = {key: details["levels"][key].get("tails") or {} for key in keys}
+        percent = _shared_percent(tails)
+        panels: list[Panel] = []
+        throughput, latency, good = [], [], []
+        for lane in _ROLES:
+            xs = [float(i) for i in range(len(keys))]
+            throughput.append(PointSeries(name=lane, role=lane, line=True, x=xs, y=[_lane_mean(
+                [m.get("value") for name, m in metrics.items() if isinstance(m, dict) and name.startswith(
+                    f"{_label(key)}.{lane}") and name.endswith(".aggregate_tok_s")]) or 0.0 for key in keys]))
+            if percent:
+                latency.append(PointSeries(name=lane, role=lane, line=True, x=xs, y=[_lane_mean(
+                    [(cls.get("ttft") or {}).get(percent) for role, classes in tails[key].items()
+                     if role.startswith(lane) for cls in classes.values()]) or 0.0 for key in keys]))
+            shares = [((details["levels"][key].get("goodput") or {}).get(lane) or {}).get("share") for key in keys]
+            if any(isinstance(v, (int, float)) for v in shares):
+                good.append(PointSeries(name=lane, role=lane, line=True, x=xs,
+                                        y=[float(v) if isinstance(v, (int, float)) else 0.0 for v in shares]))
+        labels = [_label(key) for key in keys]
+        panels.append(Points(series=throughput, x_labels=labels, xlabel=kind, ylabel="aggregate tok/s"))
+        if latency:
+            panels.append(Points(series=latency, x_labels=labels, xlabel=kind, ylabel=f"TTFT {percent} (s)"))
+        if good:
+            target = (details.get("slo") or {}).get("min_good_share")
+            panels.append(Points(series=good, x_labels=labels, xlabel=kind, ylabel="good share (SLO)",
+                                 bounds=[Bound(value=float(target), label="min_good_share", kind="target")]
+                                 if isinstance(target, (int, float)) else []))
+        knees = {lane: ((details.get("knee") or {}).get(lane) or {}).get(kind) or {} for lane in _ROLES}
+        said = "; ".join(f"{lane} {level_tag(k['level']) if k.get('level') is not None else 'above the levels'}"
+                         for lane, k in knees.items() if k)
+        out.append(Plot(title=f"Each lane against the load ({kind}; mean over boots)"
+                              + (f": knee at {said}" if said else ""), panels=panels))
+    return out
+
+
+def _shared_percent(tails: dict[str, Any]) -> str | None:
+    """The highest TTFT percentile that every level measured (a p99 needs 500 requests a class and boot)."""
+    for percent in ("p99", "p95", "p90", "p50"):
+        if all(any((cls.get("ttft") or {}).get(percent) is not None for classes in roles.values()
+                   for cls in classes.values()) for roles in tails.values()):
+            return percent
+    return None
 
 
 def _visit_position(key: str) -> tuple[str, int]:
@@ -165,7 +230,7 @@ def _boots(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
             series.append(PointSeries(name=f"{role} (mean over prompts; dots: each prompt)",
                                       x=[x for x, _ in points], y=[sum(v) / len(v) for _, v in points],
                                       role=role, line=True))
-        out.append(Plot(title=f"C{level}: {metric} of every boot, in window order (drift shows here)",
+        out.append(Plot(title=f"{_label(level)}: {metric} of every boot, in window order (drift shows here)",
                         panels=[Points(series=series, xlabel="boot (window order: control, candidate, control, ...)",
                                        ylabel="tok/s" if metric.endswith("tok_s") else "s")]))
     return out
@@ -181,7 +246,7 @@ def _prompts(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
         bars = Bars(categories=[f"{row.get('prompt')} ({row.get('class')})" for row in rows], horizontal=True,
                     series=[BarSeries(values=values, roles=["candidate" if v >= 0 else "control" for v in values])],
                     bounds=[Bound(value=0.0, kind="zero")], xlabel="change (%)", ylabel="prompt (class)")
-        out.append(Plot(title=f"C{level}: paired change per prompt (candidate vs control, drift taken out)",
+        out.append(Plot(title=f"{_label(level)}: paired change per prompt (candidate vs control, drift taken out)",
                         panels=[bars], height=0.6 + 0.28 * len(rows)))
     return out
 
@@ -215,8 +280,8 @@ def _rows(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
     rows = [row for row in rows if row["lane"] in order]  # row["lane"] is the visit: "base@rerun1"
     if not rows:
         return []
-    levels = sorted({row["level"] for row in rows})
-    markers: dict[int, Marker] = dict(zip(levels, ("o", "s", "^", "D", "v", "<", ">"), strict=False))
+    levels = sorted({row["level"] for row in rows}, key=load_order)
+    markers: dict[Level, Marker] = dict(zip(levels, ("o", "s", "^", "D", "v", "<", ">"), strict=False))
     series = []
     for level, role, valid in itertools.product(levels, _ROLES, (True, False)):
         chosen = [row for row in rows if row["level"] == level and row["role"].startswith(role)
@@ -225,6 +290,6 @@ def _rows(rule: SpeedRule | None, result: dict[str, Any]) -> list[Plot]:
             series.append(PointSeries(x=[order.index(row["lane"]) for row in chosen],
                                       y=[row["median_aggregate_tok_s"] for row in chosen], role=role,
                                       marker=markers.get(level, "o") if valid else "x",
-                                      name=f"C{level} {role}{'' if valid else ' (VOID)'}"))
+                                      name=f"{level_tag(level)} {role}{'' if valid else ' (VOID)'}"))
     return [Plot(title="Every row over the window (median aggregate tok/s; x: a row that went VOID)",
                  panels=[Points(series=series, x_labels=order, xlabel="visit (window order)", ylabel="tok/s")])]

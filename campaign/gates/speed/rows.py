@@ -1,9 +1,10 @@
-"""Rows of the speed gate: one lane x concurrency level x prompt class, measured in reps.
+"""Rows of the speed gate: one lane x level (concurrency or rate) x prompt class, measured in reps.
 
 A row attempt is valid only if its error records stay within the frozen limit, its reps agree
 (spread = (max - min) / mean of the reps' aggregate tok/s within the frozen limit: a leaked warm pass
 or a noisy neighbour shows as spread), and the engine's own counters account for exactly our traffic
-(anything more is another client on the port). The same pure function decides live (to re-run a VOID
+(anything more is another client on the port); at a rate level, the client kept the schedule (late sends
+within the frozen share). The same pure function decides live (to re-run a VOID
 row) and offline (to judge), so the bundle re-judges to the live decision.
 """
 
@@ -13,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from campaign.contracts.gatespecs import SpeedRule
+from campaign.contracts.gatespecs import Arrival, Level, SpeedRule, level_tag, load_order
 from campaign.gates.common.streams import StreamFacts, StreamStats, analyze_stream
 from campaign.lanes.engines.prometheus import counter_deltas, parse_prometheus
 
@@ -28,7 +29,7 @@ Summarize = Callable[[dict[str, float]], dict[str, Any]]
 
 @dataclass
 class RowAttempt:
-    level: int
+    level: Level
     cls: str
     attempt: int
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -79,12 +80,12 @@ def facts_from(records: list[dict[str, Any]]) -> StreamFacts:
     return StreamFacts()
 
 
-def group_attempts(records: list[dict[str, Any]]) -> dict[tuple[int, str], list[RowAttempt]]:
+def group_attempts(records: list[dict[str, Any]]) -> dict[tuple[Level, str], list[RowAttempt]]:
     """Measured records of one visit, by row and attempt (attempts in the order they ran)."""
-    attempts: dict[tuple[int, str, int], RowAttempt] = {}
+    attempts: dict[tuple[Level, str, int], RowAttempt] = {}
 
     def slot(level: Any, cls: Any, attempt: Any) -> RowAttempt:
-        key = (int(level), str(cls), int(attempt))
+        key = (level if isinstance(level, str) else int(level), str(cls), int(attempt))
         if key not in attempts:
             attempts[key] = RowAttempt(level=key[0], cls=key[1], attempt=key[2])
         return attempts[key]
@@ -103,14 +104,14 @@ def group_attempts(records: list[dict[str, Any]]) -> dict[tuple[int, str], list[
             tags = record.get("tags") or {}
             if tags.get("phase") == "measure":
                 slot(tags["level"], tags["class"], tags["attempt"]).requests.append(record)
-    grouped: dict[tuple[int, str], list[RowAttempt]] = {}
-    for key in sorted(attempts):
+    grouped: dict[tuple[Level, str], list[RowAttempt]] = {}
+    for key in sorted(attempts, key=lambda k: (load_order(k[0]), k[1], k[2])):
         grouped.setdefault((key[0], key[1]), []).append(attempts[key])
     return grouped
 
 
 def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, facts: StreamFacts,
-                 rule: SpeedRule, summarize: Summarize | None) -> RowResult:
+                 rule: SpeedRule, summarize: Summarize | None, arrival: Arrival | None = None) -> RowResult:
     reasons: list[str] = []
     stats: list[tuple[dict[str, Any], StreamStats]] = []
     errors: list[tuple[dict[str, Any], str]] = []
@@ -130,31 +131,12 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
         reasons.append(f"{len(errors)} error records > limit {rule.max_errors}, e.g. prompt "
                        f"{first[0].get('prompt')} rep {first[0].get('rep')}: {first[1]}")
 
-    rep_rows = []
-    for rep_record in sorted(row.reps, key=lambda r: r["rep"]):
-        mine = [s for tags, s in stats if tags.get("rep") == rep_record["rep"]]
-        failed = sum(1 for tags, _ in errors if tags.get("rep") == rep_record["rep"])
-        tokens = sum(s.tokens for s in mine)
-        duration = float(rep_record["duration_s"])
-        aggregate = tokens / duration if duration > 0 else 0.0
-        decode = [s.decode_tok_s for s in mine if s.decode_tok_s is not None]
-        cpu = float(rep_record.get("client_cpu_s") or 0.0)
-        rep_rows.append({
-            "rep": rep_record["rep"], "requests": len(mine) + failed, "errors": failed, "output_tokens": tokens,
-            "duration_s": duration, "aggregate_tok_s": aggregate, "per_user_tok_s": aggregate / row.level,
-            "median_decode_tok_s": statistics.median(decode) if decode else None,
-            "median_ttft_s": statistics.median([s.ttft_s for s in mine]) if mine else None,
-            "median_effective_tok_s": statistics.median([s.effective_tok_s for s in mine]) if mine else None,
-            "client_cpu_s": cpu, "client_cpu_share": cpu / duration if duration > 0 else None,
-            "client_cpu_ms_per_1k_tokens": 1e6 * cpu / tokens if tokens else None,
-            "host_other_share": _others(rep_record, cpu),
-            "client_loop_lag_p99_ms": rep_record.get("loop_lag_p99_ms"),
-        })
+    rep_rows = _rep_rows(row, stats, errors, arrival)
     busy = [r for r in rep_rows if rule.max_host_busy is not None and (r["host_other_share"] or 0) > rule.max_host_busy]
     if busy:
         reasons.append(f"{BUSY_HOST} {busy[0]['host_other_share']:.0%} of the host's CPUs during rep "
                        f"{busy[0]['rep']} (limit {rule.max_host_busy:.0%}): another tenant on the host")
-    reasons += _client_bottleneck(rep_rows, rule)
+    reasons += _client_bottleneck(rep_rows, rule) + _late_sends(rep_rows, arrival, row.level)
     if len(rep_rows) != reps:
         reasons.append(f"{len(rep_rows)} reps recorded, expected {reps}")
     row_spread = spread([r["aggregate_tok_s"] for r in rep_rows])
@@ -166,6 +148,37 @@ def evaluate_row(row: RowAttempt, *, per_rep: int, reps: int, max_tokens: int, f
     reasons += traffic
     return RowResult(status="VOID" if reasons else "valid", reasons=reasons, spread=row_spread, rep_rows=rep_rows,
                      stats=stats, errors=errors, engine=engine)
+
+
+def _rep_rows(row: RowAttempt, stats: list[tuple[dict[str, Any], StreamStats]],
+              errors: list[tuple[dict[str, Any], str]], arrival: Arrival | None) -> list[dict[str, Any]]:
+    """One row per rep: throughput, latency, the client's CPU and, at a rate level, its late sends."""
+    rep_rows = []
+    for rep_record in sorted(row.reps, key=lambda r: r["rep"]):
+        mine = [s for tags, s in stats if tags.get("rep") == rep_record["rep"]]
+        failed = sum(1 for tags, _ in errors if tags.get("rep") == rep_record["rep"])
+        tokens = sum(s.tokens for s in mine)
+        duration = float(rep_record["duration_s"])
+        aggregate = tokens / duration if duration > 0 else 0.0
+        decode = [s.decode_tok_s for s in mine if s.decode_tok_s is not None]
+        cpu = float(rep_record.get("client_cpu_s") or 0.0)
+        late = [tags["late_s"] for tags, _ in [*stats, *errors] if tags.get("rep") == rep_record["rep"]
+                and arrival is not None and isinstance(tags.get("late_s"), (int, float))
+                and tags["late_s"] > arrival.late_after_s]
+        rep_rows.append({
+            "rep": rep_record["rep"], "requests": len(mine) + failed, "errors": failed, "output_tokens": tokens,
+            "duration_s": duration, "aggregate_tok_s": aggregate,
+            "per_user_tok_s": aggregate / row.level if isinstance(row.level, int) else None,
+            "late_sends": len(late), "latest_send_s": max(late, default=None),
+            "median_decode_tok_s": statistics.median(decode) if decode else None,
+            "median_ttft_s": statistics.median([s.ttft_s for s in mine]) if mine else None,
+            "median_effective_tok_s": statistics.median([s.effective_tok_s for s in mine]) if mine else None,
+            "client_cpu_s": cpu, "client_cpu_share": cpu / duration if duration > 0 else None,
+            "client_cpu_ms_per_1k_tokens": 1e6 * cpu / tokens if tokens else None,
+            "host_other_share": _others(rep_record, cpu),
+            "client_loop_lag_p99_ms": rep_record.get("loop_lag_p99_ms"),
+        })
+    return rep_rows
 
 
 def _client_bottleneck(rep_rows: list[dict[str, Any]], rule: SpeedRule) -> list[str]:
@@ -182,6 +195,18 @@ def _client_bottleneck(rep_rows: list[dict[str, Any]], rule: SpeedRule) -> list[
                            f"rep {row['rep']} (limit {rule.max_loop_lag_ms:g} ms)")
             break
     return reasons
+
+
+def _late_sends(rep_rows: list[dict[str, Any]], arrival: Arrival | None, level: Level) -> list[str]:
+    """At a rate level, a rep whose client sent too many requests late did not offer the stated load."""
+    if arrival is None or isinstance(level, int):
+        return []
+    for row in rep_rows:
+        if row["requests"] and row["late_sends"] / row["requests"] > arrival.max_late_share:
+            return [f"the client could not keep the {level_tag(level)} schedule: {row['late_sends']} of "
+                    f"{row['requests']} sends in rep {row['rep']} went out more than {arrival.late_after_s * 1000:g} ms "
+                    f"late (up to {row['latest_send_s'] * 1000:.0f} ms; limit {arrival.max_late_share:.0%})"]
+    return []
 
 
 def _others(rep: dict[str, Any], client_cpu: float) -> float | None:

@@ -21,16 +21,17 @@ import gc
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 
-from campaign.contracts.gatespecs import SpeedSpec
+from campaign.contracts.gatespecs import Level, SpeedSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender, jsonl_line
 from campaign.gates.common.inputs import Prompt
 from campaign.gates.common.stats import percentile
 from campaign.gates.common.streams import StreamFacts, streamed_text
+from campaign.gates.speed.arrivals import schedule
 from campaign.gates.speed.rows import BUSY_HOST, RowAttempt, RowResult, evaluate_row
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.client import LaneClient
@@ -43,10 +44,12 @@ CHAT_PATH = "/v1/chat/completions"
 _SETTLE_POLLS, _SETTLE_SLEEP = 40, 0.05  # up to 2 s for the engine's counters to settle after a row
 
 
-def rep_order(prompts: list[Prompt], level: int) -> list[Prompt]:
-    """A rep's requests: every prompt of the class once, in file order (the same on every lane), cycled
-    until there are at least as many requests as users, so the level is actually reached."""
-    return [prompts[i % len(prompts)] for i in range(max(len(prompts), level))]
+def rep_order(prompts: list[Prompt], level: Level) -> list[Prompt]:
+    """A rep's requests: every prompt of the class once, in file order (the same on every lane), at a
+    concurrency level cycled until there are at least as many requests as users, so the level is actually
+    reached (a rate level sends each once, on its schedule)."""
+    users = level if isinstance(level, int) else 0
+    return [prompts[i % len(prompts)] for i in range(max(len(prompts), users))]
 
 
 def by_class(prompts: list[Prompt]) -> dict[str, list[Prompt]]:
@@ -75,6 +78,31 @@ def _lag_figures(lags: list[float]) -> dict[str, Any]:
         return {}
     return {"loop_lag_p99_ms": 1000 * percentile(lags, 99), "loop_lag_max_ms": 1000 * max(lags),
             "loop_lag_samples": len(lags)}
+
+
+Send = Callable[[int, dict[str, Any]], Awaitable[None]]
+
+
+def _senders(send: Send, level: Level, requests: int, offsets: list[float] | None) -> list[Awaitable[None]]:
+    """A rep's senders: at a concurrency level, one per user, each taking the next request as soon as its
+    last one ends; at a rate level, one per request, each sent at its offset from now."""
+    if isinstance(level, int):
+        taken = iter(range(requests))
+
+        async def user(index: int) -> None:
+            for position in taken:
+                await send(position, {"user": index})
+
+        return [user(index) for index in range(level)]
+    loop = asyncio.get_running_loop()
+    begin = loop.time()
+
+    async def scheduled(position: int, due: float) -> None:
+        # lateness is the client's (its loop woke up late or was busy); the tags keep it for the judge
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        await send(position, {"scheduled_s": round(due - begin, 6), "late_s": round(loop.time() - due, 6)})
+
+    return [scheduled(position, begin + at) for position, at in enumerate(offsets or [])]
 
 
 class RecordWriter:
@@ -121,9 +149,9 @@ class SpeedMeasurement:
                                  tokens_per_chunk=adapter.stream_tokens_per_chunk,
                                  count_by_tokenizer=adapter.stream_count_by_tokenizer)
         self._sink, self._warm = RecordWriter(sink), RecordWriter(warm_sink)
-        self.results: dict[tuple[int, str], list[RowResult]] = {}
+        self.results: dict[tuple[Level, str], list[RowResult]] = {}
 
-    async def run(self) -> dict[tuple[int, str], list[RowResult]]:
+    async def run(self) -> dict[tuple[Level, str], list[RowResult]]:
         try:
             self._sink.put({"kind": "instrument", "engine": self.adapter.name, "client": "campaign.lanes.engines.sse",
                             "client_library": f"aiohttp {aiohttp.__version__}", "new_connection_per_stream": True,
@@ -131,10 +159,13 @@ class SpeedMeasurement:
                             "count_by_tokenizer": self.facts.count_by_tokenizer,
                             "tokens_per_chunk": self.facts.tokens_per_chunk,
                             "request_fields": self.adapter.stream_request_fields(), **self.instrument_facts})
-            for level in self.spec.concurrency:
+            for level in self.spec.loads:
                 for cls in self.classes:
+                    if isinstance(level, str):
+                        self._sink.put({"kind": "schedule", "level": level, "class": cls,
+                                        **self.spec.arrival.model_dump(), "offsets_s": self._schedule(level, cls)})
                     await self._warm_wave(level, cls, "initial", 0)
-            for level in self.spec.concurrency:
+            for level in self.spec.loads:
                 for cls in self.classes:
                     await self._row(level, cls)
         finally:
@@ -148,20 +179,26 @@ class SpeedMeasurement:
         return {**self.request_defaults, "model": self.model, "messages": prompt.messages, "temperature": 0,
                 "max_tokens": self.spec.max_tokens, **self.adapter.stream_request_fields()}
 
-    async def _warm_wave(self, level: int, cls: str, wave: str, attempt: int) -> None:
+    def _schedule(self, level: str, cls: str) -> list[float]:
+        return schedule(self.spec.arrival, level, cls, len(rep_order(self.classes[cls], level)))
+
+    async def _warm_wave(self, level: Level, cls: str, wave: str, attempt: int) -> None:
+        """One request per user at once; at a rate level, the row's own schedule once (its batch shapes)."""
         prompts = self.classes[cls]
 
-        async def one(user: int) -> None:
+        async def one(user: int, at: float) -> None:
+            await asyncio.sleep(at)
             prompt = prompts[user % len(prompts)]
             tags = {"phase": "warmup", "wave": wave, "level": level, "class": cls, "attempt": attempt,
                     "user": user, "prompt": prompt.id}
             record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags)
             self._warm.put(record)
 
-        await asyncio.gather(*(one(user) for user in range(level)))
+        offsets = [0.0] * level if isinstance(level, int) else self._schedule(level, cls)
+        await asyncio.gather(*(one(user, at) for user, at in enumerate(offsets)))
         await self._warm.drain()
 
-    async def _row(self, level: int, cls: str) -> None:
+    async def _row(self, level: Level, cls: str) -> None:
         results = self.results.setdefault((level, cls), [])
         for attempt in range(self.spec.rule.max_reruns + 1):
             if attempt:
@@ -175,7 +212,7 @@ class SpeedMeasurement:
             row.metrics["after"] = await self._scrape(level, cls, attempt, "after")
             result = evaluate_row(row, per_rep=len(rep_order(self.classes[cls], level)), reps=self.spec.reps,
                                   max_tokens=self.spec.max_tokens, facts=self.facts, rule=self.spec.rule,
-                                  summarize=self.adapter.metric_summary)
+                                  summarize=self.adapter.metric_summary, arrival=self.spec.arrival)
             self._sink.put({"kind": "row", "level": level, "class": cls, "attempt": attempt,
                             "status": result.status, "reasons": result.reasons, "spread": result.spread,
                             "median_aggregate_tok_s": result.median_aggregate})
@@ -184,7 +221,7 @@ class SpeedMeasurement:
             if result.valid:
                 return
 
-    async def _wait_for_quiet(self, level: int, cls: str, attempt: int) -> None:
+    async def _wait_for_quiet(self, level: Level, cls: str, attempt: int) -> None:
         """Before re-running a row other processes voided: wait, at most ``host_quiet_wait_s`` seconds, for a
         second in which they use no more than ``max_host_busy`` of the host (the lane idles meanwhile; this
         runner's own CPU is not theirs). The wait and each second's share are recorded: the judge says it."""
@@ -209,21 +246,20 @@ class SpeedMeasurement:
 
     async def _rep(self, row: RowAttempt, rep: int) -> None:
         queue = rep_order(self.classes[row.cls], row.level)
-        taken = iter(range(len(queue)))
 
-        async def user(index: int) -> None:
-            for position in taken:  # each user takes the next prompt as soon as its last one ends
-                prompt = queue[position]
-                tags = {"phase": "measure", "level": row.level, "class": row.cls, "attempt": row.attempt,
-                        "rep": rep, "user": index, "position": position, "prompt": prompt.id}
-                record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags)
-                row.requests.append(record)
-                if self.facts.count_by_tokenizer:
-                    held.append(record)  # written once counted, after the clock stops (seconds later)
-                else:
-                    self._sink.put(record)
+        async def send(position: int, extra: dict[str, Any]) -> None:
+            prompt = queue[position]
+            tags = {"phase": "measure", "level": row.level, "class": row.cls, "attempt": row.attempt,
+                    "rep": rep, "position": position, "prompt": prompt.id, **extra}
+            record = await self.client.stream(CHAT_PATH, self.body(prompt), tags=tags)
+            row.requests.append(record)
+            if self.facts.count_by_tokenizer:
+                held.append(record)  # written once counted, after the clock stops (seconds later)
+            else:
+                self._sink.put(record)
 
         held: list[dict[str, Any]] = []
+        offsets = None if isinstance(row.level, int) else self._schedule(row.level, row.cls)
 
         # host, lane and client CPU are read over one window around the rep (the reads included). The
         # client is this event-loop thread: the runner's other threads (each process lane's boot-log copier
@@ -235,10 +271,11 @@ class SpeedMeasurement:
         lags: list[float] = []
         watch = asyncio.create_task(_watch_loop(lags))
         start = time.perf_counter()
+        senders = _senders(send, row.level, len(queue), offsets)
         collecting = gc.isenabled()
         gc.disable()  # cyclic GC over a rep's event dicts took 17% of the client's CPU at 64 streams, in bursts
         try:
-            await asyncio.gather(*(user(index) for index in range(row.level)))
+            await asyncio.gather(*senders)
         except BaseException:
             for request in held:  # cut short: what arrived is still written, uncounted
                 self._sink.put(request)
@@ -273,7 +310,7 @@ class SpeedMeasurement:
         except EngineError as exc:
             record["engine_token_count_error"] = str(exc)
 
-    async def _scrape(self, level: int, cls: str, attempt: int, when: str) -> dict[str, Any]:
+    async def _scrape(self, level: Level, cls: str, attempt: int, when: str) -> dict[str, Any]:
         record: dict[str, Any] = {"kind": "metrics", "level": level, "class": cls, "attempt": attempt,
                                   "when": when, "wall": time.time()}
         try:
