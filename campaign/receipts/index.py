@@ -24,7 +24,7 @@ from campaign.presentation import Plot as PlotData
 from campaign.presentation import Points, PointSeries
 from campaign.receipts.decision import decisions
 from campaign.receipts.plots import draw
-from campaign.receipts.publish import SHARED, _environment
+from campaign.receipts.publish import SHARED, template_environment
 
 __all__ = ["ENTRY", "INDEX_SCHEMA", "WINDOWS", "window_entry", "window_id", "write_index"]
 
@@ -111,7 +111,7 @@ def render_index(index: dict[str, Any]) -> str:
         plotted = [(key, points) for key, points in figures.items() if len(points) >= 2][:MAX_PLOTS_PER_CONTRACT]
         plots[family] = [_history_plot(family, key, points, salt=f"{family}-{n}")
                          for n, (key, points) in enumerate(plotted)]
-    return _environment().get_template("index.html.j2").render(index=index, plots=plots)
+    return template_environment().get_template("index.html.j2").render(index=index, plots=plots)
 
 
 def _history_plot(family: str, key: str, points: list[dict[str, Any]], *, salt: str) -> Any:

@@ -38,7 +38,8 @@ from campaign.receipts.decision import decisions
 from campaign.receipts.plots import plots_for
 from campaign.receipts.shapes import Fill, checked_gate, checked_presentation, checked_summary
 
-__all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "unpacked_archive"]
+__all__ = ["archive_bundle", "load_report_data", "publish", "render_html", "render_markdown", "template_environment",
+           "unpacked_archive"]
 
 
 SHOWN_FAILURE_CHARS = 4000  # of a lane's launch_failure.txt: its head says why; the rest is in the bundle
@@ -99,7 +100,8 @@ def md_escape(value: Any) -> Any:
     return value.translate(_MD_ESCAPES) if isinstance(value, str) else value
 
 
-def _environment(*, html: bool = True) -> Environment:
+def template_environment(*, html: bool = True) -> Environment:
+    """The package's templates (report, summary, index) with the project's escaping and filters."""
     # autoescape is on for HTML unconditionally: bundle text (model output, boot logs) is untrusted; in
     # Markdown every value printed is escaped the Markdown way
     env = Environment(loader=PackageLoader("campaign.receipts", "templates"), autoescape=html,
@@ -110,12 +112,12 @@ def _environment(*, html: bool = True) -> Environment:
 
 def render_html(data: dict[str, Any]) -> str:
     gates = [{**g, "tables": _detail_tables(g.get("details") or {}), "plots": plots_for(g)} for g in data["gates"]]
-    return _environment().get_template("report.html.j2").render(**data, gate_views=gates,
+    return template_environment().get_template("report.html.j2").render(**data, gate_views=gates,
                                                                   decisions=decisions(data["summary"], data["gates"]))
 
 
 def render_markdown(data: dict[str, Any]) -> str:
-    return _environment(html=False).get_template("summary.md.j2").render(
+    return template_environment(html=False).get_template("summary.md.j2").render(
         **data, decisions=decisions(data["summary"], data["gates"]), headlines=_headlines(data["gates"]))
 
 
