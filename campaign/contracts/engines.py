@@ -52,7 +52,9 @@ ENGINES: dict[str, EngineFacts] = {
                         draft_json_keys=(("--speculative-config", "model"), ("-sc", "model")),
                         underscores_are_dashes=True),
     "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",),
-                          draft_options=("--speculative-draft-model-path", "--speculative-draft"),
+                          # 0.5.23: --speculative-draft-model is its alias (srt/arg_groups/fields/spec.py L36-42)
+                          draft_options=("--speculative-draft-model-path", "--speculative-draft-model",
+                                         "--speculative-draft"),
                           underscores_are_dashes=True),
 }
 # the schema's engine field accepts exactly the kinds above (spelled out for mypy; tests/unit/test_architecture.py

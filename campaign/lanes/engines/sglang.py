@@ -2,14 +2,15 @@
 
 Checked against the code of SGLang 0.5.23 (the PyPI wheel ``sglang-0.5.23``, the tree ``python/`` of
 tag v0.5.23); every fact below cites ``path:line`` under ``python/sglang/srt/`` of that release, and
-docs/engines.md has the full table. It was written from that code: it has not yet served a request here.
+docs/engines.md has the full table. Then checked against that release serving here (scripts/setup-sglang.sh;
+its replies are recorded in tests/data/sglang/ and replayed by the unit tests).
 
 - Ready: the HTTP server is started only after the schedulers loaded the weights, so the port refuses
   connections while loading (entrypoints/engine.py:1348-1350, then http_server.py:3179). Then ``/health``
   (the same handler as ``/health_generate``) answers 503 while the status is Starting, i.e. until the
   server's own warmup request passed (http_server.py:735-736, 2502), and otherwise submits a one-token
   generation and answers 200 once anything comes back within SGLANG_HEALTH_CHECK_TIMEOUT (20 s), else
-  503 and the status turns UnHealthy (http_server.py:218, 756-799). With
+  503 and the status turns UnHealthy (http_server.py:218, 751-799). With
   SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 ``/health`` is a bare 200 (http_server.py:745-749).
 - Identity: ``GET /server_info`` (``/get_server_info`` is its deprecated alias, http_server.py:853-864):
   every resolved server argument as a flat key (server_args.py:316-333; utils/common.py:3584-3593),
@@ -20,12 +21,12 @@ docs/engines.md has the full table. It was written from that code: it has not ye
   prepends None and drops the sampling position, scheduler_components/logprob_result_processor.py:38);
   the text is null unless ``return_text_in_logprobs`` (tokenizer_manager.py:3098-3116).
   ``input_top_logprobs`` / ``output_top_logprobs`` (only with ``top_logprobs_num`` > 0) hold one list of
-  triples per position, ``null`` for the first prompt position (logprob_result_processor.py:66, 79-81;
+  triples per position, ``null`` for the first prompt position (logprob_result_processor.py:58-81;
   tokenizer_manager.py:3118-3135). ``finish_reason`` is ``{"type": "length", "length": n}`` or
   ``{"type": "stop", "matched": id|str}`` (managers/schedule_batch.py:284-329).
 - Token counts: ``meta_info.prompt_tokens``, ``completion_tokens``, ``cached_tokens`` and
-  ``reasoning_tokens`` (tokenizer_manager.py:2507-2558); with speculative decoding ``spec_verify_ct`` and
-  ``spec_accept_length`` = completion_tokens / spec_verify_ct (tokenizer_manager.py:3150-3172).
+  ``reasoning_tokens`` (tokenizer_manager.py:2507-2576); with speculative decoding ``spec_verify_ct`` and
+  ``spec_accept_length`` = completion_tokens / spec_verify_ct (tokenizer_manager.py:3138-3172).
 - Metrics: only with ``--enable-metrics`` (else /metrics is 404, http_server.py:314-315); prometheus
   multiprocess mode (utils/common.py:2843-2853), names in METRICS with the types in METRIC_TYPES
   (observability/metrics_collector.py, lines there). Request counters move when a request finishes
@@ -33,12 +34,17 @@ docs/engines.md has the full table. It was written from that code: it has not ye
 - Reasoning: with ``--reasoning-parser`` the chat message carries ``reasoning_content`` (null when there
   was none) and ``content`` the rest (entrypoints/openai/protocol.py:1293-1297, serving_chat.py:2930-3003).
   Tool calls (``--tool-call-parser``): ``message.tool_calls`` = ``[{"id", "index", "type": "function",
-  "function": {"name", "arguments"}}]`` with arguments a JSON string, finish_reason ``tool_calls``
-  (protocol.py:732-745, serving_chat.py:3150-3213).
+  "function": {"name", "arguments"}}]`` with arguments a JSON string (not necessarily an object: recorded
+  ``"\"Paris\""``), finish_reason turned ``tool_calls`` only from ``stop`` (protocol.py:732-745,
+  serving_chat.py:3150-3213). Without a tool-call parser, tool_choice "required" still constrains the output
+  and the calls stay in ``content``.
 - Thinking switch: ``chat_template_kwargs`` are passed as keyword arguments to the chat template
   (serving_chat.py:2163-2167, 2299-2306); the key is the template's own (Qwen3: ``enable_thinking``), and
   the reasoning parser reads the same key to decide whether output starts inside a thinking block
-  (serving_chat.py:3518-3600, parser/template_detection.py:195-270).
+  (serving_chat.py:3518-3600, parser/template_detection.py:195-270). On a template with no such toggle the
+  parser's default rules (qwen3: thinking unless ``enable_thinking`` is false, parser/reasoning_parser.py:483):
+  recorded, the whole answer came back as ``reasoning_content`` until ``enable_thinking: false``, which the
+  template ignored (same text) and only the parser read.
 - Tokenize: ``POST /tokenize`` (alias of /v1/tokenize) ``{"prompt", "add_special_tokens"}`` or
   ``{"messages"}`` (rendered as for a chat completion) -> ``{"tokens", "count", "max_model_len"}``
   (http_server.py:1906-1917, entrypoints/openai/protocol.py:1744-1801, serving_tokenize.py:39-81).
@@ -47,6 +53,7 @@ docs/engines.md has the full table. It was written from that code: it has not ye
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
@@ -56,6 +63,8 @@ from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, parse_prometheus, series_sum, totals
 
 __all__ = ["METRICS", "METRIC_TYPES", "SGLangAdapter"]
+
+_PYTHON = re.compile(r"(^|[-_.])python(\d+(\.\d+)*)?$")  # python, python3.11, sglang-cpu-python
 
 # observability/metrics_collector.py @ v0.5.23: the line that names each metric.
 METRICS = {
@@ -89,12 +98,22 @@ class SGLangAdapter(EngineAdapter):
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
         exe = os.path.basename(lane.executable or "")
-        # `python3` needs the module, the `sglang` CLI its verb; an image ENTRYPOINT already has both
-        prefix = ["-m", "sglang.launch_server"] if exe.startswith("python") else (["serve"] if exe == "sglang" else [])
+        # a python (or the sglang-cpu-python wrapper of scripts/setup-sglang.sh) needs the module, the `sglang`
+        # CLI its verb (sglang/cli/main.py); an image ENTRYPOINT already has both
+        prefix = ["-m", "sglang.launch_server"] if _PYTHON.search(exe) else (["serve"] if exe == "sglang" else [])
         args = [*prefix, "--model-path", model_path, "--host", lane.host, "--port", str(lane.port)]
         if lane.model.served_name:
             args += ["--served-model-name", lane.model.served_name]
         return args + list(lane.args)
+
+    def launch_env(self, lane: EffectiveLane, scratch: str) -> dict[str, str]:
+        """What SGLang, torch, Triton, outlines and Hugging Face write goes under the lane's scratch folder
+        (SGLang's prometheus multiprocess folder is a TemporaryDirectory, so under TMPDIR too:
+        utils/common.py:2825-2840); the model is a local directory, so hub access is off."""
+        return {"TMPDIR": scratch, "HF_HOME": f"{scratch}/hf-home", "XDG_CACHE_HOME": f"{scratch}/xdg-cache",
+                "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/torchinductor", "TRITON_CACHE_DIR": f"{scratch}/triton",
+                "OUTLINES_CACHE_DIR": f"{scratch}/outlines", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "DO_NOT_TRACK": "1"}
 
     def served_model(self, lane: EffectiveLane) -> str:
         # the OpenAI routes do not check the name (serving_base.py:40-60); "default" is their default

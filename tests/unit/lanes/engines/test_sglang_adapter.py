@@ -1,58 +1,30 @@
-"""The SGLang adapter against RECORDED response shapes, not a running SGLang: no GPU here, and SGLang does
-not serve on this machine's CPU. The shapes below are transcribed from SGLang 0.5.x's documentation
-(native API, sampling parameters, production metrics) and its source (http_server.py: /health returns 503
-while the server status is Starting, 200 after a one-token generation; tokenizer_manager.py: meta_info
-fields and [logprob, token_id, text] triples with a null logprob for the first prompt token). An
-httpx MockTransport replays them, so the adapter's own HTTP path is exercised."""
+"""The SGLang adapter's launch line, readiness and identity, against SGLang 0.5.23.
+
+The replies replayed here are recordings of a real SGLang 0.5.23 server on this machine
+(tests/data/sglang/README.md says how they were made); the readiness states that a recording cannot
+show on demand (refused, 503) are the ones entrypoints/engine.py:1348-1350 and http_server.py:735-736
+produce: nothing listens before the schedulers loaded the weights, then /health is a bare 503 until the
+server's own warmup request passed. An httpx MockTransport replays them through the adapter's HTTP path.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import httpx
-import pytest
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.errors import EngineError
-from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.client import LaneClient
-from campaign.lanes.engines.sglang import METRICS, SGLangAdapter
+from campaign.lanes.engines.registry import adapter_for
+from campaign.lanes.engines.sglang import SGLangAdapter
 
-GENERATE = {  # POST /generate {"text": "The capital of France is", return_logprob, logprob_start_len: 0}
-    "text": " Paris.",
-    "meta_info": {
-        "id": "5f1c0e6a9b7d4c2e8f3a1b0c9d8e7f6a",
-        "finish_reason": {"type": "length", "length": 2},
-        "prompt_tokens": 5,
-        "input_token_logprobs": [[None, 785, "The"], [-3.0625, 6722, " capital"], [-0.0713, 315, " of"],
-                                 [-1.6016, 9625, " France"], [-0.2139, 374, " is"]],
-        "output_token_logprobs": [[-0.1235, 12095, " Paris"], [-0.9414, 13, "."]],
-        "input_top_logprobs": [None, [[-3.0625, 6722, " capital"]], [[-0.0713, 315, " of"]],
-                               [[-1.6016, 9625, " France"]], [[-0.2139, 374, " is"]]],
-        "output_top_logprobs": [[[-0.1235, 12095, " Paris"], [-2.498, 279, " the"]],
-                                [[-0.9414, 13, "."], [-1.104, 11, ","]]],
-        "completion_tokens": 2,
-        "cached_tokens": 0,
-        "e2e_latency": 0.0513,
-    },
-}
-SERVER_INFO = {"model_path": "/models/Qwen2.5-0.5B-Instruct", "tokenizer_path": "/models/Qwen2.5-0.5B-Instruct",
-               "host": "127.0.0.1", "port": 30000, "tp_size": 1, "dp_size": 1, "context_length": None,
-               "mem_fraction_static": 0.88, "enable_metrics": True, "speculative_algorithm": None,
-               "attention_backend": "flashinfer", "max_total_num_tokens": 417000, "internal_states": [{}],
-               "version": "0.5.3"}
-METRICS_TEXT = """\
-# HELP sglang:prompt_tokens_total Number of prefill tokens processed.
-# TYPE sglang:prompt_tokens_total counter
-sglang:prompt_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 8.128902e+06
-# HELP sglang:generation_tokens_total Number of generation tokens processed.
-# TYPE sglang:generation_tokens_total counter
-sglang:generation_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 7.557572e+06
-# HELP sglang:cache_hit_rate The cache hit rate
-# TYPE sglang:cache_hit_rate gauge
-sglang:cache_hit_rate{model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.007507552643049313
-sglang:time_to_first_token_seconds_sum{model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.3518979474117756e+06
-sglang:time_to_first_token_seconds_bucket{le="0.001",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0
-sglang:time_to_first_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} 541.0
-"""
+DATA = Path(__file__).parents[3] / "data" / "sglang"
+
+
+def recorded(name: str) -> dict[str, Any]:
+    return json.loads((DATA / f"{name}.json").read_text())
 
 
 def lane(**changes: object) -> EffectiveLane:
@@ -68,21 +40,31 @@ def test_registered_and_launch_arguments() -> None:
     assert adapter.server_args(lane(), "/models/q") == ["--model-path", "/models/q", "--host", "127.0.0.1",
                                                         "--port", "30000", "--served-model-name", "qwen",
                                                         "--enable-metrics"]
-    assert adapter.server_args(lane(executable="/usr/bin/python3"), "/m")[:3] == ["-m", "sglang.launch_server",
-                                                                                  "--model-path"]
+    for python in ("/usr/bin/python3", "python3.11", "/c/bin/sglang-cpu-python"):
+        assert adapter.server_args(lane(executable=python), "/m")[:3] == ["-m", "sglang.launch_server", "--model-path"]
     assert adapter.server_args(lane(executable="/usr/local/bin/sglang"), "/m")[:2] == ["serve", "--model-path"]
+    assert adapter.server_args(lane(executable="/opt/start-sglang.sh"), "/m")[0] == "--model-path"
     assert adapter.api_key(lane(args=["--api-key", "k-123456"])) == "k-123456"
     assert adapter.served_model(lane()) == "qwen"
+    assert adapter.served_model(lane(model={"path": "/m"})) == "default"
+
+
+def test_launch_env_keeps_every_write_under_the_scratch_folder() -> None:
+    env = SGLangAdapter().launch_env(lane(), "/tmp/s")
+    paths = {k: v for k, v in env.items() if v.startswith("/")}
+    assert {"TMPDIR", "HF_HOME", "TRITON_CACHE_DIR", "OUTLINES_CACHE_DIR"} <= set(paths)
+    assert all(v == "/tmp/s" or v.startswith("/tmp/s/") for v in paths.values())
+    assert env["HF_HUB_OFFLINE"] == "1"
 
 
 def replaying(routes: dict[str, object]) -> LaneClient:
-    """A LaneClient whose transport replays recorded replies; a route may be an exception to raise."""
+    """A LaneClient whose transport replays replies (status, body); a route may be an exception to raise."""
 
     def handler(request: httpx.Request) -> httpx.Response:
-        reply = routes[request.url.path]
+        reply = routes.get(request.url.path, (404, {"detail": "Not Found"}))
         if isinstance(reply, Exception):
             raise reply
-        status, body = reply  # type: ignore[misc]
+        status, body = reply if isinstance(reply, tuple) else (500, "bad route")
         return httpx.Response(status, json=body) if not isinstance(body, str) else httpx.Response(status, text=body)
 
     client = LaneClient("http://127.0.0.1:30000", lane="s")
@@ -92,10 +74,12 @@ def replaying(routes: dict[str, object]) -> LaneClient:
 
 async def test_readiness_follows_sglang_semantics() -> None:
     adapter = SGLangAdapter()
+    health = recorded("health")
+    assert (health["status"], health["response_text"]) == (200, "")  # a bare 200, no body
     refused = replaying({"/health": httpx.ConnectError("Connection refused")})
     starting = replaying({"/health": (503, "")})
-    up = replaying({"/health": (200, "")})
-    assert (await adapter.probe(refused)) .detail == "connection refused (loading weights)"
+    up = replaying({"/health": (health["status"], health["response_text"])})
+    assert (await adapter.probe(refused)).detail == "connection refused (loading weights)"
     result = await adapter.probe(starting)
     assert not result.ready and "503" in result.detail
     assert (await adapter.probe(up)).ready
@@ -103,41 +87,31 @@ async def test_readiness_follows_sglang_semantics() -> None:
         await client.aclose()
 
 
-async def test_version_from_server_info() -> None:
-    client = replaying({"/get_server_info": (200, SERVER_INFO)})
+async def test_version_from_server_info_and_its_deprecated_alias() -> None:
+    info = recorded("server_info")["response"]
+    client = replaying({"/server_info": (200, info)})
     version = await SGLangAdapter().version(client)
     await client.aclose()
-    assert version["version"] == "0.5.3" and version["tp_size"] == 1 and version["enable_metrics"] is True
-    assert "internal_states" not in version
+    assert version["version"] == "0.5.23" and version["frontend"] == "python"
+    assert (version["device"], version["attention_backend"]) == ("cpu", "torch_native")  # no AMX here
+    assert version["served_model_name"] == "smollm2" and version["enable_metrics"] is True
+    assert version["chunked_prefill_size"] == 4096 and version["max_total_num_tokens"] == 680384
+    assert "internal_states" not in version and "launch_command" not in version
+    older = replaying({"/get_server_info": (200, info)})  # a release before /server_info: only the old name
+    assert (await SGLangAdapter().version(older))["version"] == "0.5.23"
+    await older.aclose()
+    nothing = replaying({})
+    assert await SGLangAdapter().version(nothing) == {}
+    await nothing.aclose()
 
 
-async def test_prompt_scoring_request_and_reply() -> None:
-    path, body = SGLangAdapter().score_request("The capital of France is", max_new_tokens=2, top_logprobs=2)
-    assert path == "/generate" and body["return_logprob"] is True and body["logprob_start_len"] == 0
-    assert body["sampling_params"] == {"temperature": 0, "max_new_tokens": 2} and body["top_logprobs_num"] == 2
-    client = replaying({"/generate": (200, GENERATE)})
-    record = await client.post(path, body)
+async def test_parser_flags_are_reported_resolved() -> None:
+    """/server_info reports resolved values: `--tool-call-parser qwen25` comes back as its canonical `qwen`;
+    only launch_command keeps what was asked (http_server.py:866-872)."""
+    info = recorded("parsers_server_info")["response"]
+    client = replaying({"/server_info": (200, info)})
+    version = await SGLangAdapter().version(client)
     await client.aclose()
-    parsed = SGLangAdapter.parse_generate(record["response"])
-    assert parsed["text"] == " Paris." and parsed["finish_reason"] == "length"
-    assert (parsed["prompt_tokens"], parsed["completion_tokens"], parsed["cached_tokens"]) == (5, 2, 0)
-    assert parsed["input_logprobs"][0] == {"logprob": None, "token_id": 785, "text": "The"}
-    assert [t["logprob"] for t in parsed["input_logprobs"][1:]] == [-3.0625, -0.0713, -1.6016, -0.2139]
-    assert [t["text"] for t in parsed["output_logprobs"]] == [" Paris", "."]
-    assert parsed["output_top_logprobs"][0][1] == {"logprob": -2.498, "token_id": 279, "text": " the"}
-    with pytest.raises(EngineError, match="no text/meta_info"):
-        SGLangAdapter.parse_generate({"error": {"message": "bad"}})
-    with pytest.raises(EngineError, match="not \\[logprob, token_id, text\\]"):
-        SGLangAdapter.parse_generate({"text": "", "meta_info": {"input_token_logprobs": [[-1.0]]}})
-
-
-def test_tokenize_thinking_and_metrics() -> None:
-    assert SGLangAdapter.tokenize_request("hi there") == ("/tokenize", {"prompt": "hi there", "add_special_tokens": False})
-    assert SGLangAdapter.parse_tokenize({"tokens": [6023, 1052], "count": 2, "max_model_len": 32768}) == [6023, 1052]
-    with pytest.raises(EngineError):
-        SGLangAdapter.parse_tokenize({"tokens": [1], "count": 2})
-    assert SGLangAdapter.thinking_fields(False) == {"chat_template_kwargs": {"enable_thinking": False}}
-    values = SGLangAdapter.metric_values(METRICS_TEXT)
-    assert values[METRICS["prompt_tokens"]] == 8.128902e06 and values[METRICS["cache_hit_rate"]] < 0.01
-    assert values["sglang:time_to_first_token_seconds_count"] == 541.0
-    assert METRICS["spec_accept_length"] not in values  # absent unless speculative decoding runs
+    assert (version["reasoning_parser"], version["tool_call_parser"], version["enable_metrics"]) == ("qwen3", "qwen",
+                                                                                                    False)
+    assert "--tool-call-parser qwen25" in info["launch_command"]
