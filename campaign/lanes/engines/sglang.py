@@ -24,6 +24,9 @@ its replies are recorded in tests/data/sglang/ and replayed by the unit tests).
   triples per position, ``null`` for the first prompt position (logprob_result_processor.py:58-81;
   tokenizer_manager.py:3118-3135). ``finish_reason`` is ``{"type": "length", "length": n}`` or
   ``{"type": "stop", "matched": id|str}`` (managers/schedule_batch.py:284-329).
+- Teacher forcing (render_chat, tokenize, generate, score below): token ids in, ``/tokenize`` and
+  ``/detokenize`` for the chat prompt and each token's text, ``logprob_start_len`` at the prompt's last token
+  so its null entry is the only one; proven on this CPU in tests/integration/engines/test_sglang_window.py.
 - Token counts: ``meta_info.prompt_tokens``, ``completion_tokens``, ``cached_tokens`` and
   ``reasoning_tokens`` (tokenizer_manager.py:2507-2576); with speculative decoding ``spec_verify_ct`` and
   ``spec_accept_length`` = completion_tokens / spec_verify_ct (tokenizer_manager.py:3138-3172).
@@ -57,14 +60,19 @@ import re
 from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
-from campaign.errors import EngineError
+from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, parse_prometheus, series_sum, totals
+from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
 
 __all__ = ["METRICS", "METRIC_TYPES", "SGLangAdapter"]
 
 _PYTHON = re.compile(r"(^|[-_.])python(\d+(\.\d+)*)?$")  # python, python3.11, sglang-cpu-python
+# /generate fields of every scoring request: logprobs with each token's text (managers/io_struct.py:177-250), and
+# greedy sampling that keeps special tokens and the stop token in the text (sampling/sampling_params.py:174-176)
+_LOGPROBS = {"return_logprob": True, "return_text_in_logprobs": True}
+_GREEDY = {"temperature": 0, "skip_special_tokens": False, "no_stop_trim": True}
 
 # observability/metrics_collector.py @ v0.5.23: the line that names each metric.
 METRICS = {
@@ -94,7 +102,7 @@ class SGLangAdapter(EngineAdapter):
     name = "sglang"
     reasoning_field = "reasoning_content"
     metrics_flag = "--enable-metrics"
-    capabilities = frozenset({"json_schema", "tools", "metrics"})
+    capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "json_schema", "tools", "metrics"})
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
         exe = os.path.basename(lane.executable or "")
@@ -211,6 +219,108 @@ class SGLangAdapter(EngineAdapter):
             raise EngineError(f"lane {client.lane}: /tokenize failed: {record.get('error')}")
         return len(self.parse_tokenize(record["response"]))
 
+    # --- token shapes for the scoring gates (teacher_forced, kl); every raw record goes to ``sink`` ---------
+
+    async def render_chat(self, client: LaneClient, messages: list[dict[str, Any]], *, sink: Any,
+                          tags: dict[str, Any]) -> str:
+        """The prompt a chat completion of ``messages`` is made of: /tokenize renders them as for a chat
+        completion (add_generation_prompt left out, protocol.py:1763-1769) and /detokenize gives the text
+        back with special tokens kept (http_server.py:1925-1937, serving_tokenize.py:139-190)."""
+        record = await client.post("/tokenize", {"messages": messages}, sink=sink, tags={**tags, "part": "render_chat"})
+        ids = _ids(record, client.lane)
+        text = await client.post("/detokenize", {"tokens": ids, "skip_special_tokens": False}, sink=sink,
+                                 tags={**tags, "part": "render_text"})
+        prompt = (text.get("response") or {}).get("text") if not text.get("error") else None
+        if not isinstance(prompt, str):
+            raise ScoreError(f"lane {client.lane}: /detokenize failed: {text.get('error') or 'no text'}")
+        return prompt
+
+    async def tokenize(self, client: LaneClient, text: str, *, special: bool, sink: Any,
+                       tags: dict[str, Any]) -> TokenSeq:
+        """Ids by the server's tokenizer (a Hugging Face tokenizer parses special-token text whatever
+        ``special`` says; ``special`` adds BOS/EOS), and each token's text from /detokenize of each id
+        alone, kept when they join up to ``text``."""
+        record = await client.post("/tokenize", {"prompt": text, "add_special_tokens": special}, sink=sink,
+                                   tags={**tags, "part": "tokenize"})
+        ids = _ids(record, client.lane)
+        pieces: tuple[str, ...] = ()
+        if ids:
+            each = await client.post("/detokenize", {"tokens": [[i] for i in ids], "skip_special_tokens": False},
+                                     sink=sink, tags={**tags, "part": "pieces"})
+            texts = (each.get("response") or {}).get("text") if not each.get("error") else None
+            if isinstance(texts, list) and len(texts) == len(ids) and "".join(map(str, texts)) == text:
+                pieces = tuple(texts)
+        return TokenSeq(tuple(ids), text, pieces)
+
+    async def generate(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, *, max_tokens: int,
+                       top_k: int, sink: Any, tags: dict[str, Any]) -> Generation:
+        """Native /generate from token ids: greedy, with each generated token's logprob and top-k (raw
+        log-softmax when the batch is all greedy, layers/sampler.py:208-225). The stop token stays in the
+        text (no_stop_trim, skip_special_tokens off; else the detokenizer trims it, detokenizer_manager.py:194-224)
+        so the text is the tokens' own; each token's text comes from decoding it alone (tokenizer_manager.py:3098-3116)."""
+        body = {"input_ids": list(prompt.ids), **_LOGPROBS, "top_logprobs_num": top_k,
+                "sampling_params": {**_GREEDY, "max_new_tokens": max_tokens}}
+        record = await client.post("/generate", body, sink=sink, tags={**tags, "part": "generate"})
+        return self.parse_generation([record])
+
+    def parse_generation(self, records: list[dict[str, Any]]) -> Generation:
+        record = one_record(records, "generate")
+        response, sent = record["response"], list(record["request"].get("input_ids") or [])
+        parsed = self.parse_generate(response)
+        if parsed["prompt_tokens"] != len(sent):
+            raise ScoreError(f"the server generated after {parsed['prompt_tokens']} prompt tokens, {len(sent)} sent")
+        outputs, tops = parsed["output_logprobs"], parsed["output_top_logprobs"]
+        ids = [t["token_id"] for t in outputs]
+        if response.get("output_ids") is not None and list(response["output_ids"]) != ids:
+            raise ScoreError("generated token ids differ from the ids their logprobs are reported for")
+        if record["request"].get("top_logprobs_num") and len(tops) != len(ids):
+            raise ScoreError(f"top-k logprobs for {len(tops)} of {len(ids)} generated tokens")
+        positions = tuple(_position(out, tops[i] if tops else []) for i, out in enumerate(outputs))
+        texts = [t["text"] for t in outputs]
+        text = parsed["text"]
+        pieces = tuple(texts) if all(isinstance(t, str) for t in texts) and "".join(texts) == text else ()
+        finish = parsed["finish_reason"]
+        return Generation(tokens=TokenSeq(tuple(ids), text, pieces), positions=positions,
+                          finish=finish if finish in ("length", "stop") else "other",
+                          extra={"usage": {k: parsed[k] for k in ("prompt_tokens", "completion_tokens", "cached_tokens")}})
+
+    async def score(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, continuation: TokenSeq, *,
+                    top_k: int, sink: Any, tags: dict[str, Any]) -> list[Position]:
+        """Teacher forcing in one /generate: prompt + continuation as ids, prompt logprobs from the prompt's
+        last token (whose own entry is always null, logprob_result_processor.py:38), so each continuation
+        token is scored after everything before it; one generated token gives the next-token distribution
+        after the whole continuation. The prefix cache is read only up to logprob_start_len
+        (managers/schedule_batch.py:1774-1775), so every continuation token is a prefill."""
+        if not prompt.ids:
+            raise ScoreError("nothing to score after: the prompt has no tokens")
+        body = {"input_ids": list(prompt.ids) + list(continuation.ids), **_LOGPROBS,
+                "logprob_start_len": len(prompt) - 1, "top_logprobs_num": top_k,
+                "sampling_params": {**_GREEDY, "max_new_tokens": 1}}
+        record = await client.post("/generate", body, sink=sink, tags={**tags, "part": "score"})
+        return self.parse_score([record], prompt, continuation)
+
+    def parse_score(self, records: list[dict[str, Any]], prompt: TokenSeq,
+                    continuation: TokenSeq) -> list[Position]:
+        record = one_record(records, "score")
+        request = record["request"]
+        expected = list(prompt.ids) + list(continuation.ids)
+        if list(request.get("input_ids") or []) != expected or request.get("logprob_start_len") != len(prompt) - 1:
+            raise ScoreError("the scoring request does not hold this prompt and continuation")
+        parsed = self.parse_generate(record["response"])
+        inputs, input_tops = parsed["input_logprobs"], parsed["input_top_logprobs"]
+        if [t["token_id"] for t in inputs] != expected[len(prompt) - 1:]:
+            raise ScoreError(f"the server scored {len(inputs)} prompt positions, not the prompt's last token and "
+                             f"the {len(continuation)} of the continuation")
+        if request.get("top_logprobs_num") and len(input_tops) != len(inputs):
+            raise ScoreError(f"top-k logprobs for {len(input_tops)} of {len(inputs)} scored positions")
+        positions = [_position(entry, input_tops[t + 1] if input_tops else [], _piece(continuation, t))
+                     for t, entry in enumerate(inputs[1:])]
+        outputs, tops = parsed["output_logprobs"], parsed["output_top_logprobs"]
+        if len(outputs) != 1:
+            raise ScoreError(f"expected one next-token distribution after the continuation, got {len(outputs)}")
+        positions.append(_position(outputs[0], tops[0] if tops else []))  # the engine's pick after it all
+        return positions
+
     @staticmethod
     def thinking_fields(enabled: bool, template_key: str = "enable_thinking") -> dict[str, Any]:
         """Request fields for the thinking switch; the key is the chat template's (Qwen3: enable_thinking)."""
@@ -286,3 +396,28 @@ def _triples(rows: Any) -> list[dict[str, Any]]:
             raise EngineError(f"sglang logprob entry {row!r} is not [logprob, token_id, text]")
         out.append({"logprob": row[0], "token_id": row[1], "text": row[2]})
     return out
+
+
+def _ids(record: dict[str, Any], lane: str) -> list[int]:
+    """The ids of a /tokenize reply (one prompt, or chat messages)."""
+    response = record.get("response") if not record.get("error") else None
+    if not isinstance(response, dict):
+        raise ScoreError(f"lane {lane}: /tokenize failed: {record.get('error') or 'no reply'}: "
+                         f"{str(record.get('response') or record.get('response_text'))[:300]}")
+    try:
+        return SGLangAdapter.parse_tokenize(response)
+    except EngineError as exc:
+        raise ScoreError(f"lane {lane}: {exc}") from exc
+
+
+def _position(entry: dict[str, Any], top: list[dict[str, Any]] | None, text: str = "") -> Position:
+    """One scored position from a logprob triple and its top-k triples (best first)."""
+    alts = tuple(sorted((Alt(token=t["token_id"], text=t["text"] or "", logprob=float(t["logprob"]))
+                         for t in top or [] if t["logprob"] is not None), key=lambda alt: -alt.logprob))
+    logprob = entry["logprob"]
+    return Position(token=entry["token_id"], text=entry["text"] or text,
+                    logprob=None if logprob is None else float(logprob), top=alts)
+
+
+def _piece(seq: TokenSeq, index: int) -> str:
+    return seq.pieces[index] if index < len(seq.pieces) else ""
