@@ -68,9 +68,10 @@ EXERCISES = {
 EXERCISE_TOKENS = 32
 
 # lines whose numbers change from boot to boot; SGLang 0.5.23's too: startup timings, free memory, throughput,
-# the client's address and the server's pid in its access and uvicorn lines, progress bars
+# the client's address and the server's pid in its access and uvicorn lines, progress bars (bounded
+# repeats: a search must stay linear on a long run of digits)
 _VOLATILE = re.compile(r"(time|timing|ms\b|per second|t/s|tok/s|token/s|s/it|listening|port|pid|task|slot|uptime|"
-                       r"/tmp/|seed|mem=|mem usage=|elapsed=|\d+\.\d+\.\d+\.\d+:\d+|process \[\d+\])", re.I)
+                       r"/tmp/|seed|mem=|mem usage=|elapsed=|\d{1,3}(?:\.\d{1,3}){3}:\d|process \[\d)", re.I)
 # llama.cpp's "0.00.488.771 I " and SGLang's "[2026-12-03 13:37:09] " (or "[... TP0] ") line stamps
 _STAMP = re.compile(r"^\s*(?:[\d.:]+\s+[A-Z]\s+|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*)")
 
