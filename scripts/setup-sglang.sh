@@ -12,7 +12,7 @@
 # - torch==2.14.1 as SGLang pins it: PyPI's build (it runs without a GPU); torch 2.13.0+cpu cannot be used
 #   because SGLang imports torchvision at startup and no CPU torchvision can be had from PyPI.
 # - NOT SGLang's CPU kernels: their only source is the GitHub tree (no sdist on PyPI), their build tunes for
-#   the native CPU (-march=native), and SGLang calls them only on a CPU with AMX
+#   the build host's own CPU (not built here: nothing in this project is), and SGLang calls them only on a CPU with AMX
 #   (srt/utils/common.py:354-372), which this one is not. SGLang still imports a few of them by name in CPU
 #   mode, so an import-only stand-in package `sgl_kernel` is put on the wrapper's PYTHONPATH: each of its
 #   functions raises NotImplementedError if ever called, so a code path that needs a real kernel fails
