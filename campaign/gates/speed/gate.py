@@ -436,19 +436,22 @@ class SpeedGate(LiveGate):
             entries[str(level)] = entry
         return entries
 
+    def _boot_throughput(self, view: _LaneView, level: Level) -> float | None:
+        """A boot's aggregate tok/s at a level: each class's median over reps, the mean over classes; None
+        unless every class counted there."""
+        classes = by_class(self.prompts())
+        chosen = [view.chosen((level, cls)) for cls in classes]
+        aggregates = [r.median_aggregate for r in chosen if r and r.median_aggregate is not None]
+        return statistics.fmean(aggregates) if aggregates and len(aggregates) == len(classes) else None
+
     def _lane_throughput(self, views: Mapping[str, _LaneView | None]) -> dict[str, dict[Level, float]]:
         """Per lane and level: aggregate tok/s (each boot's median over reps, mean over classes), the mean over
         the lane's boots that measured every class there."""
-        classes = by_class(self.prompts())
         out: dict[str, dict[Level, float]] = {"control": {}, "candidate": {}}
         for level in self.spec.loads:
             for lane in out:
-                figures = []
-                for role, view in views.items():
-                    chosen = [view.chosen((level, cls)) for cls in classes] if view and role.startswith(lane) else []
-                    aggregates = [r.median_aggregate for r in chosen if r and r.median_aggregate is not None]
-                    if aggregates and len(aggregates) == len(classes):
-                        figures.append(statistics.fmean(aggregates))
+                figures = [figure for role, view in views.items() if view is not None and role.startswith(lane)
+                           for figure in [self._boot_throughput(view, level)] if figure is not None]
                 if figures:
                     out[lane][level] = statistics.fmean(figures)
         return out
@@ -625,9 +628,8 @@ class SpeedGate(LiveGate):
                     note=(f"median over classes of each class's pooled percentile ({view.key})" if self.spec.rule.tail
                           else f"median over prompts of each prompt's median request ({view.key})"))
             chosen = [view.chosen((level, cls)) for cls in classes]
-            aggregates = [r.median_aggregate for r in chosen if r and r.median_aggregate is not None]
-            if len(aggregates) == len(classes):
-                aggregate = statistics.fmean(aggregates)
+            aggregate = self._boot_throughput(view, level)
+            if aggregate is not None:
                 result.metrics[f"{tag}.aggregate_tok_s"] = Metric(
                     value=round(aggregate, 2), unit="tok/s (all users; median over reps, mean over classes)",
                     denominator=len(classes))
