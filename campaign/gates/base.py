@@ -166,6 +166,15 @@ class LiveGate(Gate):
         path = self.ctx.input_paths.get(name)
         return len(read_jsonl_rows(path)) if path is not None else 0
 
+    def scoring_request(self, run: LaneRun, body: dict[str, Any]) -> dict[str, Any]:
+        """The body of every request a gate scores, built one way for every kind: the contract's
+        ``request_defaults`` under the gate's own fields, and over both the engine's uncached fields
+        (``adapter.uncached_fields``), which a contract cannot take back. A reply built on another request's
+        cached prompt ran other batch shapes through other kernels: on an H200 under ``--parallel 4`` that
+        alone made 5 of 8 greedy repeats differ (README, "On a GPU"). The speed gate's streams are not scored
+        this way: they measure serving as users get it, cache and all (its cached share is reported)."""
+        return {**self.ctx.request_defaults, **body, **run.adapter.uncached_fields()}
+
     @abstractmethod
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         """Send this gate's requests to a running lane; every response goes to ``sink`` as it arrives.

@@ -29,7 +29,8 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, metric_headlines
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.common.replies import chat_reply
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.result import GateResult, Metric, Verdict, combine
+from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
@@ -56,9 +57,9 @@ class GreedyGate(LiveGate):
         # repeat-major: a prompt's repeats are separated by the other prompts, as in real traffic
         for repeat in range(self.spec.repeats):
             for prompt in prompts:
-                body = {**self.ctx.request_defaults, "model": run.adapter.served_model(run.lane),
-                        "messages": prompt.messages, "temperature": 0, "top_p": 1.0, "seed": 0,
-                        "max_tokens": self.spec.max_tokens}
+                body = self.scoring_request(run, {"model": run.adapter.served_model(run.lane),
+                                                  "messages": prompt.messages, "temperature": 0, "top_p": 1.0,
+                                                  "seed": 0, "max_tokens": self.spec.max_tokens})
                 await run.client.post("/v1/chat/completions", body, sink=sink,
                                       tags={"prompt": prompt.id, "repeat": repeat})
 
@@ -90,8 +91,26 @@ class GreedyGate(LiveGate):
                                   "it is not answering the prompts"]
                 return result
         flags = self._compare(result, ids, tables[control.name], tables[candidate.name])
-        result.verdict = worst(self._rules(result, flags))
+        result.verdict = combine(self._rules(result, flags))
+        cached = {lane.name: n for lane in (control, candidate) if (n := self._cached_replies(lane))}
+        if cached:
+            # a repeat built on another request's cached prompt ran other kernels: a difference may be the cache's
+            # (an H200 under --parallel 4), so it can blame no one; identity despite it still holds
+            said = ", ".join(f"{lane} {n}" for lane, n in cached.items())
+            result.caveats.append(f"replies built on a cached prompt (the engine's own count): {said}; this "
+                                  "bundle's requests did not keep the engine's prompt cache out")
+            if result.verdict is Verdict.FAIL:
+                result.verdict = Verdict.INCONCLUSIVE
+                result.reasons.insert(0, f"instrument: replies were built on a cached prompt ({said}), so a "
+                                         "difference may be the cache's, not the candidate's")
         return result
+
+    def _cached_replies(self, lane: EffectiveLane) -> int:
+        """Replies whose engine reports prompt tokens taken from its cache (0 where it reports none)."""
+        adapter = adapter_for(lane.engine)
+        return sum(1 for record in self.ctx.raw_records(self.gate_id, lane.name)
+                   if isinstance(response := record.get("response"), dict)
+                   and adapter.engine_timings(response).get("cached_tokens", 0) > 0)
 
     def _tables(self, lanes: tuple[str, str], ids: list[str]) -> tuple[dict[str, dict[str, dict[int, str]]], list[str]]:
         """Each lane's replies; a prompt without every repeat is a problem, not a shorter comparison."""

@@ -20,8 +20,8 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
 from campaign.gates.common.stats import percentile
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
-from campaign.gates.records import select
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.records import VisitKey, select
+from campaign.gates.result import GateResult, Metric, Verdict, combine
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import Position
 from campaign.lanes.lanerun import LaneRun
@@ -68,6 +68,10 @@ class KlGate(LiveGate):
         return Presentation(headlines=metric_headlines(result, ("kl_mean",)),
                             plots=each_plot([_position_plot], rule, result))
 
+    # the control's second boot scores the texts again: KL of the control against itself is what the
+    # instrument resolves on this device, and no bound finer than it can be judged
+    control_reruns = 1
+
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
         lane = run.lane
         owner = lane.control if lane.role == "candidate" and lane.control else lane.name
@@ -113,8 +117,28 @@ class KlGate(LiveGate):
         if not values:
             result.reasons = ["instrument: no positions to compare"]
             return result
-        self._weigh(result, values, rows, missing_total, oracle, candidate)
+        self._weigh(result, values, rows, missing_total, oracle, candidate, self._floor(refs, oracle, scores))
         return result
+
+    def _floor(self, refs: dict[str, Prepared], oracle: EffectiveLane,
+               scores: dict[str, dict[str, list[Position]]]) -> list[float] | None:
+        """Per-token KL of the oracle against its own rerun (the same texts scored after its candidates): what
+        the instrument resolves. None when the oracle was not booted again (not a control, or an older bundle)."""
+        rerun = str(VisitKey(oracle.name, 1))
+        records = self.ctx.raw_records(self.gate_id, rerun)
+        if not select(records, purpose="kl"):
+            return None
+        again: dict[str, list[Position]] = {}
+        adapter = adapter_for(oracle.engine)
+        for item, prepared in refs.items():
+            assert prepared.prompt is not None and prepared.text is not None  # judge stops on unprepared texts
+            try:
+                again[item] = adapter.parse_score(select(records, purpose="kl", item=item), prepared.prompt,
+                                                  prepared.text)[:-1]
+            except EngineError:
+                return None  # the floor is not measured; the rule is judged as it always was, and says so
+        values, _, _ = _divergences(refs, scores[oracle.name], again)
+        return values or None
 
     def _scores(self, refs: dict[str, Prepared], lanes: tuple[EffectiveLane, EffectiveLane],
                 problems: list[str]) -> dict[str, dict[str, list[Position]]]:
@@ -137,7 +161,7 @@ class KlGate(LiveGate):
         return scores
 
     def _weigh(self, result: GateResult, values: list[float], rows: list[dict[str, Any]], missing_total: int,
-               oracle: EffectiveLane, candidate: EffectiveLane) -> None:
+               oracle: EffectiveLane, candidate: EffectiveLane, floor: list[float] | None) -> None:
         mean, p99, top = sum(values) / len(values), percentile(values, 99), max(values)
         result.metrics = {
             "kl_mean": Metric(value=round(mean, 9), unit="nats", denominator=len(values),
@@ -149,16 +173,36 @@ class KlGate(LiveGate):
                                                            unit="token slots"),
         }
         result.details["texts"] = rows
+        resolves = _statistics(floor) if floor else None
+        if resolves is not None and floor is not None:
+            result.metrics["control_self_kl_mean"] = Metric(
+                value=round(resolves["mean"], 9), unit="nats", denominator=len(floor),
+                note=f"KL({oracle.name} || {oracle.name} booted again): what the instrument resolves here")
+            result.metrics["control_self_kl_max"] = Metric(value=round(resolves["max"], 9), unit="nats",
+                                                           denominator=len(floor))
+        else:
+            result.caveats.append(f"the oracle {oracle.name} was not scored again in this window: what the instrument "
+                                  "resolves on this device is not measured")
         verdicts = []
         for name, bound, value in (("mean", self.spec.rule.max_mean, mean), ("p99", self.spec.rule.max_p99, p99),
                                    ("max", self.spec.rule.max_max, top)):
             if bound is None:
                 continue
+            if resolves is not None and bound < resolves[name]:
+                verdicts.append(Verdict.INCONCLUSIVE)
+                result.reasons.append(f"KL {name}: the bound {bound} nats is below what the instrument resolves on "
+                                      f"this device (the control against itself: {resolves[name]:.6f} nats); "
+                                      f"measured {value:.6f}")
+                continue
             ok = value <= bound
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
             result.reasons.append(f"KL {name} {value:.6f} {'<=' if ok else '>'} {bound} nats over {len(values)} tokens")
-        result.verdict = worst(verdicts)  # the rule's validation guarantees at least one bound
+        result.verdict = combine(verdicts)  # the rule's validation guarantees at least one bound
         result.caveats.append("tail: " + TAIL_TREATMENT)
+
+
+def _statistics(values: list[float]) -> dict[str, float]:
+    return {"mean": sum(values) / len(values), "p99": percentile(values, 99), "max": max(values)}
 
 
 def _divergences(refs: dict[str, Prepared], oracle: dict[str, list[Position]],

@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from campaign.presentation import Presentation
+from campaign.verdicts import VERDICT_RULE, combine_names
 
-__all__ = ["GateResult", "Metric", "Presentation", "Verdict", "worst"]
+__all__ = ["VERDICT_RULE", "GateResult", "Metric", "Presentation", "Verdict", "combine"]
 
 
 class Verdict(str, Enum):
@@ -19,13 +20,10 @@ class Verdict(str, Enum):
     VOID = "VOID"  # discarded by a frozen validity rule; re-run, INCONCLUSIVE if it stays void
 
 
-def worst(verdicts: list[Verdict]) -> Verdict:
-    """A set of verdicts is PASS only if all pass; INCONCLUSIVE outranks FAIL (nothing valid was measured)."""
-    order = [Verdict.INCONCLUSIVE, Verdict.VOID, Verdict.FAIL, Verdict.PASS]
-    for verdict in order:
-        if verdict in verdicts:
-            return Verdict.INCONCLUSIVE if verdict is Verdict.VOID else verdict
-    return Verdict.INCONCLUSIVE
+def combine(verdicts: list[Verdict]) -> Verdict:
+    """Validly measured verdicts, combined by the one rule (``campaign.verdicts``): one FAIL makes the set
+    FAIL; else INCONCLUSIVE if any is undecided (VOID included) or the set is empty; else PASS."""
+    return Verdict(combine_names(v.value for v in verdicts))
 
 
 class Metric(BaseModel):
@@ -53,6 +51,10 @@ class GateResult(BaseModel):
     caveats: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list,
                                 description="Loud findings every reader must see, e.g. an axis that may be inert.")
+    window_finding: str | None = Field(
+        None, description="A finding about the window's instrument, not about this candidate (a thinking switch "
+                          "the control's template ignores, a gate with nothing to weigh): shown once for the "
+                          "window; the result carrying it is never a FAIL.")
     presentation: Presentation | None = Field(
         None, description="Headlines and plot data the gate built from its judging (None: a result written "
                           "before results carried them; the report derives them from the rest).")

@@ -144,7 +144,7 @@ class RulerGate(LiveGate):
                 sink.append({"derived": "error", "tags": {"item": item}, "error": str(exc)})
                 continue
             body |= {"logprobs": True, "top_logprobs": self.spec.top_k}
-            await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body}, sink=sink,
+            await run.client.post("/v1/chat/completions", self.scoring_request(run, body), sink=sink,
                                   tags={"purpose": "probe", "item": item})
         await self._metrics(run, sink, "after")
         if self.spec.thinking is not None:
@@ -164,7 +164,7 @@ class RulerGate(LiveGate):
                     sink.append({"derived": "error", "tags": {"purpose": "thinking", "item": prompt.id,
                                                               "switch": state}, "error": str(exc)})
                     continue
-                await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body, **fields},
+                await run.client.post("/v1/chat/completions", self.scoring_request(run, {**body, **fields}),
                                       sink=sink, tags={"purpose": "thinking", "item": prompt.id, "switch": state})
 
     def _thinking(self, lane: str) -> tuple[dict[str, dict[Any, Any]], list[str]]:
@@ -184,9 +184,11 @@ class RulerGate(LiveGate):
                                                 "reply": message.get("content") or ""}
         return seen, problems
 
-    def _judge_thinking(self, lanes: dict[str, str], details: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """(failures, instrument problems): a lane where the switch changed nothing has not proven it."""
-        inert, problems = [], []
+    def _judge_thinking(self, lanes: dict[str, str], details: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+        """(each inert lane's sentence by role, instrument problems): a lane where the switch changed nothing
+        has not proven it."""
+        inert: dict[str, str] = {}
+        problems: list[str] = []
         n = min(self.spec.probes, len(load_prompts(self.ctx.input_paths[self.spec.input])))
         for role, lane in lanes.items():
             seen, trouble = self._thinking(lane)
@@ -206,11 +208,8 @@ class RulerGate(LiveGate):
             if len(changed) < len(pairs):
                 note = (f"; {len(relabelled)} only relabelled: the same text moved between reasoning and reply, "
                         "the reasoning parser read the switch and the template ignored it") if relabelled else ""
-                inert.append(f"{lane} ({len(pairs) - len(changed)}/{len(pairs)} probes identical on and off{note})")
-        if not inert:
-            return [], problems
-        return [f"thinking switch inert on {'; '.join(inert)}: the engine or its chat template ignores it, so "
-                "nothing measured with it means what it says"], problems
+                inert[role] = f"{lane} ({len(pairs) - len(changed)}/{len(pairs)} probes identical on and off{note})"
+        return inert, problems
 
     async def _metrics(self, run: LaneRun, sink: JsonlAppender, phase: str) -> None:
         error: str | None
@@ -260,10 +259,21 @@ class RulerGate(LiveGate):
         result = self.new_result(candidate, control)
         ctrl, cand = self._observe(control.name), self._observe(candidate.name)
         thinking: dict[str, Any] = {}
-        problems, thinking_failures = self._instrument_problems(control, candidate, ctrl, cand, thinking)
+        problems, inert = self._instrument_problems(control, candidate, ctrl, cand, thinking)
         if problems:
             result.reasons = ["instrument: the probes did not get real replies on both lanes", *problems[:10]]
             return result
+        if "control" in inert:
+            # the switch does nothing on the control either: the window's instrument (its template or engine), the
+            # same for every candidate, so one window finding and no candidate's verdict
+            result.window_finding = (f"the thinking switch is inert on the control {inert['control']}: the engine "
+                                     "or its chat template ignores it, so no lane's thinking regime is proven")
+            result.reasons = [f"instrument: {result.window_finding}"]
+            result.details["thinking"] = thinking
+            return result
+        thinking_failures = ([f"thinking switch inert on {inert['candidate']}, where the control's switch acts: the "
+                              "candidate's change stops the switch acting, so nothing measured with it means what it "
+                              "says"] if "candidate" in inert else [])
         evidence: dict[str, str] = {}
         unavailable: list[str] = []
         for observable in self.spec.rule.observe:
@@ -305,8 +315,9 @@ class RulerGate(LiveGate):
         return findings
 
     def _instrument_problems(self, control: EffectiveLane, candidate: EffectiveLane, ctrl: dict[str, Any],
-                             cand: dict[str, Any], thinking: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """(problems that leave nothing judged, the thinking switch's failures); ``thinking`` gets its details."""
+                             cand: dict[str, Any], thinking: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+        """(problems that leave nothing judged, the lanes where the thinking switch is inert, by role);
+        ``thinking`` gets its details."""
         problems = ctrl["problems"] + cand["problems"]
         n = min(self.spec.probes, len(load_prompts(self.ctx.input_paths[self.spec.input])))
         n += len(self.spec.exercise)
@@ -315,12 +326,11 @@ class RulerGate(LiveGate):
                 problems.append(f"{name}: {len(obs['outputs'])}/{n} probes answered")
             elif n >= 2 and len(set(obs["outputs"].values())) == 1:
                 problems.append(f"{name} gave the same reply to all {n} probes; it is not answering them")
-        thinking_failures: list[str] = []
+        inert: dict[str, str] = {}
         if self.spec.thinking is not None:
-            thinking_failures, trouble = self._judge_thinking({"control": control.name,
-                                                               "candidate": candidate.name}, thinking)
+            inert, trouble = self._judge_thinking({"control": control.name, "candidate": candidate.name}, thinking)
             problems += trouble
-        return problems, thinking_failures
+        return problems, inert
 
     def _report(self, result: GateResult, candidate: EffectiveLane, ctrl: dict[str, Any], cand: dict[str, Any],
                 evidence: dict[str, str], unavailable: list[str], thinking: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, metric_headlines
 from campaign.gates.common.inputs import load_rows
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.result import GateResult, Metric, Verdict, combine
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
@@ -138,7 +138,7 @@ class StructuredGate(LiveGate):
             except EngineError as exc:
                 sink.append({"derived": "error", "tags": tags, "error": str(exc)})
                 continue
-            await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body}, sink=sink,
+            await run.client.post("/v1/chat/completions", self.scoring_request(run, body), sink=sink,
                                   tags=tags)
 
     def outcomes(self, lane: str, rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
@@ -206,5 +206,5 @@ class StructuredGate(LiveGate):
             ok = got >= need
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
             result.reasons.append(f"{name} {got}/{n} {'>=' if ok else '<'} required {need}/{of}")
-        result.verdict = worst(verdicts)  # never empty: the rule always has `correct`
+        result.verdict = combine(verdicts)  # never empty: the rule always has `correct`
         return result

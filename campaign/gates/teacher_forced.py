@@ -32,7 +32,7 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import VisitKey, select
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.result import GateResult, Metric, Verdict, combine
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 from campaign.lanes.lanerun import LaneRun
@@ -145,7 +145,7 @@ class TeacherForcedGate(LiveGate):
         prompts = self.input_rows(self.spec.input)
         references = self.input_rows(self.spec.references) if self.spec.references else 0
         if visit.index > 0:
-            return prompts * (1 + len(self.ctx.contract.candidates()))
+            return prompts * (1 + len(self.ctx.contract.candidates())) + references
         return 2 * prompts + references + (prompts if visit.lane.role == "candidate" else 0)
 
     async def collect(self, run: LaneRun, sink: JsonlAppender, visit: Visit) -> None:
@@ -175,8 +175,12 @@ class TeacherForcedGate(LiveGate):
             await self._score_sites(run, sink, prompts, control_gens, gens, candidate=lane.name)
 
     async def _rerun(self, run: LaneRun, sink: JsonlAppender, prompts: dict[str, Prepared]) -> None:
-        """The control, booted again: generate once more (drift), then score each candidate's sites."""
+        """The control, booted again: generate once more (drift), score the reference texts once more (what
+        the instrument resolves: the control against itself), then score each candidate's sites."""
         lane = run.lane
+        if self.spec.references:
+            refs = await self._prepared(run, sink, "reference", self.spec.references, need_text=True)
+            await score_texts(run, sink, refs, purpose="reference", top_k=self.spec.top_k)
         for item, prepared in prompts.items():
             if prepared.prompt is None:
                 continue
@@ -264,7 +268,7 @@ class TeacherForcedGate(LiveGate):
             return result
         verdicts = self._site_rules(result, sites, len(prompts))
         verdicts += self._self_fidelity(result, check[control.name], check[candidate.name])
-        verdicts += self._noninferiority(records, control, candidate, result, details)
+        verdicts += self._noninferiority(records, control, candidate, result, details, check[control.name])
         self._reboot_caveat(result, records, control, prompts, gens[control.name])
         result.details = details
         if not verdicts:
@@ -273,7 +277,7 @@ class TeacherForcedGate(LiveGate):
                                   f"(rule.nothing_to_weigh: {self.spec.rule.nothing_to_weigh})")
             result.verdict = Verdict(self.spec.rule.nothing_to_weigh)
             return result
-        result.verdict = worst(verdicts)
+        result.verdict = combine(verdicts)
         return result
 
     def _tolerances(self, result: GateResult, control: EffectiveLane,
@@ -499,32 +503,34 @@ class TeacherForcedGate(LiveGate):
         return None
 
     def _noninferiority(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
-                        candidate: EffectiveLane, result: GateResult, details: dict[str, Any]) -> list[Verdict]:
+                        candidate: EffectiveLane, result: GateResult, details: dict[str, Any],
+                        control_check: InstrumentCheck) -> list[Verdict]:
         rule = self.spec.rule
         if not self.spec.references:
             return []
         refs = read_prepared(records[control.name], "reference")
+        rerun = str(VisitKey(control.name, 1))
         rows: list[dict[str, Any]] = []
-        deltas, censored, problems = [], 0, []
+        deltas, self_deltas, censored, problems = [], [], 0, []
         for item, prepared in refs.items():
             if prepared.prompt is None or prepared.text is None:
                 problems.append(f"reference {item}: {prepared.error}")
                 continue
             scores = {}
-            for lane in (control, candidate):
+            for key, lane in ((control.name, control), (candidate.name, candidate), (rerun, control)):
+                found = select(records[key], purpose="reference", item=item)
+                if key == rerun and not found:
+                    continue  # a bundle from before the rerun scored references: no self-drift measured
                 try:
-                    scores[lane.name] = adapter_for(lane.engine).parse_score(
-                        select(records[lane.name], purpose="reference", item=item), prepared.prompt, prepared.text)
+                    scores[key] = adapter_for(lane.engine).parse_score(found, prepared.prompt, prepared.text)
                 except EngineError as exc:
-                    problems.append(f"reference {item} on {lane.name}: {exc}")
-            if len(scores) < 2:
+                    problems.append(f"reference {item} on {key}: {exc}")
+            if control.name not in scores or candidate.name not in scores:
                 continue
-            text_deltas = []
-            for pc, pk in zip(scores[control.name][:-1], scores[candidate.name][:-1], strict=False):
-                if pc.logprob is None or pk.logprob is None:
-                    censored += 1
-                    continue
-                text_deltas.append(abs(pc.logprob - pk.logprob))
+            text_deltas = _token_deltas(scores[control.name], scores[candidate.name])
+            censored += len(prepared.text) - len(text_deltas)
+            if rerun in scores:
+                self_deltas += _token_deltas(scores[control.name], scores[rerun])
             deltas += text_deltas
             rows.append({"reference": item, "tokens": len(prepared.text), "compared": len(text_deltas),
                          "max_abs_delta": max(text_deltas, default=None),
@@ -542,10 +548,19 @@ class TeacherForcedGate(LiveGate):
         result.metrics["reference_tokens"] = Metric(value=len(deltas), denominator=total, unit="tokens",
                                                     note=f"{censored} below a lane's top-{self.spec.top_k} were "
                                                          "not compared")
+        resolution = _resolution(self_deltas, control_check, control.name, result)
         verdicts = []
         for name, bound, value in (("max", rule.noninferiority_max, max(deltas)),
                                    ("mean", rule.noninferiority_mean, sum(deltas) / len(deltas))):
             if bound is None:
+                continue
+            resolves = resolution.get(name)
+            if resolves is not None and bound < resolves[0]:
+                # a margin finer than the instrument resolves here: a FAIL would be the device's rounding
+                verdicts.append(Verdict.INCONCLUSIVE)
+                result.reasons.append(f"noninferiority {name}: the margin {bound} nats is below what the instrument "
+                                      f"resolves on this device ({resolves[0]:.4f} nats, {resolves[1]}); measured "
+                                      f"{value:.6f}: a margin of at least {resolves[0]:.4f} can be judged here")
                 continue
             ok = value <= bound
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
@@ -627,6 +642,38 @@ def _generation_mismatches(site: _Site, row: dict[str, Any], allowed: dict[str, 
     return problems
 
 _EMPTY = TokenSeq((), "", ())
+
+
+def _token_deltas(a: list[Position], b: list[Position]) -> list[float]:
+    """|logprob| differences of one text's tokens scored twice (the position past the text left out); a token
+    either side did not score (below its top-k) is not compared."""
+    return [abs(pa.logprob - pb.logprob) for pa, pb in zip(a[:-1], b[:-1], strict=False)
+            if pa.logprob is not None and pb.logprob is not None]
+
+
+def _resolution(self_deltas: list[float], control: InstrumentCheck, lane: str,
+                result: GateResult) -> dict[str, tuple[float, str]]:
+    """What the instrument resolves on this device, per statistic (max, mean), with where it comes from: the
+    larger of the control's reference scores against its own rerun (boot to boot) and the control's own two
+    kernel paths for the same tokens (generation against teacher forcing). Two lanes whose scores differ by
+    less differ by no more than the device's rounding of one computation. Stated in the result's metrics."""
+    out: dict[str, tuple[float, str]] = {}
+    path = {"max": control.max_drift, "mean": control.sum_drift / control.tokens if control.tokens else 0.0}
+    boot = {"max": max(self_deltas), "mean": sum(self_deltas) / len(self_deltas)} if self_deltas else None
+    for name in ("max", "mean"):
+        sources = [(path[name], f"the control's generation against its teacher forcing, {name}")]
+        if boot is not None:
+            sources.append((boot[name], f"the control's references against its rerun, {name}"))
+        out[name] = max(sources, key=lambda source: source[0])
+        result.metrics[f"instrument_resolution_{name}"] = Metric(
+            value=round(out[name][0], 9), unit="nats",
+            note=f"lane {lane}: {out[name][1]}" + ("" if boot is not None else
+                                                  " (no rerun scored the references: boot-to-boot not measured)"))
+    if boot is not None:
+        result.metrics["control_self_max"] = Metric(value=round(boot["max"], 9), unit="nats",
+                                                    denominator=len(self_deltas),
+                                                    note=f"lane {lane}: references against its own rerun")
+    return out
 
 
 def _site_plot(rule: TeacherForcedRule | None, result: dict[str, Any]) -> list[Plot]:

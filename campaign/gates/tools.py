@@ -110,7 +110,7 @@ class ToolsGate(LiveGate):
                 choice = row.get("tool_choice") if turn < len(row["expect"]) else row.get("final_tool_choice")
                 if choice is not None:
                     body["tool_choice"] = choice
-                record = await run.client.post("/v1/chat/completions", {**self.ctx.request_defaults, **body},
+                record = await run.client.post("/v1/chat/completions", self.scoring_request(run, body),
                                                sink=sink, tags=tags)
                 calls = _message(record).get("tool_calls") or []
                 if turn >= len(row["expect"]) or not calls:

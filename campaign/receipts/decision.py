@@ -14,8 +14,10 @@ from typing import Any
 
 from campaign.errors import RunError
 from campaign.presentation import quantity
+from campaign.verdicts import VERDICT_RULE, VERDICT_RULE_V1, combine_names
 
-__all__ = ["CandidateDecision", "deciding", "decisions", "exit_code", "several_exit_code", "suspicion", "with_exit_zero"]
+__all__ = ["CandidateDecision", "deciding", "decisions", "exit_code", "read_with_current_rule", "several_exit_code",
+           "suspicion", "with_exit_zero"]
 
 PROMOTABLE, REFUSED, INCONCLUSIVE = "PROMOTABLE", "REFUSED", "INCONCLUSIVE"
 
@@ -68,6 +70,31 @@ def decisions(summary: dict[str, Any], gates: Iterable[dict[str, Any]] = ()) -> 
             decided.figure = "; ".join(text for gate in shown for text in figures.get((name, gate), []))
         out.append(decided)
     return out
+
+
+def read_with_current_rule(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` with each candidate's overall verdict combined by today's rule (``campaign.verdicts``) when it
+    was judged by an earlier one, saying so: the earlier overall stays as ``overall_as_judged`` and the summary
+    gets ``verdict_rule_note``. Gate verdicts are never changed (a reader cannot re-measure); only how they
+    combine. A summary judged by today's rule comes back as it is."""
+    judged_by = summary.get("verdict_rule") or VERDICT_RULE_V1
+    if judged_by == VERDICT_RULE or not isinstance(summary.get("candidates"), dict):
+        return summary
+    changed = []
+    for name, entry in summary["candidates"].items():
+        if not isinstance(entry, dict) or summary.get("status") != "complete":
+            continue
+        gates: dict[str, Any] = entry["gates"] if isinstance(entry.get("gates"), dict) else {}
+        required: list[Any] = entry["promotion_gates"] if isinstance(entry.get("promotion_gates"), list) else list(gates)
+        now = combine_names(str(gates[g].get("verdict")) if isinstance(gates.get(g), dict) else "INCONCLUSIVE"
+                            for g in required)
+        if now != entry.get("overall"):
+            entry["overall_as_judged"], entry["overall"] = entry.get("overall"), now
+            changed.append(f"{name} {entry['overall_as_judged']} -> {now}")
+    summary["verdict_rule_note"] = (
+        f"judged by {judged_by}, read with {VERDICT_RULE} (a valid FAIL decides over an undecided gate)"
+        + (f": {', '.join(changed)}" if changed else ": no overall verdict changes"))
+    return summary
 
 
 def suspicion(summary: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from campaign.errors import InputError
 from campaign.presentation import Presentation
+from campaign.receipts.decision import read_with_current_rule
 
 __all__ = ["Fill", "checked_gate", "checked_presentation", "checked_summary"]
 
@@ -70,6 +71,7 @@ class _Summary(_Open):
     lanes: dict[str, _Lane] = {}
     candidates: dict[str, _Candidate] = {}
     warnings: list[Any] = []
+    findings: list[dict[str, Any]] = []  # the window's instrument findings (judge.window_findings)
 
 
 class _GateResult(_Open):
@@ -87,7 +89,8 @@ class _GateResult(_Open):
 
 
 def checked_summary(raw: Any, path: Path) -> dict[str, Any]:
-    return _checked(_Summary, raw, path)
+    """The summary, checked, with its overall verdicts read by today's rule (an older bundle's say so)."""
+    return read_with_current_rule(_checked(_Summary, raw, path))
 
 
 def checked_gate(raw: Any, path: Path) -> dict[str, Any]:

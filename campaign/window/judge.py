@@ -24,7 +24,7 @@ from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.fsutil import atomic_write_bytes, atomic_write_json
 from campaign.gates.base import Gate, GateContext, Screen
 from campaign.gates.registry import GATES, gate_for
-from campaign.gates.result import GateResult, Presentation, Verdict, worst
+from campaign.gates.result import VERDICT_RULE, GateResult, Presentation, Verdict, combine
 from campaign.window.inspectdiff import runtime_axis_difference
 
 __all__ = ["SCREENED_OUT", "LaneOutcome", "aa_check", "build_gates", "input_copies", "judge_bundle", "judge_one", "predicate",
@@ -102,6 +102,9 @@ def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: Effec
     except Exception as exc:  # top level of one judgement: the traceback goes to the bundle, the verdict says
         _write_error(bundle, gate.gate_id, candidate.name, traceback.format_exc())
         return _result(gate, candidate, control, [_error_reason(exc)])
+    if result.window_finding and result.verdict is Verdict.FAIL:
+        # a finding about the window's instrument is the window's, reported once: never this candidate's loss
+        result.verdict = Verdict.INCONCLUSIVE
     try:  # what the report shows of it
         result.presentation = gate.presentation(result)
     except Exception:  # top level of the presentation: a bug there costs the plots, never the verdict
@@ -165,6 +168,9 @@ def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: 
     return {
         "schema": "campaign.summary/v1",
         "tool_version": __version__,
+        # how gate verdicts combine into a candidate's overall (gates.result.combine); a bundle without it was
+        # judged by v1, which readers rejudge (receipts.decision.overall)
+        "verdict_rule": VERDICT_RULE,
         "window": window_id,
         "status": status,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -188,7 +194,20 @@ def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: 
         # only where the contract has an A/A lane: a bundle without one holds what it held before
         **({"aa_check": check} if (check := aa_check(loaded, candidates)) else {}),
         "warnings": [w for r in results for w in r.warnings],
+        "findings": window_findings(results),
     }
+
+
+def window_findings(results: list[GateResult]) -> list[dict[str, Any]]:
+    """Findings about the window's instruments, each once with the candidates whose results carried it, in the
+    order they were found: what the window could not measure is not any candidate's verdict."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for result in results:
+        if result.window_finding:
+            entry = found.setdefault((result.gate, result.window_finding),
+                                     {"gate": result.gate, "finding": result.window_finding, "candidates": []})
+            entry["candidates"].append(result.candidate)
+    return list(found.values())
 
 
 def aa_check(loaded: LoadedContract, candidates: dict[str, Any]) -> dict[str, Any] | None:
@@ -218,6 +237,8 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
         entry["gates"][result.gate] = {"kind": result.kind, "verdict": result.verdict.value, "reasons": result.reasons,
                                        "metrics": {k: m.model_dump(exclude_none=True)
                                                    for k, m in result.metrics.items()}}
+        if result.window_finding:
+            entry["gates"][result.gate]["window_finding"] = result.window_finding
         if result.warnings:
             entry["gates"][result.gate]["warnings"] = list(result.warnings)
             entry.setdefault("warnings", []).extend(result.warnings)
@@ -228,7 +249,7 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
                     for g in required]
         entry["promotion_gates"] = required
         entry["promotion_rule"] = promotion is not None  # without one, promote refuses whatever passed
-        entry["overall"] = worst(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
+        entry["overall"] = combine(verdicts).value if status == "complete" else Verdict.INCONCLUSIVE.value
     screen_ids = {r.gate for r in results if _is_screen(r.kind)}
     for name, entry in candidates.items():
         outcome = lanes.get(name)

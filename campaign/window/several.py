@@ -20,7 +20,7 @@ from campaign.daily.state import WindowState, process_start_time
 from campaign.errors import CampaignError, InputError, PreflightError
 from campaign.fsutil import UnreadableFile, load_json_strict
 from campaign.lanes.bootlog import log_tail
-from campaign.receipts.decision import exit_code
+from campaign.receipts.decision import exit_code, read_with_current_rule
 from campaign.signing import TrustedKeys
 from campaign.window.boxes import boxes_of, claim, overlapping
 from campaign.window.detach import detach_window
@@ -76,7 +76,7 @@ def run_several(contracts: list[Path], *, out_dir: Path, trusted: TrustedKeys,
             summary = load_json_strict(summary_file, what="SUMMARY") if summary_file.exists() else {}
         except UnreadableFile:  # read bounded; one window's unreadable summary is that window's "not proven"
             summary = {}
-        summary = summary if isinstance(summary, dict) else {}
+        summary = read_with_current_rule(summary) if isinstance(summary, dict) else {}
         signed = (bundle / "receipt.dsse.json").exists()
         restore = summary.get("restore") or {}
         # True: proven back; None: no daily declared, or never stopped; False: not proven, or no summary at all

@@ -13,6 +13,8 @@
 #            GPU_WINDOWS names others of examples/gpu/ (gpu-speed: the speed decisions, on the random model)
 #   realmodel  keep the real model's part this call carries (pack.sh --model-part N); with all three, put it together
 #   tfprobe  why teacher forcing does not give the generated logprobs back on this GPU (tf_probe.py)
+#   promote  examples/gpu/gpu-promote.yaml on the real model: its daily started by hand, one window, verify,
+#            `campaign promote --dry-run` for every candidate, the daily stopped; bundles tarred to $OUT
 set -euo pipefail
 exec </dev/null
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -72,7 +74,8 @@ step_realmodel() {
   local parts="$GPU_HOME/model-parts" real="$GPU_HOME/model-real.gguf"
   mkdir -p "$parts"
   if [ -f "$repo/.gpu/model/whole.sha256" ]; then cp "$repo/.gpu/model/whole.sha256" "$parts/"; fi
-  for part in "$repo"/.gpu/model/part*; do [ -f "$part" ] && cp "$part" "$parts/"; done
+  # a part may come in .gpu/ or, packed ahead so calls follow each other within the idle release, in .gpu2/, .gpu3/
+  for part in "$repo"/.gpu*/model/part*; do [ -f "$part" ] && cp "$part" "$parts/"; done
   if [ -f "$real" ]; then say "real model $real already here"; return; fi
   for n in 1 2 3; do
     if [ ! -f "$parts/part$n" ]; then say "real model: have $(ls "$parts" | tr '\n' ' ')"; return; fi
@@ -114,6 +117,35 @@ step_windows() {
   cp "$XDG_CONFIG_HOME/campaign/signing.pub" "$work/signing.pub"
   tar -czf "$out/gpu-bundles.tar.gz" -C "$work" runs $(cd "$work" && ls *.yaml) signing.pub
   say "bundles: $(du -h "$out/gpu-bundles.tar.gz" | cut -f1)"
+}
+
+step_promote() {
+  local work="$GPU_HOME/promote" name=gpu-promote
+  [ -f "$GPU_HOME/model-real.gguf" ] || { say "promote needs the real model (realmodel)"; exit 1; }
+  model="$GPU_HOME/model-real.gguf"
+  rm -rf "$work"; mkdir -p "$work/runs"
+  cp -r "$repo/examples/prompts" "$work/prompts"
+  local digest; digest="$(sha256sum "$model" | cut -d' ' -f1)"
+  sed -e "s|@SERVER@|$server|; s|@MODEL@|$model|; s|@MODEL_SHA256@|$digest|" \
+    "$repo/examples/gpu/$name.yaml" >"$work/$name.yaml"
+  cd "$work"
+  python3 -m campaign.cli keys init >/dev/null 2>&1 || true
+  python3 -m campaign.cli daily start "$name.yaml" --log runs/daily.log
+  python3 -m campaign.cli freeze "$name.yaml"
+  say "window $name"
+  local rc=0; python3 -m campaign.cli run "$name.yaml" --out runs || rc=$?
+  say "window $name ended with exit $rc"
+  local bundle; bundle="$(ls -1d runs/*-"$name"-* | grep -v '\.published$' | tail -n 1)"
+  python3 -m campaign.cli verify "$bundle" || true
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1]+'/SUMMARY.json')); print(json.dumps({'window': s['window'], 'findings': s.get('findings'), 'candidates': {c: {g: r['verdict'] for g, r in e['gates'].items()} | {'overall': e['overall']} for c, e in s['candidates'].items()}}))" "$bundle" | tee "$out/summary.json"
+  for candidate in same-again fa-off kv-q4 ngram; do
+    echo "== campaign promote $bundle --candidate $candidate --dry-run"
+    python3 -m campaign.cli promote "$bundle" --candidate "$candidate" --dry-run || echo "(refused, exit $?)"
+  done 2>&1 | tee "$out/promote.txt"
+  python3 -m campaign.cli daily stop "$name.yaml" || true
+  cp "$XDG_CONFIG_HOME/campaign/signing.pub" "$work/signing.pub"
+  tar -czf "$out/gpu-promote.tar.gz" -C "$work" runs "$name.yaml" signing.pub
+  say "bundle: $(du -h "$out/gpu-promote.tar.gz" | cut -f1)"
 }
 
 for step in "$@"; do

@@ -25,7 +25,7 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
 from campaign.gates.common.streams import streamed_text
 from campaign.gates.needle.prompts import VARIANTS, NeedleCase, build_case, case_seed, check_reply
-from campaign.gates.result import GateResult, Metric, Verdict, worst
+from campaign.gates.result import GateResult, Metric, Verdict, combine
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Marker, Plot, Points, PointSeries, Presentation, Role
@@ -89,10 +89,10 @@ class NeedleGate(LiveGate):
                                      "error": f"sizing: {exc}"})
                         return  # nothing further can be measured validly
                     tags.update(case.tags(), counted_tokens=counted, sizing_rounds=rounds)
-                    body = {**self.ctx.request_defaults, "model": run.adapter.served_model(run.lane),
-                            "messages": case.messages, "temperature": 0, "seed": 0,
-                            "max_tokens": self.spec.max_tokens, "stream_options": {"include_usage": True},
-                            **run.adapter.uncached_fields()}
+                    body = self.scoring_request(run, {"model": run.adapter.served_model(run.lane),
+                                                      "messages": case.messages, "temperature": 0, "seed": 0,
+                                                      "max_tokens": self.spec.max_tokens,
+                                                      "stream_options": {"include_usage": True}})
                     record = await run.client.stream("/v1/chat/completions", body, sink=sink, tags=tags)
                     if record.get("error"):
                         return
@@ -230,7 +230,7 @@ class NeedleGate(LiveGate):
             reasons.append(f"control reached {ctrl_high} tokens: candidate {'is not' if ok else 'is'} below it")
             verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
         result.reasons = reasons
-        result.verdict = worst(verdicts)
+        result.verdict = combine(verdicts)
         return result
 
 

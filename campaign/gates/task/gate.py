@@ -79,9 +79,9 @@ class TaskGate(LiveGate):
         for repeat in range(self.spec.repeats):
             for task in self.tasks:
                 max_tokens = self.spec.code_max_tokens if task.kind == "humaneval" else self.spec.max_tokens
-                body = {**self.ctx.request_defaults, "model": run.adapter.served_model(run.lane),
-                        "messages": task.messages, "temperature": self.spec.temperature,
-                        "seed": self.spec.seed + repeat, "max_tokens": max_tokens}
+                body = self.scoring_request(run, {"model": run.adapter.served_model(run.lane),
+                                                  "messages": task.messages, "temperature": self.spec.temperature,
+                                                  "seed": self.spec.seed + repeat, "max_tokens": max_tokens})
                 await run.client.post("/v1/chat/completions", body, sink=sink,
                                       tags={"task": task.id, "kind": task.kind, "repeat": repeat,
                                             "task_sha256": task.digest})

@@ -6,6 +6,7 @@ An adapter turns an effective lane into a command line and knows the engine's re
 
 from __future__ import annotations
 
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ from campaign.lanes.engines.declared import Evidence, Finding, Observable, check
 from campaign.lanes.engines.prometheus import Samples
 from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 
-__all__ = ["EngineAdapter", "Readiness"]
+__all__ = ["EngineAdapter", "Readiness", "fresh_cache_salt"]
+
+
+def fresh_cache_salt() -> str:
+    """A prefix-cache salt no other request has: vLLM 0.32.0 and SGLang 0.5.23 hash a request's ``cache_salt``
+    into its first cached block (and so every block after it), so a request with a salt of its own can reuse no
+    other request's cached prompt (docs/engines.md, "Prefix caches"). No slash, ``@`` or NUL, under 128
+    characters: what vLLM's validation accepts."""
+    return f"uncached-{uuid.uuid4()}"
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,9 @@ class EngineAdapter(ABC):
         raise EngineError(f"engine {self.name}: counting prompt tokens is not supported by this adapter")
 
     def uncached_fields(self) -> dict[str, Any]:
-        """Request fields that keep the engine's prompt cache out of a measurement (none known: empty)."""
+        """Request fields that keep the engine's prompt cache out of a scored request, fresh for each request
+        (none known: empty). Every gate's scoring requests carry them (``LiveGate.scoring_request``, and the
+        adapters' own generate and score)."""
         return {}
 
     def engine_timings(self, response: dict[str, Any]) -> dict[str, float]:

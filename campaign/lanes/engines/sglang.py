@@ -61,7 +61,7 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
-from campaign.lanes.engines.base import EngineAdapter, Readiness
+from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, parse_prometheus, series_sum, totals
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
@@ -103,6 +103,10 @@ class SGLangAdapter(EngineAdapter):
     reasoning_field = "reasoning_content"
     metrics_flag = "--enable-metrics"
     capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "json_schema", "tools", "metrics"})
+
+    def uncached_fields(self) -> dict[str, Any]:
+        # a salt of its own per request: no cached prefix of another request is reused (docs/engines.md)
+        return {"cache_salt": fresh_cache_salt()}
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
         exe = os.path.basename(lane.executable or "")
@@ -259,7 +263,7 @@ class SGLangAdapter(EngineAdapter):
         text (no_stop_trim, skip_special_tokens off; else the detokenizer trims it, detokenizer_manager.py:194-224)
         so the text is the tokens' own; each token's text comes from decoding it alone (tokenizer_manager.py:3098-3116)."""
         body = {"input_ids": list(prompt.ids), **_LOGPROBS, "top_logprobs_num": top_k,
-                "sampling_params": {**_GREEDY, "max_new_tokens": max_tokens}}
+                "sampling_params": {**_GREEDY, "max_new_tokens": max_tokens}, **self.uncached_fields()}
         record = await client.post("/generate", body, sink=sink, tags={**tags, "part": "generate"})
         return self.parse_generation([record])
 
@@ -290,12 +294,13 @@ class SGLangAdapter(EngineAdapter):
         last token (whose own entry is always null, logprob_result_processor.py:38), so each continuation
         token is scored after everything before it; one generated token gives the next-token distribution
         after the whole continuation. The prefix cache is read only up to logprob_start_len
-        (managers/schedule_batch.py:1774-1775), so every continuation token is a prefill."""
+        (managers/schedule_batch.py:1774-1775), so every continuation token is a prefill; the request's own
+        cache_salt keeps the prompt before it from another request's cache too."""
         if not prompt.ids:
             raise ScoreError("nothing to score after: the prompt has no tokens")
         body = {"input_ids": list(prompt.ids) + list(continuation.ids), **_LOGPROBS,
                 "logprob_start_len": len(prompt) - 1, "top_logprobs_num": top_k,
-                "sampling_params": {**_GREEDY, "max_new_tokens": 1}}
+                "sampling_params": {**_GREEDY, "max_new_tokens": 1}, **self.uncached_fields()}
         record = await client.post("/generate", body, sink=sink, tags={**tags, "part": "score"})
         return self.parse_score([record], prompt, continuation)
 

@@ -41,7 +41,7 @@ from typing import Any, cast
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
-from campaign.lanes.engines.base import EngineAdapter, Readiness
+from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, series, series_sum
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
@@ -59,6 +59,10 @@ class VllmAdapter(EngineAdapter):
     declared_observables = OBSERVABLES  # a speculative depth, by the per-position acceptance counters
     api_key_env = "VLLM_API_KEY"  # 0.32 envs.py; --api-key wins over it (entrypoints/serve/middleware/register.py)
     capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "metrics"})
+
+    def uncached_fields(self) -> dict[str, Any]:
+        # a salt of its own per request: no cached prefix of another request is reused (docs/engines.md)
+        return {"cache_salt": fresh_cache_salt()}
 
     # --- launching ---------------------------------------------------------------------------
 
@@ -157,7 +161,8 @@ class VllmAdapter(EngineAdapter):
                        top_k: int, sink: Any, tags: dict[str, Any]) -> Generation:
         body = {"model": self.served_model(lane), "prompt": list(prompt.ids), "max_tokens": max_tokens,
                 "temperature": 0, "seed": 0, "logprobs": top_k, "return_tokens_as_token_ids": True,
-                "return_token_ids": True, "skip_special_tokens": False, "spaces_between_special_tokens": False}
+                "return_token_ids": True, "skip_special_tokens": False, "spaces_between_special_tokens": False,
+                **self.uncached_fields()}
         record = await client.post("/v1/completions", body, sink=sink, tags={**tags, "part": "generate"})
         choice = _choice(one_record([record], "generate"))
         records = [record]
@@ -202,7 +207,7 @@ class VllmAdapter(EngineAdapter):
                     top_k: int, sink: Any, tags: dict[str, Any]) -> list[Position]:
         body = {"model": self.served_model(lane), "prompt": list(prompt.ids) + list(continuation.ids),
                 "max_tokens": 1, "temperature": 0, "seed": 0, "prompt_logprobs": top_k, "logprobs": top_k,
-                "return_tokens_as_token_ids": True, "return_token_ids": True}
+                "return_tokens_as_token_ids": True, "return_token_ids": True, **self.uncached_fields()}
         record = await client.post("/v1/completions", body, sink=sink, tags={**tags, "part": "score"})
         return self.parse_score([record], prompt, continuation)
 

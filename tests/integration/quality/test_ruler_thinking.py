@@ -65,12 +65,15 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_an_ignored_thinking_switch_is_flagged_and_a_real_one_is_proven(window: Path) -> None:
     result = load_json_strict(window / "gates" / "ruler" / "thinks.json")
-    assert result["verdict"] == "FAIL", result["reasons"]
+    # the control's template ignores the switch: the window's instrument, not the candidate's loss
+    assert result["verdict"] == "INCONCLUSIVE", result["reasons"]
+    assert result["window_finding"].startswith("the thinking switch is inert on the control plain (2/2 probes "
+                                               "identical on and off)")
+    summary = load_json_strict(window / "SUMMARY.json")
+    assert [f["candidates"] for f in summary["findings"] if f["gate"] == "ruler"] == [["thinks"]]
     thinking = result["details"]["thinking"]
     # SmolLM2's own template: every probe identical with the switch on and off
     assert thinking["control"]["changed"] == [] and thinking["control"]["probes"] == 2
-    assert any(r.startswith("thinking switch inert on plain (2/2 probes identical on and off):")
-               for r in result["reasons"]), result["reasons"]
     # the template with a thinking branch: every probe changed, and the lane is not named inert
     assert len(thinking["candidate"]["changed"]) == 2
     assert not any("inert on thinks" in r for r in result["reasons"])

@@ -55,15 +55,28 @@ def test_an_answer_the_parser_only_relabels_is_an_inert_switch(tmp_path: Path) -
     thinks = {"on": {"content": "", "reasoning_content": "Let me think. 2 and 2 make 4."},
               "off": {"content": "The answer is 4.", "reasoning_content": None}}
     result = ruler_over(tmp_path, {"base": {"on": on, "off": off}, "thinks": thinks})
-    assert result.verdict.value == "FAIL"
+    # the control's own switch is inert: the window's finding, never this candidate's FAIL
+    assert result.verdict.value == "INCONCLUSIVE"
     thinking = result.details["thinking"]
     assert thinking["control"]["changed"] == [] and thinking["control"]["relabelled"] == ["p1"]
     assert thinking["control"]["reasoning_changed"] == ["p1"]  # the labels moved; the text did not
     assert thinking["candidate"]["changed"] == ["p1"] and thinking["candidate"]["relabelled"] == []
-    assert result.reasons[0].startswith("thinking switch inert on base (1/1 probes identical on and off; 1 only "
-                                        "relabelled: the same text moved between reasoning and reply, the reasoning "
-                                        "parser read the switch and the template ignored it)")
-    assert "inert on thinks" not in result.reasons[0]
+    assert result.window_finding.startswith(
+        "the thinking switch is inert on the control base (1/1 probes identical on and off; 1 only relabelled: the "
+        "same text moved between reasoning and reply, the reasoning parser read the switch and the template "
+        "ignored it)")
+    assert "inert on the control thinks" not in result.window_finding
+
+
+def test_a_switch_that_acts_on_the_control_and_not_on_the_candidate_fails_the_candidate(tmp_path: Path) -> None:
+    acts = {"on": {"content": "", "reasoning_content": "Let me think. It is 4."},
+            "off": {"content": "It is 4.", "reasoning_content": None}}
+    ignored = {"on": {"content": "It is 4.", "reasoning_content": None},
+               "off": {"content": "It is 4.", "reasoning_content": None}}
+    result = ruler_over(tmp_path, {"base": acts, "thinks": ignored})
+    assert result.verdict.value == "FAIL" and result.window_finding is None
+    assert result.reasons[0].startswith("thinking switch inert on thinks (1/1 probes identical on and off), where "
+                                        "the control's switch acts")
 
 
 def test_generated_text_joins_reasoning_and_reply_whatever_the_parser_stripped() -> None:
@@ -117,4 +130,5 @@ def test_a_reply_that_differs_by_a_newline_is_another_generation(tmp_path: Path)
     thinking = result.details["thinking"]
     assert thinking["candidate"]["changed"] == ["p1"] and thinking["candidate"]["relabelled"] == []
     assert thinking["control"]["changed"] == thinking["control"]["relabelled"] == []
-    assert result.reasons[0].startswith("thinking switch inert on base (1/1 probes identical on and off):")
+    assert result.window_finding.startswith("the thinking switch is inert on the control base (1/1 probes identical "
+                                            "on and off):")

@@ -242,7 +242,7 @@ def test_each_gate_counts_the_requests_it_sends_on_a_visit() -> None:
     assert counts["speed"] == 10 + 24
     (tf,) = [g for g in plan_gates(loaded) if g.gate_id == "teacher_forced"]
     assert tf.planned_requests(Visit(candidate_lane)) == 2 * 4 + 2 + 4  # and scores its sites on the control
-    assert tf.planned_requests(Visit(base, 1)) == 4 * (1 + 2)  # the rerun: again, and both candidates' sites
+    assert tf.planned_requests(Visit(base, 1)) == 4 * (1 + 2) + 2  # the rerun: again, both candidates' sites, the references
 
 
 def test_the_strangers_gpu_contract_is_planned_away_from_its_box() -> None:
