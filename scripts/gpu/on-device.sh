@@ -29,7 +29,8 @@ mkdir -p "$GPU_HOME" "$out"
 # made on the box (lost with it: then only the box could verify what it signed)
 config="$GPU_HOME/config"
 if [ -d "$repo/.gpu/config/campaign" ]; then config="$GPU_HOME/carried-config"; rm -rf "$config"; cp -r "$repo/.gpu/config" "$config"
-  chmod 700 "$config" "$config/campaign"; chmod 600 "$config/campaign/signing.key"; fi
+  chmod 700 "$config" "$config/campaign"; chmod 600 "$config/campaign/signing.key"
+elif [ -d "$GPU_HOME/carried-config/campaign" ]; then config="$GPU_HOME/carried-config"; fi  # a later call's
 export PYTHONPATH="/tmp/site:$repo" XDG_CONFIG_HOME="$config" XDG_STATE_HOME="$GPU_HOME/state"
 say() { echo "[gpu $(date +%H:%M:%S)] $*"; }
 
