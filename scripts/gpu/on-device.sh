@@ -139,7 +139,7 @@ step_promote() {
   local bundle; bundle="$(ls -1d runs/*-"$name"-* | grep -v '\.published$' | tail -n 1)"
   python3 -m campaign.cli verify "$bundle" || true
   python3 -c "import json,sys; s=json.load(open(sys.argv[1]+'/SUMMARY.json')); print(json.dumps({'window': s['window'], 'findings': s.get('findings'), 'candidates': {c: {g: r['verdict'] for g, r in e['gates'].items()} | {'overall': e['overall']} for c, e in s['candidates'].items()}}))" "$bundle" | tee "$out/summary.json"
-  for candidate in same-again fa-off kv-q4 ngram; do
+  for candidate in same-again fa-off kv-q4 parallel-4; do
     echo "== campaign promote $bundle --candidate $candidate --dry-run"
     python3 -m campaign.cli promote "$bundle" --candidate "$candidate" --dry-run || echo "(refused, exit $?)"
   done 2>&1 | tee "$out/promote.txt"

@@ -6,6 +6,8 @@ has an effect worth a window.  python3 probe.py SERVER MODEL"""
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -18,6 +20,8 @@ CONFIGS = {
     "fa-off": ["-fa", "off"],
     "ngl-8": ["-fa", "on", "-ngl", "8"],
 }
+# PROBE_CONFIGS='{"name": ["-flag", "value"], ...}' measures others against the same base
+CONFIGS = json.loads(os.environ["PROBE_CONFIGS"]) if os.environ.get("PROBE_CONFIGS") else CONFIGS
 BASE = ["--host", "127.0.0.1", "--port", "18600", "-ngl", "99", "--ctx-size", "8192", "--parallel", "4",
         "--threads", "8", "--seed", "0", "--no-webui"]
 PROMPT = "Write a long story about a lighthouse keeper who collects shells. " * 4
