@@ -502,16 +502,16 @@ class TeacherForcedGate(LiveGate):
         row[f"rank1_{server}_server"] = rank1
         return None
 
-    def _noninferiority(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
-                        candidate: EffectiveLane, result: GateResult, details: dict[str, Any],
-                        control_check: InstrumentCheck) -> list[Verdict]:
-        rule = self.spec.rule
-        if not self.spec.references:
-            return []
+    def _reference_deltas(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
+                          candidate: EffectiveLane) -> tuple[list[dict[str, Any]], list[float], list[float], int, list[str]]:
+        """Per reference text, |delta logprob| of its tokens between the control and the candidate, and between
+        the control and its own rerun (what the instrument resolves); the tokens not compared; the problems."""
         refs = read_prepared(records[control.name], "reference")
         rerun = str(VisitKey(control.name, 1))
         rows: list[dict[str, Any]] = []
-        deltas, self_deltas, censored, problems = [], [], 0, []
+        deltas: list[float] = []
+        self_deltas: list[float] = []
+        censored, problems = 0, []
         for item, prepared in refs.items():
             if prepared.prompt is None or prepared.text is None:
                 problems.append(f"reference {item}: {prepared.error}")
@@ -535,6 +535,15 @@ class TeacherForcedGate(LiveGate):
             rows.append({"reference": item, "tokens": len(prepared.text), "compared": len(text_deltas),
                          "max_abs_delta": max(text_deltas, default=None),
                          "mean_abs_delta": sum(text_deltas) / len(text_deltas) if text_deltas else None})
+        return rows, deltas, self_deltas, censored, problems
+
+    def _noninferiority(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
+                        candidate: EffectiveLane, result: GateResult, details: dict[str, Any],
+                        control_check: InstrumentCheck) -> list[Verdict]:
+        rule = self.spec.rule
+        if not self.spec.references:
+            return []
+        rows, deltas, self_deltas, censored, problems = self._reference_deltas(records, control, candidate)
         details["references"] = rows
         if problems or not deltas:
             result.reasons.append("noninferiority: reference texts could not be scored on both lanes: "

@@ -25,19 +25,20 @@ MAY_IMPORT = {
     "faults": set(),
     "signing": {"errors", "fsutil"},
     "presentation": set(),  # the typed headlines and plot data gates build and receipts draw
+    "verdicts": set(),  # how verdicts combine: the gates judge by it and the receipts read older bundles by it
     "contracts": {"errors", "fsutil", "signing", "__init__"},
     "lanes": {"errors", "fsutil", "signing", "contracts"},
-    "receipts": {"errors", "fsutil", "signing", "contracts", "presentation"},
-    "gates": {"errors", "fsutil", "signing", "contracts", "lanes", "presentation"},
+    "receipts": {"errors", "fsutil", "signing", "contracts", "presentation", "verdicts"},
+    "gates": {"errors", "fsutil", "signing", "contracts", "lanes", "presentation", "verdicts"},
     # the rooms of a window: the daily below the failsafe, promotion and the window; none imports a room above
     "daily": {"errors", "fsutil", "signing", "contracts", "lanes"},
     "failsafe": {"errors", "fsutil", "contracts", "lanes", "daily"},
     "promotion": {"errors", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "daily", "faults",
-                  "presentation"},
+                  "presentation", "verdicts"},
     "window": {"errors", "terminal", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "daily",
-               "failsafe", "faults", "presentation", "__init__"},
+               "failsafe", "faults", "presentation", "verdicts", "__init__"},
     "cli": {"errors", "terminal", "fsutil", "signing", "contracts", "lanes", "receipts", "gates", "daily",
-            "failsafe", "promotion", "window", "presentation", "__init__"},
+            "failsafe", "promotion", "window", "presentation", "verdicts", "__init__"},
     "__init__": set(),
 }
 

@@ -11,8 +11,9 @@ out of a request; responses (and the last stream event) carry ``timings`` with p
 
 Scoring: the native /completion takes prompts as token-id arrays (several in one request), and
 ``n_probs`` returns the top-k raw (pre-sampling) logprobs of each generated token. A prefix is scored
-by asking for one token after it; a continuation of n tokens is n+1 such prefixes in one request, each
-prefilled from scratch (``cache_prompt: false``) so a score never reuses the KV the generation left.
+by asking for one token after it; a continuation of n tokens is n+1 such prefixes, each in a request of its
+own (one request of several prompts is prefilled in one batch by a server of several slots: other kernels)
+and each prefilled from scratch (``cache_prompt: false``) so a score never reuses the KV the generation left.
 A token outside the returned top-k has no logprob (censored).
 Streams (measured on this build): with ``timings_per_token`` every content chunk carries
 ``timings.predicted_n``, the running count of generated tokens, one per chunk even when speculative
@@ -136,24 +137,23 @@ class LlamaCppAdapter(EngineAdapter):
 
     async def score(self, client: LaneClient, lane: EffectiveLane, prompt: TokenSeq, continuation: TokenSeq, *,
                     top_k: int, sink: Any, tags: dict[str, Any]) -> list[Position]:
-        prompts = [list(prompt.ids) + list(continuation.ids[:t]) for t in range(len(continuation) + 1)]
-        body = {"prompt": prompts, "n_predict": 1, "temperature": 0, "n_probs": top_k, "cache_prompt": False,
-                "seed": 0}
-        record = await client.post("/completion", body, sink=sink, tags={**tags, "part": "score"})
-        return self.parse_score([record], prompt, continuation)
+        """Each prefix in a request of its own, one after another: a server of several slots prefills the prompts
+        of one request in parallel, in one batch, and one of one slot in turn, so the same prefix went through
+        other kernels on two lanes that differ only in --parallel (an H200 scored a reference 1.7 nats apart at
+        --parallel 4 and 1, whose greedy tokens were identical). Alone, a prefix is prefilled the same way on
+        any lane."""
+        records = []
+        for t in range(len(continuation) + 1):
+            body = {"prompt": list(prompt.ids) + list(continuation.ids[:t]), "n_predict": 1, "temperature": 0,
+                    "n_probs": top_k, "seed": 0, **self.uncached_fields()}
+            records.append(await client.post("/completion", body, sink=sink,
+                                             tags={**tags, "part": "score", "prefix": t}))
+        return self.parse_score(records, prompt, continuation)
 
     def parse_score(self, records: list[dict[str, Any]], prompt: TokenSeq,
                     continuation: TokenSeq) -> list[Position]:
-        record = one_record(records, "score")
-        sent = record["request"]["prompt"]
         expected = [list(prompt.ids) + list(continuation.ids[:t]) for t in range(len(continuation) + 1)]
-        if sent != expected:
-            raise ScoreError("the scoring request does not hold the prefixes of this continuation")
-        results = record["response"]
-        results = results if isinstance(results, list) else [results]
-        if len(results) != len(expected):
-            raise ScoreError(f"asked to score {len(expected)} prefixes, got {len(results)} results")
-        results = sorted(results, key=lambda r: r.get("index", 0))
+        results = _prefix_results(records, expected)
         positions = []
         for t, result in enumerate(results):
             probs = result.get("completion_probabilities") or []
@@ -217,6 +217,30 @@ def _position(entry: dict[str, Any]) -> Position:
 
 def _piece(seq: TokenSeq, index: int) -> str:
     return seq.pieces[index] if index < len(seq.pieces) else ""
+
+
+def _prefix_results(records: list[dict[str, Any]], expected: list[list[int]]) -> list[dict[str, Any]]:
+    """One result per expected prefix, in order: a request per prefix (tagged ``prefix``), or, in a bundle from
+    before 0.3.0, every prefix in one request (a list of prompts, its results listed by ``index``)."""
+    found = [r for r in records if (r.get("tags") or {}).get("part") == "score"]
+    if len(found) == 1 and "prefix" not in (found[0].get("tags") or {}):
+        record = one_record(found, "score")
+        if record["request"].get("prompt") != expected:
+            raise ScoreError("the scoring request does not hold the prefixes of this continuation")
+        results = record["response"] if isinstance(record["response"], list) else [record["response"]]
+        if len(results) != len(expected):
+            raise ScoreError(f"asked to score {len(expected)} prefixes, got {len(results)} results")
+        return sorted(results, key=lambda r: r.get("index", 0))
+    by_prefix = {(r.get("tags") or {}).get("prefix"): r for r in found}
+    if len(found) != len(expected) or set(by_prefix) != set(range(len(expected))):
+        raise ScoreError(f"expected a score record for each of {len(expected)} prefixes, found {len(found)}")
+    results = []
+    for t, ids in enumerate(expected):
+        record = one_record([by_prefix[t]], "score")
+        if record["request"].get("prompt") != ids or not isinstance(record["response"], dict):
+            raise ScoreError(f"prefix {t}: the scoring request does not hold this prefix")
+        results.append(record["response"])
+    return results
 
 
 def _seq(ids: list[int], raw: list[bytes]) -> TokenSeq:

@@ -20,7 +20,7 @@ import pytest
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign
 from tests.support.windows import window_bundle
-from tests.support.contracts import (EXAMPLES, QUIET_ARGS, candidate, contract_yaml, control, free_port,
+from tests.support.contracts import (EXAMPLES, candidate, contract_yaml, control, free_port,
                                      process_defaults)
 
 pytestmark = pytest.mark.integration
@@ -31,18 +31,23 @@ pytestmark = pytest.mark.integration
 def contract(port: int) -> str:
     return contract_yaml(
         "t-quality",
-        defaults=process_defaults(port, args=[*QUIET_ARGS, "--metrics"]),
+        # two slots: a cached prompt would be reused across requests, which the gates' requests must never do
+        defaults=process_defaults(port, args=["--ctx-size", "2048", "--threads", "1", "--parallel", "2", "--seed", "0",
+                                              "--no-webui", "--metrics"]),
         lanes=[control(),
                candidate("kvq8", ["args.cache-type-k"], args={"--cache-type-k": "q8_0"}),
                candidate("fa-off", ["args.flash-attn"], args={"--flash-attn": "off"}),
                candidate("draft8", ["args.spec-draft-n-max"], args={"--spec-draft-n-max": "8"}),
-               candidate("rope", ["args.override-kv"], args={"--override-kv": "llama.rope.freq_base=float:20000"})],
+               candidate("rope", ["args.override-kv"], args={"--override-kv": "llama.rope.freq_base=float:20000"}),
+               # one slot instead of two: the same kernels for each request, so every score must be the same
+               candidate("slots-1", ["args.parallel"], args={"--parallel": "1"})],
         inputs={"tf": {"file": EXAMPLES / "prompts/tf4.jsonl"}, "refs": {"file": EXAMPLES / "prompts/refs2.jsonl"},
                 # one text: KL is weighed per position, 12 of them here
                 "kl-refs": {"file": EXAMPLES / "prompts/refs1.jsonl"},
                 "structured": {"file": EXAMPLES / "structured/structured4.jsonl"},
                 "tools": {"file": EXAMPLES / "tools/tools2.jsonl"}},
         gates=[
+            {"kind": "greedy", "input": "tf", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "4/4"}},
             # rope diverges within 6 tokens on 3 of the 4 prompts; each token scored costs a prefill
             {"kind": "teacher_forced", "input": "tf", "references": "refs", "max_tokens": 10, "top_k": 10,
              "rule": {"instrument_tolerance": 0.01, "max_site_delta": 1.0, "noninferiority_max": 2.0}},
@@ -188,3 +193,45 @@ def test_the_report_draws_the_real_sites_and_kl_per_position(bundle: Path, tmp_p
     summary = load_json_strict(bundle / "SUMMARY.json")
     assert {d.candidate: d.decision for d in decisions(summary)}["draft8"] == "REFUSED"  # the ruler, required
     assert 'data-candidate="draft8" data-decision="REFUSED"' in html
+
+
+def test_no_scoring_request_of_any_gate_reused_a_cached_prompt(bundle: Path) -> None:
+    """Two slots and the same prompts sent again and again: llama-server's own per-request count of prompt tokens
+    taken from its cache (timings.cache_n) is 0 on every reply of every gate, each request saying so."""
+    seen: dict[str, int] = {}
+    for raw in sorted((bundle / "raw").rglob("*.jsonl")):
+        if raw.parent.name == "warmup":
+            continue  # the boot's warm-up: it exercises the engine and scores nothing
+        for record in read_jsonl(raw):
+            request, response = record.get("request") or {}, record.get("response")
+            if not isinstance(response, dict) or "timings" not in response:
+                continue  # a tokenize or template call: no prompt processed
+            assert request.get("cache_prompt") is False, (raw.name, request)
+            assert response["timings"].get("cache_n") == 0, (raw.name, response["timings"])
+            seen[raw.parent.name] = seen.get(raw.parent.name, 0) + 1
+    assert {"greedy", "teacher_forced", "kl", "structured", "tools", "ruler"} <= set(seen), seen
+    greedy = result(bundle, "greedy", "kvq8")
+    assert greedy["metrics"]["control_self_identical"]["value"] == 4, greedy["reasons"]
+
+
+def test_the_instrument_states_what_it_resolves_from_the_control_against_itself(bundle: Path) -> None:
+    tf = result(bundle, "teacher_forced", "rope")
+    # the control's rerun scored the references again: on one CPU build, the same numbers
+    assert tf["metrics"]["control_self_max"]["value"] == 0.0
+    resolution = tf["metrics"]["instrument_resolution_max"]
+    assert resolution["value"] <= 0.01 and resolution["value"] < tf["rule"]["noninferiority_max"]
+    kl = result(bundle, "kl", "kvq8")
+    assert kl["metrics"]["control_self_kl_mean"]["value"] == 0.0
+    assert kl["metrics"]["control_self_kl_mean"]["denominator"] == kl["metrics"]["kl_mean"]["denominator"]
+
+
+def test_a_lane_of_other_slots_scores_every_token_the_same(bundle: Path) -> None:
+    """Each prefix is scored in a request of its own, so a two-slot server prefills it as a one-slot server does
+    (several prefixes in one request were prefilled in one batch: an H200 put 1.7 nats between the two)."""
+    r = result(bundle, "teacher_forced", "slots-1")
+    assert r["verdict"] == "PASS", r["reasons"]
+    assert r["metrics"]["noninferiority_max"]["value"] == 0.0 and r["metrics"]["sites"]["value"] == 0
+    raw = [rec for rec in read_jsonl(bundle / "raw" / "teacher_forced" / "slots-1.jsonl")
+           if rec["tags"].get("part") == "score" and rec["tags"].get("purpose") == "reference"]
+    assert raw and all(isinstance(rec["request"]["prompt"][0], int) for rec in raw)  # one prefix a request
+    assert result(bundle, "kl", "slots-1")["metrics"]["kl_max"]["value"] == 0.0
