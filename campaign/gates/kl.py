@@ -18,10 +18,11 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
+from campaign.gates.common.resolution import judge_bound
 from campaign.gates.common.stats import percentile
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import VisitKey, select
-from campaign.gates.result import GateResult, Metric, Verdict, combine
+from campaign.gates.result import GateResult, Metric, combine
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import Position
 from campaign.lanes.lanerun import LaneRun
@@ -136,7 +137,7 @@ class KlGate(LiveGate):
                 again[item] = adapter.parse_score(select(records, purpose="kl", item=item), prepared.prompt,
                                                   prepared.text)[:-1]
             except EngineError:
-                return None  # the floor is not measured; the rule is judged as it always was, and says so
+                return None  # the floor is not measured (the caveat says so); the rule is judged as written
         values, _, _ = _divergences(refs, scores[oracle.name], again)
         return values or None
 
@@ -181,22 +182,18 @@ class KlGate(LiveGate):
             result.metrics["control_self_kl_max"] = Metric(value=round(resolves["max"], 9), unit="nats",
                                                            denominator=len(floor))
         else:
-            result.caveats.append(f"the oracle {oracle.name} was not scored again in this window: what the instrument "
-                                  "resolves on this device is not measured")
+            result.caveats.append(f"no rerun of the oracle {oracle.name} scored every text in this window (not a control, "
+                                  "an older bundle, or a rerun that failed): what the instrument resolves on this "
+                                  "device is not measured, and each bound is judged as written")
         verdicts = []
         for name, bound, value in (("mean", self.spec.rule.max_mean, mean), ("p99", self.spec.rule.max_p99, p99),
                                    ("max", self.spec.rule.max_max, top)):
             if bound is None:
                 continue
-            if resolves is not None and bound < resolves[name]:
-                verdicts.append(Verdict.INCONCLUSIVE)
-                result.reasons.append(f"KL {name}: the bound {bound} nats is below what the instrument resolves on "
-                                      f"this device (the control against itself: {resolves[name]:.6f} nats); "
-                                      f"measured {value:.6f}")
-                continue
-            ok = value <= bound
-            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"KL {name} {value:.6f} {'<=' if ok else '>'} {bound} nats over {len(values)} tokens")
+            resolved = (resolves[name], f"KL of {oracle.name} against itself booted again, {name}") if resolves else None
+            verdict, reason = judge_bound(f"KL {name}", value, bound, resolved)
+            verdicts.append(verdict)
+            result.reasons.append(f"{reason} over {len(values)} tokens")
         result.verdict = combine(verdicts)  # the rule's validation guarantees at least one bound
         result.caveats.append("tail: " + TAIL_TREATMENT)
 

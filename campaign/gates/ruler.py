@@ -144,8 +144,11 @@ class RulerGate(LiveGate):
                 sink.append({"derived": "error", "tags": {"item": item}, "error": str(exc)})
                 continue
             body |= {"logprobs": True, "top_logprobs": self.spec.top_k}
-            await run.client.post("/v1/chat/completions", self.scoring_request(run, body), sink=sink,
-                                  tags={"purpose": "probe", "item": item})
+            # the built-in exercises (a passage to copy, a long prompt) exist to exercise what serving does with
+            # repeats, the prompt cache included: they keep it, so a cache axis can be shown acting
+            exercise = item.startswith("exercise:")
+            sent = {**self.ctx.request_defaults, **body} if exercise else self.scoring_request(run, body)
+            await run.client.post("/v1/chat/completions", sent, sink=sink, tags={"purpose": "probe", "item": item})
         await self._metrics(run, sink, "after")
         if self.spec.thinking is not None:
             await self._thinking_probes(run, sink, prompts)

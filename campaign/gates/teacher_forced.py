@@ -30,6 +30,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
+from campaign.gates.common.resolution import judge_bound
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import VisitKey, select
 from campaign.gates.result import GateResult, Metric, Verdict, combine
@@ -266,9 +267,13 @@ class TeacherForcedGate(LiveGate):
                               *site_problems[:_MAX_EVIDENCE], *result.reasons]
             result.details = details | {"problems": site_problems}
             return result
-        verdicts = self._site_rules(result, sites, len(prompts))
+        references = self._reference_deltas(records, control, candidate, result) if self.spec.references else None
+        resolution = _resolution(references.self_deltas if references else [], check[control.name], control.name,
+                                 result)
+        verdicts = self._site_rules(result, sites, len(prompts), resolution)
         verdicts += self._self_fidelity(result, check[control.name], check[candidate.name])
-        verdicts += self._noninferiority(records, control, candidate, result, details, check[control.name])
+        if references is not None:
+            verdicts += self._noninferiority(references, result, details, resolution)
         self._reboot_caveat(result, records, control, prompts, gens[control.name])
         result.details = details
         if not verdicts:
@@ -373,7 +378,8 @@ class TeacherForcedGate(LiveGate):
                                   f"(tolerance {value}: {source})")
         return True
 
-    def _site_rules(self, result: GateResult, sites: list[dict[str, Any]], n_prompts: int) -> list[Verdict]:
+    def _site_rules(self, result: GateResult, sites: list[dict[str, Any]], n_prompts: int,
+                    resolution: dict[str, tuple[float, str]]) -> list[Verdict]:
         """Metrics over the divergence sites, and the site rules' verdicts."""
         rule = self.spec.rule
         scored_sites = [s for s in sites if s.get("scored")]
@@ -392,11 +398,12 @@ class TeacherForcedGate(LiveGate):
             result.reasons.append(f"site |delta logprob| max {largest:.4f} {'<=' if ok else '>'} "
                                   f"{rule.max_site_delta} nats over {len(scored_sites)} sites")
         if rule.max_cross_server_delta is not None and scored_sites:
+            # the same token on two servers: boot-to-boot and kernel rounding are all an A/A can show here
             largest = max(max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites)
-            ok = largest <= rule.max_cross_server_delta
-            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"cross-server |delta| max {largest:.6f} {'<=' if ok else '>'} "
-                                  f"{rule.max_cross_server_delta} nats over {len(scored_sites)} sites")
+            verdict, reason = judge_bound("cross-server |delta| max", largest, rule.max_cross_server_delta,
+                                          resolution.get("max"))
+            verdicts.append(verdict)
+            result.reasons.append(f"{reason} over {len(scored_sites)} sites")
         return verdicts
 
     def _self_fidelity(self, result: GateResult, control: InstrumentCheck,
@@ -503,18 +510,16 @@ class TeacherForcedGate(LiveGate):
         return None
 
     def _reference_deltas(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
-                          candidate: EffectiveLane) -> tuple[list[dict[str, Any]], list[float], list[float], int, list[str]]:
+                          candidate: EffectiveLane, result: GateResult) -> _References:
         """Per reference text, |delta logprob| of its tokens between the control and the candidate, and between
-        the control and its own rerun (what the instrument resolves); the tokens not compared; the problems."""
+        the control and its own rerun (what the instrument resolves); a rerun that could not score a text costs
+        only that measurement (a caveat), never the comparison."""
         refs = read_prepared(records[control.name], "reference")
         rerun = str(VisitKey(control.name, 1))
-        rows: list[dict[str, Any]] = []
-        deltas: list[float] = []
-        self_deltas: list[float] = []
-        censored, problems = 0, []
+        out = _References()
         for item, prepared in refs.items():
             if prepared.prompt is None or prepared.text is None:
-                problems.append(f"reference {item}: {prepared.error}")
+                out.problems.append(f"reference {item}: {prepared.error}")
                 continue
             scores = {}
             for key, lane in ((control.name, control), (candidate.name, candidate), (rerun, control)):
@@ -524,26 +529,27 @@ class TeacherForcedGate(LiveGate):
                 try:
                     scores[key] = adapter_for(lane.engine).parse_score(found, prepared.prompt, prepared.text)
                 except EngineError as exc:
-                    problems.append(f"reference {item} on {key}: {exc}")
+                    if key == rerun:
+                        result.caveats.append(f"reference {item} on the control's rerun: {exc}; its boot-to-boot "
+                                              "drift is not in what the instrument resolves")
+                    else:
+                        out.problems.append(f"reference {item} on {key}: {exc}")
             if control.name not in scores or candidate.name not in scores:
                 continue
             text_deltas = _token_deltas(scores[control.name], scores[candidate.name])
-            censored += len(prepared.text) - len(text_deltas)
+            out.censored += len(prepared.text) - len(text_deltas)
             if rerun in scores:
-                self_deltas += _token_deltas(scores[control.name], scores[rerun])
-            deltas += text_deltas
-            rows.append({"reference": item, "tokens": len(prepared.text), "compared": len(text_deltas),
-                         "max_abs_delta": max(text_deltas, default=None),
-                         "mean_abs_delta": sum(text_deltas) / len(text_deltas) if text_deltas else None})
-        return rows, deltas, self_deltas, censored, problems
+                out.self_deltas += _token_deltas(scores[control.name], scores[rerun])
+            out.deltas += text_deltas
+            out.rows.append({"reference": item, "tokens": len(prepared.text), "compared": len(text_deltas),
+                             "max_abs_delta": max(text_deltas, default=None),
+                             "mean_abs_delta": sum(text_deltas) / len(text_deltas) if text_deltas else None})
+        return out
 
-    def _noninferiority(self, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
-                        candidate: EffectiveLane, result: GateResult, details: dict[str, Any],
-                        control_check: InstrumentCheck) -> list[Verdict]:
+    def _noninferiority(self, references: _References, result: GateResult, details: dict[str, Any],
+                        resolution: dict[str, tuple[float, str]]) -> list[Verdict]:
         rule = self.spec.rule
-        if not self.spec.references:
-            return []
-        rows, deltas, self_deltas, censored, problems = self._reference_deltas(records, control, candidate)
+        rows, deltas, censored, problems = references.rows, references.deltas, references.censored, references.problems
         details["references"] = rows
         if problems or not deltas:
             result.reasons.append("noninferiority: reference texts could not be scored on both lanes: "
@@ -557,24 +563,14 @@ class TeacherForcedGate(LiveGate):
         result.metrics["reference_tokens"] = Metric(value=len(deltas), denominator=total, unit="tokens",
                                                     note=f"{censored} below a lane's top-{self.spec.top_k} were "
                                                          "not compared")
-        resolution = _resolution(self_deltas, control_check, control.name, result)
         verdicts = []
         for name, bound, value in (("max", rule.noninferiority_max, max(deltas)),
                                    ("mean", rule.noninferiority_mean, sum(deltas) / len(deltas))):
             if bound is None:
                 continue
-            resolves = resolution.get(name)
-            if resolves is not None and bound < resolves[0]:
-                # a margin finer than the instrument resolves here: a FAIL would be the device's rounding
-                verdicts.append(Verdict.INCONCLUSIVE)
-                result.reasons.append(f"noninferiority {name}: the margin {bound} nats is below what the instrument "
-                                      f"resolves on this device ({resolves[0]:.4f} nats, {resolves[1]}); measured "
-                                      f"{value:.6f}: a margin of at least {resolves[0]:.4f} can be judged here")
-                continue
-            ok = value <= bound
-            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"noninferiority {name} |delta| {value:.6f} {'<=' if ok else '>'} {bound} nats "
-                                  f"over {len(deltas)} tokens")
+            verdict, reason = judge_bound(f"noninferiority {name} |delta|", value, bound, resolution.get(name))
+            verdicts.append(verdict)
+            result.reasons.append(f"{reason} over {len(deltas)} tokens")
         if censored and verdicts:
             result.caveats.append(f"{censored} reference tokens fell below a lane's top-{self.spec.top_k} and "
                                   "were not compared")
@@ -595,6 +591,18 @@ class TeacherForcedGate(LiveGate):
             same += item in first and again.tokens.ids == first[item].tokens.ids
         return same, len(prompts)
 
+
+
+@dataclass
+class _References:
+    """The reference texts weighed: per-text rows, |delta| per token against the candidate and against the
+    control's own rerun, tokens not compared, and the problems that leave the comparison unmeasured."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    deltas: list[float] = field(default_factory=list)
+    self_deltas: list[float] = field(default_factory=list)
+    censored: int = 0
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

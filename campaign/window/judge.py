@@ -169,7 +169,7 @@ def summarize(loaded: LoadedContract, freeze_record: dict[str, Any], window_id: 
         "schema": "campaign.summary/v1",
         "tool_version": __version__,
         # how gate verdicts combine into a candidate's overall (gates.result.combine); a bundle without it was
-        # judged by v1, which readers rejudge (receipts.decision.overall)
+        # judged by v1, which readers read by today's rule (receipts.decision.read_with_current_rule)
         "verdict_rule": VERDICT_RULE,
         "window": window_id,
         "status": status,

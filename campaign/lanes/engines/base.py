@@ -102,8 +102,13 @@ class EngineAdapter(ABC):
 
     def engine_timings(self, response: dict[str, Any]) -> dict[str, float]:
         """The engine's own prefill numbers from a response (or final stream event), if it reports them:
-        ``prompt_tokens_processed``, ``prefill_ms``, ``prefill_tok_s``, ``cached_tokens``."""
-        return {}
+        ``prompt_tokens_processed``, ``prefill_ms``, ``prefill_tok_s``, ``cached_tokens``. By default the OpenAI
+        usage shape's ``prompt_tokens_details.cached_tokens`` (vLLM with --enable-prompt-tokens-details, SGLang
+        with --enable-cache-report)."""
+        usage = response.get("usage")
+        details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return {"cached_tokens": float(cached)} if isinstance(cached, int) and not isinstance(cached, bool) else {}
     # --- scoring and request shapes. Gates call these and never build engine-specific requests.
     # Each live method writes every raw record through ``sink`` with ``tags``; each ``parse_*`` reads
     # those records back offline, so a bundle can be re-judged without the engine.

@@ -148,6 +148,8 @@ class LlamaCppAdapter(EngineAdapter):
                     "n_probs": top_k, "seed": 0, **self.uncached_fields()}
             records.append(await client.post("/completion", body, sink=sink,
                                              tags={**tags, "part": "score", "prefix": t}))
+            if records[-1].get("error"):
+                break  # a score with a prefix missing is no score: the rest would only wait on a failing server
         return self.parse_score(records, prompt, continuation)
 
     def parse_score(self, records: list[dict[str, Any]], prompt: TokenSeq,
@@ -220,8 +222,8 @@ def _piece(seq: TokenSeq, index: int) -> str:
 
 
 def _prefix_results(records: list[dict[str, Any]], expected: list[list[int]]) -> list[dict[str, Any]]:
-    """One result per expected prefix, in order: a request per prefix (tagged ``prefix``), or, in a bundle from
-    before 0.3.0, every prefix in one request (a list of prompts, its results listed by ``index``)."""
+    """One result per expected prefix, in order: a request per prefix (tagged ``prefix``), or, in an older bundle,
+    every prefix in one request (a list of prompts, its results listed by ``index``)."""
     found = [r for r in records if (r.get("tags") or {}).get("part") == "score"]
     if len(found) == 1 and "prefix" not in (found[0].get("tags") or {}):
         record = one_record(found, "score")

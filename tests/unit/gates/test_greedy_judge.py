@@ -17,7 +17,7 @@ from campaign.gates.result import Verdict
 from tests.support.contracts import demo_like, write_contract
 
 
-def _gate(tmp_path: Path, replies: dict[str, dict[str, list[str]]], rule: str = '"3/3"'):
+def _gate(tmp_path: Path, replies: dict[str, dict[str, list[str]]], rule: str = '"3/3"', cached: int = 0):
     prompts = [(pid, f"Say something about {pid}.") for pid in next(iter(replies.values()))]
     contract = load_contract(write_contract(tmp_path, demo_like(18000, rule=rule), prompts=prompts))
     ctx = GateContext(bundle=tmp_path / "bundle", contract=contract,
@@ -29,7 +29,10 @@ def _gate(tmp_path: Path, replies: dict[str, dict[str, list[str]]], rule: str = 
                 for repeat, text in enumerate(texts):
                     sink.append({"tags": {"prompt": pid, "repeat": repeat}, "status": 200,
                                  "response": {"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
-                                              "usage": {"completion_tokens": 5}}})
+                                              "usage": {"completion_tokens": 5},
+                                              # llama-server's own count of prompt tokens taken from its cache
+                                              "timings": {"prompt_n": 9 - (cached if repeat else 0),
+                                                          "cache_n": cached if repeat else 0}}})
     return gate, contract.lanes["spec"], contract.lanes["base"]
 
 
@@ -132,3 +135,19 @@ def test_missing_records_are_inconclusive(tmp_path: Path) -> None:
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert any("no valid reply for repeats [1]" in r for r in result.reasons)
+
+
+def test_a_reply_built_on_a_cached_prompt_can_blame_no_one(tmp_path: Path) -> None:
+    """Repeats the engine answered from its prompt cache (an older bundle's, or an engine that ignored
+    cache_prompt: false) ran other kernels: a miss may be the cache's, so it is no FAIL; identity despite it holds."""
+    base = {f"p{i}": [f"Reply {i}.", f"Reply {i}."] for i in range(8)}
+    spec = {f"p{i}": [f"Reply {i}.", f"Reply {i}!"] for i in range(7)} | {"p7": ["Reply 7.", "Reply 7."]}
+    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"', cached=6)
+    result = gate.judge(cand, ctrl)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons[0] == ("instrument: replies were built on a cached prompt (base 8, spec 8), so a difference "
+                                 "may be the cache's, not the candidate's")
+    (tmp_path / "same").mkdir()
+    same, cand, ctrl = _gate(tmp_path / "same", {"base": base, "spec": base}, rule='"8/8"', cached=6)
+    passed = same.judge(cand, ctrl)
+    assert passed.verdict is Verdict.PASS and any("cached prompt" in c for c in passed.caveats)
