@@ -25,11 +25,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Static checks before the tests (CI runs them through `make test`): ruff's lint and import order on campaign/,
+# Static checks before the tests (CI runs them through `make test`): ruff's lint and import order on campaign/ and tests/,
 # then mypy's types (pyproject's [tool.mypy]: campaign/, with pydantic's plugin). Each prints only what it finds.
 lint: venv
-	$(call stage,lint: ruff check and mypy on campaign)
-	@$(VENV)/bin/ruff check --quiet campaign
+	$(call stage,lint: ruff check on campaign and tests; mypy on campaign)
+	@$(VENV)/bin/ruff check --quiet campaign tests
 	@$(VENV)/bin/mypy --no-error-summary
 
 engine:

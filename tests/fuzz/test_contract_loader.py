@@ -20,8 +20,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.harness import check_outcome, finding, run_bounded, scratch
-from tests.fuzz.strategies import (RAW_YAML_TOKENS, SPECIAL_PATHS, Raw, file_names, hostile_texts, nasty_scalars,
-                                   special_path, to_yaml, walk_paths)
+from tests.fuzz.strategies import (
+    RAW_YAML_TOKENS,
+    SPECIAL_PATHS,
+    Raw,
+    file_names,
+    hostile_texts,
+    nasty_scalars,
+    special_path,
+    to_yaml,
+    walk_paths,
+)
 from tests.support.contracts import EXAMPLES
 
 # The examples a user starts from, plus the smallest contract that loads; each is mutated in place.

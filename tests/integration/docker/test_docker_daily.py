@@ -17,11 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from campaign.fsutil import read_jsonl
 from campaign.daily.state import WindowState
+from campaign.fsutil import read_jsonl
 from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.contracts import demo_like, free_port, write_contract
-from tests.support.daily import disarm_windows, first_record_of_each_kind, runner_past_the_daily_stop, serves, kill_runner_and_watchdogs
+from tests.support.daily import (
+    disarm_windows,
+    first_record_of_each_kind,
+    kill_runner_and_watchdogs,
+    runner_past_the_daily_stop,
+    serves,
+)
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
 
 pytestmark = pytest.mark.integration

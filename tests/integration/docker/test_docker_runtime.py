@@ -16,10 +16,10 @@ import pytest
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import LaunchError, PreflightError
 from campaign.fsutil import atomic_write_json
-from campaign.lanes.runtimes.docker import DockerRuntime, find_leftovers, resolve_image
-from campaign.lanes.runtimes.dockerhost import client_for
 from campaign.lanes.redact import MARK, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
+from campaign.lanes.runtimes.docker import DockerRuntime, find_leftovers, resolve_image
+from campaign.lanes.runtimes.dockerhost import client_for
 from campaign.window.inspectdiff import runtime_axis_difference
 from tests.support.docker import need_docker
 

@@ -14,10 +14,19 @@ import pytest
 
 from campaign.contracts.hashing import sha256_file
 from campaign.fsutil import load_json_strict
-from tests.support.contracts import REPO, candidate, contract_yaml, control, free_port, write_contract
 from tests.support.cli import assert_exit_as_decided, campaign, frozen_window
-from tests.support.docker import (CACHE, ENGINE_DIR, LLAMA_SERVER, MODELS_DIR, docker_defaults, leftovers, need_docker,
-                                  need_engine_files, pinned_demo_docker)
+from tests.support.contracts import REPO, candidate, contract_yaml, control, free_port, write_contract
+from tests.support.docker import (
+    CACHE,
+    ENGINE_DIR,
+    LLAMA_SERVER,
+    MODELS_DIR,
+    docker_defaults,
+    leftovers,
+    need_docker,
+    need_engine_files,
+    pinned_demo_docker,
+)
 
 pytestmark = pytest.mark.integration
 

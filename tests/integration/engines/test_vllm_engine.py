@@ -22,11 +22,17 @@ from campaign.fsutil import JsonlAppender, read_jsonl
 from campaign.gates.records import select
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import counter_deltas, parse_prometheus
-from campaign.lanes.session import LaneRun, boot_lane
 from campaign.lanes.engines.vllm import VllmAdapter
+from campaign.lanes.session import LaneRun, boot_lane
 from tests.support.contracts import free_port
-from tests.support.vllm import (BF16_DRIFT_TOLERANCE, NGRAM_SPEC, VLLM_ARGS, VLLM_MODEL, installed_vllm_version,
-                             vllm_executable)
+from tests.support.vllm import (
+    BF16_DRIFT_TOLERANCE,
+    NGRAM_SPEC,
+    VLLM_ARGS,
+    VLLM_MODEL,
+    installed_vllm_version,
+    vllm_executable,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +151,7 @@ async def test_scores_by_prompt_logprobs_and_echo_agree_with_generation(served: 
     assert len(forced) == len(generated.tokens) + 1 and [p.token for p in forced[:-1]] == list(generated.tokens.ids)
     echoed = echo["response"]["choices"][0]["logprobs"]["token_logprobs"][len(prompt):len(full)]
     assert echoed == [p.logprob for p in forced[:-1]]  # two ways to ask for the same teacher-forced pass
-    drift = [abs(f.logprob - g.logprob) for f, g in zip(forced, generated.positions)]
+    drift = [abs(f.logprob - g.logprob) for f, g in zip(forced, generated.positions, strict=False)]
     assert drift[0] < 1e-6  # the first generated token comes out of the same kind of prefill pass
     assert max(drift) < BF16_DRIFT_TOLERANCE, drift
     # the raw records re-parse offline to the same numbers, as a judge reads them

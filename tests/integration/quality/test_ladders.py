@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.windows import window_bundle
 from tests.support.contracts import demo_like, free_port, write_contract
+from tests.support.windows import window_bundle
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from campaign.fsutil import read_jsonl, load_json_strict
+from campaign.fsutil import load_json_strict, read_jsonl
+from tests.support.contracts import (
+    DEFAULT_PYTHON,
+    EXAMPLES,
+    candidate,
+    contract_yaml,
+    control,
+    free_port,
+    process_defaults,
+)
 from tests.support.windows import window_bundle
-from tests.support.contracts import (DEFAULT_PYTHON, EXAMPLES, candidate, contract_yaml, control, free_port,
-                                     process_defaults)
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,8 @@ import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from tests.support.cli import campaign
+from tests.support.contracts import EXAMPLES, candidate, contract_yaml, control, free_port, process_defaults
 from tests.support.windows import window_bundle
-from tests.support.contracts import (EXAMPLES, candidate, contract_yaml, control, free_port,
-                                     process_defaults)
 
 pytestmark = pytest.mark.integration
 
@@ -176,8 +175,8 @@ def test_no_rule_passes_over_zero_sites(bundle: Path) -> None:
 
 
 def test_the_report_draws_the_real_sites_and_kl_per_position(bundle: Path, tmp_path: Path) -> None:
-    from campaign.receipts.publish import publish
     from campaign.receipts.decision import decisions
+    from campaign.receipts.publish import publish
     from tests.support.browser import labelled_plots, open_in_chromium
 
     report = publish(bundle, tmp_path / "out")["html"]

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict
-from tests.support.contracts import (EXAMPLES, QUIET_ARGS, candidate, contract_yaml, control, free_port,
-                                     process_defaults)
+from tests.support.contracts import EXAMPLES, QUIET_ARGS, candidate, contract_yaml, control, free_port, process_defaults
 from tests.support.windows import window_bundle
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict
+from tests.support.contracts import EXAMPLES, QUIET_ARGS, candidate, contract_yaml, control, free_port, process_defaults
 from tests.support.windows import window_bundle
-from tests.support.contracts import (EXAMPLES, QUIET_ARGS, candidate, contract_yaml, control, free_port,
-                                     process_defaults)
 
 pytestmark = pytest.mark.integration
 

@@ -24,10 +24,9 @@ import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.lanes.engines.vllm import VllmAdapter
-from tests.support.windows import window_bundle
 from tests.support.contracts import EXAMPLES, candidate, contract_yaml, control, free_port, process_defaults
-from tests.support.vllm import (NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, installed_vllm_version,
-                             vllm_executable)
+from tests.support.vllm import NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, installed_vllm_version, vllm_executable
+from tests.support.windows import window_bundle
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,17 @@ from campaign.fsutil import read_jsonl
 from tests.support.cli import assert_exit_as_decided, campaign
 from tests.support.contracts import MODEL_SHA256, free_port, write_contract
 from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
-from tests.support.remotebox import (BOX_ADDRESS, Box, box_containers, box_down, box_emptied, box_story, box_up,
-                                     engine_back, engine_gone)
+from tests.support.remotebox import (
+    BOX_ADDRESS,
+    Box,
+    box_containers,
+    box_down,
+    box_emptied,
+    box_story,
+    box_up,
+    engine_back,
+    engine_gone,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from campaign.gates.result import Verdict
 from campaign.gates.common.streams import StreamFacts, analyze_stream
+from campaign.gates.result import Verdict
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.llamacpp_python import LlamaCppPythonAdapter
 from tests.support.contracts import MODEL, free_port
-from tests.support.speed import SPEED_PROMPTS, process
-from tests.support.speed import gate_on, measure
+from tests.support.speed import SPEED_PROMPTS, gate_on, measure, process
 
 pytestmark = pytest.mark.integration
 

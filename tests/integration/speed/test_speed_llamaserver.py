@@ -14,9 +14,17 @@ from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.result import Verdict
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.llamacpp import LlamaCppAdapter
-from tests.support.contracts import free_port, write_contract
 from tests.support.cli import campaign
-from tests.support.speed import SPEED_PROMPTS, gate_on, llama_server_argv, measure, process, speed_contract, write_prompts
+from tests.support.contracts import free_port, write_contract
+from tests.support.speed import (
+    SPEED_PROMPTS,
+    gate_on,
+    llama_server_argv,
+    measure,
+    process,
+    speed_contract,
+    write_prompts,
+)
 
 pytestmark = pytest.mark.integration
 

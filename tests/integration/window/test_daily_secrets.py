@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from campaign.fsutil import read_jsonl
 from campaign.daily.state import WindowState
-from tests.support.contracts import MODEL, demo_like, free_port, write_contract
+from campaign.fsutil import read_jsonl
 from tests.support.cli import assert_exit_as_decided, campaign
+from tests.support.contracts import MODEL, demo_like, free_port, write_contract
 from tests.support.daily import kill_runner_and_watchdogs, runner_past_the_daily_stop
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from campaign.fsutil import read_jsonl
 from campaign.daily.state import WindowState, process_start_time
+from campaign.fsutil import read_jsonl
 from tests.support.cli import assert_exit_as_decided, campaign
-from tests.support.daily import (daily_pid, first_record_of_each_kind, runner_past_the_daily_stop, serves,
-                                 kill_runner_and_watchdogs, serves_within, watchdog_pids)
+from tests.support.daily import (
+    daily_pid,
+    first_record_of_each_kind,
+    kill_runner_and_watchdogs,
+    runner_past_the_daily_stop,
+    serves,
+    serves_within,
+    watchdog_pids,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -127,7 +127,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
                           text=True)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
-    lines = [l for l in done.stderr.splitlines() if l.strip()]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "c.yaml:24: gates[0].repeats:" in lines[0]
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from campaign.errors import InputError, PreflightError
 from campaign.daily import incumbent
 from campaign.daily.ledger import Ledger
 from campaign.daily.state import WindowState
+from campaign.errors import InputError, PreflightError
 from campaign.failsafe.watchdogfiles import alive
 
 

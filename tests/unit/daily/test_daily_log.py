@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from campaign.contracts.load import load_contract
+from campaign.daily import daily
 from campaign.errors import RunError
 from campaign.lanes.redact import MARK
-from campaign.daily import daily
 from tests.support.contracts import free_port
 
 ECHO = """#!/bin/sh

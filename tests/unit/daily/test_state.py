@@ -15,10 +15,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from campaign.errors import InputError
 from campaign.daily import state as state_module
-from campaign.daily.state import (LaneProcess, WindowState, boot_id, boottime, process_start_time, state_root,
-                                   windows_dir)
+from campaign.daily.state import (
+    LaneProcess,
+    WindowState,
+    boot_id,
+    boottime,
+    process_start_time,
+    state_root,
+    windows_dir,
+)
+from campaign.errors import InputError
 
 
 @pytest.fixture(autouse=True)

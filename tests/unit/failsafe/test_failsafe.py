@@ -17,10 +17,10 @@ from typing import Iterator
 
 import pytest
 
+from campaign.daily.state import FailsafeFailure, WindowState, boot_id, boottime, process_start_time
 from campaign.errors import PreflightError
 from campaign.failsafe import failsafe
 from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run
-from campaign.daily.state import FailsafeFailure, WindowState, boot_id, boottime, process_start_time
 from campaign.failsafe.watchdogfiles import ack_path, alive, pidfile
 
 WINDOW = "t-failsafe-20990101-000000"

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from campaign.errors import RunError
-from campaign.fsutil import read_jsonl
-from campaign.failsafe import watchdog
 from campaign.daily.state import WindowState, boot_id, boottime, process_start_time
+from campaign.errors import RunError
+from campaign.failsafe import watchdog
 from campaign.failsafe.watchdog import Report, fire_reason, restore_until_served
+from campaign.fsutil import read_jsonl
 from tests.support.cli import campaign
 from tests.support.contracts import REPO, demo_like, write_contract
 

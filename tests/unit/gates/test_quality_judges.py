@@ -94,7 +94,7 @@ def test_first_divergence() -> None:
 
 
 def _generation(tokens: list[int], logprobs: list[float]) -> Generation:
-    positions = tuple(_pos(t, lp, [(t, lp), (999, lp - 1.0)]) for t, lp in zip(tokens, logprobs))
+    positions = tuple(_pos(t, lp, [(t, lp), (999, lp - 1.0)]) for t, lp in zip(tokens, logprobs, strict=True))
     return Generation(tokens=TokenSeq(tuple(tokens), ""), positions=positions, finish="length")
 
 

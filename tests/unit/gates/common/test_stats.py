@@ -7,8 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from campaign.gates.common.stats import (bootstrap_mean_ci, clopper_pearson_interval, clopper_pearson_upper,
-                                  min_n_for_zero_loss, paired_bootstrap_ci, paired_changes)
+from campaign.gates.common.stats import (
+    bootstrap_mean_ci,
+    clopper_pearson_interval,
+    clopper_pearson_upper,
+    min_n_for_zero_loss,
+    paired_bootstrap_ci,
+    paired_changes,
+)
 
 
 def test_one_loss_in_100_matches_the_seed_report() -> None:
@@ -30,7 +36,7 @@ def test_denominator_is_tasks_not_task_repeats() -> None:
 def test_upper_bound_edges_and_monotonicity() -> None:
     assert clopper_pearson_upper(10, 10) == 1.0
     bounds = [clopper_pearson_upper(k, 50) for k in range(51)]
-    assert all(a < b for a, b in zip(bounds, bounds[1:-1]))
+    assert all(a < b for a, b in zip(bounds, bounds[1:-1], strict=False))
     assert clopper_pearson_upper(5, 50, 0.99) > clopper_pearson_upper(5, 50, 0.95)
 
 

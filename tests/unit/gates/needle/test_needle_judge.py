@@ -11,8 +11,8 @@ import pytest
 from campaign.contracts.load import load_contract
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import GateContext
-from campaign.gates.registry import gate_for
 from campaign.gates.needle.prompts import VARIANTS, build_case, case_seed, check_reply
+from campaign.gates.registry import gate_for
 from campaign.gates.result import Verdict
 from tests.support.contracts import demo_like, write_contract
 

@@ -15,8 +15,18 @@ import numpy as np
 import pytest
 
 from campaign.errors import InputError
-from campaign.gates.screen.cachereplay import (POLICIES, Trace, TraceError, cross_layer_overlap, generate_trace,
-                                               load_slot_map, load_trace, replay, step_overlap, trace_from_array)
+from campaign.gates.screen.cachereplay import (
+    POLICIES,
+    Trace,
+    TraceError,
+    cross_layer_overlap,
+    generate_trace,
+    load_slot_map,
+    load_trace,
+    replay,
+    step_overlap,
+    trace_from_array,
+)
 
 # ------------------------------------------------------------------------------------ brute-force references
 # Per layer, per step, with Python sets and dicts, following the module docstring's conventions word by word.
@@ -199,14 +209,14 @@ def test_provable_orderings(seed: int) -> None:
     for size in range(11):
         lru, belady, static = (by_slots[size][p] for p in ("lru", "belady", "static"))
         # Belady is optimal among policies choosing from what they held and just fetched: LRU is one
-        assert all(b >= r for b, r in zip(belady, lru))
+        assert all(b >= r for b, r in zip(belady, lru, strict=True))
         # so is a static pin loaded on first use, which loses one hit per pinned expert that is used;
         # the replayed static pin is loaded before step 0, so it may beat Belady by that much and no more
         pinned_used = [min(size, len(set(trace.experts[:, layer].ravel().tolist()))) for layer in range(3)]
-        assert all(b >= s - u for b, s, u in zip(belady, static, pinned_used))
+        assert all(b >= s - u for b, s, u in zip(belady, static, pinned_used, strict=True))
         if size < 10:  # LRU is a stack algorithm; an optimum cannot lose a slot's worth
             for policy in ("lru", "belady"):
-                assert all(a <= b for a, b in zip(by_slots[size][policy], by_slots[size + 1][policy]))
+                assert all(a <= b for a, b in zip(by_slots[size][policy], by_slots[size + 1][policy], strict=True))
 
 
 def test_belady_is_the_optimum_over_every_choice_of_contents() -> None:
@@ -243,7 +253,7 @@ def test_one_step_lookahead_loads_what_lru_misses() -> None:
     lru = replay(trace, slots, "lru")
     ahead = replay(trace, slots, "lookahead", lookahead=1)
     assert ahead.hits_per_layer == ahead.accesses_per_layer
-    assert ahead.loads_per_layer == [a - h for a, h in zip(lru.accesses_per_layer, lru.hits_per_layer)]
+    assert ahead.loads_per_layer == [a - h for a, h in zip(lru.accesses_per_layer, lru.hits_per_layer, strict=True)]
 
 
 # ------------------------------------------------------------------------------------ result and subsample

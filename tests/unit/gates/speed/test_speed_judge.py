@@ -18,7 +18,6 @@ from campaign.gates.speed.rows import spread
 from tests.support.contracts import write_contract
 from tests.support.speedrecords import TOKENS, load_gates, rates, speed_contract, write_boots, write_visit
 
-
 LANES = """\
 - {name: base, role: control}
 - name: cand
@@ -117,7 +116,7 @@ def test_a_change_that_varies_by_prompt_beyond_any_pairs_reach_stops_pairing(tmp
     mixed = [1.3, 0.75, 1.3, 0.75, 1.3, 0.75]
 
     def candidate(scale: float) -> dict[str, float]:
-        return {pid: value * factor for (pid, value), factor in zip(rates(scale).items(), mixed)}
+        return {pid: value * factor for (pid, value), factor in zip(rates(scale).items(), mixed, strict=True)}
 
     write_boots(gate, [rates(), rates(1.01), rates(0.99)], [candidate(1.0), candidate(1.01)])
     assert not gate.wants_pair(cand, ctrl, 2)

@@ -10,8 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from campaign.gates.speed.power import (DesignSimulation, Noise, RuleShape, _fit, conditional_decision, fit_noise,
-                                        pairs_for)
+from campaign.gates.speed.power import (
+    DesignSimulation,
+    Noise,
+    RuleShape,
+    _fit,
+    conditional_decision,
+    fit_noise,
+    pairs_for,
+)
 from campaign.gates.speed.sequential import BootValues, estimate, look, look_confidence
 
 

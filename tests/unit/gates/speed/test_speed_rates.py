@@ -46,7 +46,7 @@ def test_a_poisson_schedule_is_the_seeds_alone_and_keeps_its_rate() -> None:
     assert first == again and first[0] == 0.0
     assert first != schedule(Arrival(seed=8), "2rps", "prose", 4000)
     assert first != schedule(Arrival(seed=7), "2rps", "code", 4000)
-    gaps = [b - a for a, b in zip(first, first[1:])]
+    gaps = [b - a for a, b in zip(first, first[1:], strict=False)]
     assert statistics.fmean(gaps) == pytest.approx(0.5, rel=0.05)  # 1 / rate
     assert statistics.stdev(gaps) == pytest.approx(0.5, rel=0.1)  # exponential: as wide as its mean
     assert schedule(Arrival(process="constant"), "4rps", "prose", 3) == [0.0, 0.25, 0.5]

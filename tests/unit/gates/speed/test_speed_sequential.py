@@ -6,8 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from campaign.gates.speed.sequential import (BootValues, estimate, holm_rejected, look, look_confidence,
-                                             looks_allowed, p_below_bar, reachable)
+from campaign.gates.speed.sequential import (
+    BootValues,
+    estimate,
+    holm_rejected,
+    look,
+    look_confidence,
+    looks_allowed,
+    p_below_bar,
+    reachable,
+)
 
 PROMPTS = [f"p{i}" for i in range(6)]
 
@@ -121,7 +129,7 @@ def _with_per_prompt_change(changes: list[float], pairs: int, boot_sd: float = 0
     for boot in boots(0.0, pairs, rng=rng, boot_sd=boot_sd):
         if boot.candidate:
             boot = BootValues(boot.key, boot.position, True,
-                              {p: v * (1 + c) for (p, v), c in zip(boot.values.items(), changes)})
+                              {p: v * (1 + c) for (p, v), c in zip(boot.values.items(), changes, strict=True)})
         out.append(boot)
     return out
 

@@ -92,7 +92,7 @@ def test_a_last_character_held_back_at_the_limit_is_not_a_lost_chunk() -> None:
 
 def test_a_held_back_multibyte_character_is_not_a_lost_chunk() -> None:
     record = stream(["a", "b", "é", "d"], usage=5)
-    for event, n in zip(record["events"][1:5], (1, 2, 4, 5)):
+    for event, n in zip(record["events"][1:5], (1, 2, 4, 5), strict=True):
         event["data"]["timings"]["predicted_n"] = n
     stats, problem = analyze_stream(record, 5, LLAMA)
     assert problem is None and stats.tokens == 5

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from campaign.contracts.load import load_contract
 from campaign.contracts.gatespecs import ArithmeticTasks
+from campaign.contracts.load import load_contract
 from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import GateContext

@@ -5,8 +5,15 @@ left out) and SGLang's metric values (a metric summed over its label sets, histo
 from __future__ import annotations
 
 from campaign.gates.ruler import counter_deltas as ruler_counter_deltas
-from campaign.lanes.engines.prometheus import (counter_deltas, metric_name, parse_prometheus, sample_key, series,
-                                               series_sum, totals)
+from campaign.lanes.engines.prometheus import (
+    counter_deltas,
+    metric_name,
+    parse_prometheus,
+    sample_key,
+    series,
+    series_sum,
+    totals,
+)
 from campaign.lanes.engines.sglang import METRICS, SGLangAdapter
 
 SCRAPE = """\

@@ -12,8 +12,8 @@ import pytest
 from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import ModelSpec
 from campaign.errors import ScoreError
-from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.prometheus import counter_deltas, parse_prometheus, sample_key
+from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.engines.scoring import TokenSeq
 from campaign.lanes.engines.vllm import SERVE_MODULE, VllmAdapter, _seq
 

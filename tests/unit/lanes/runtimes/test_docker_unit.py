@@ -12,9 +12,9 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.contracts.schema import DockerHost
 from campaign.errors import ContractError, PreflightError
 from campaign.lanes.bootlog import classify_failure
+from campaign.lanes.runtimes.base import LaunchSpec
 from campaign.lanes.runtimes.docker import LABEL_LANE, container_path, create_kwargs, device_requests, host_path
 from campaign.lanes.runtimes.dockerhost import API_VERSION, client_kwargs, is_local, ssh_command
-from campaign.lanes.runtimes.base import LaunchSpec
 from tests.support.contracts import write_contract
 
 DIGEST = "sha256:" + "ab" * 32

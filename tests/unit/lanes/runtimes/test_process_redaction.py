@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from campaign.lanes.runtimes.process import ProcessRuntime
 from campaign.lanes.redact import MARK, Redactor
 from campaign.lanes.runtimes.base import LaunchSpec
+from campaign.lanes.runtimes.process import ProcessRuntime
 
 SECRET = "sk-" + "PlantedProcessKey1234"
 
