@@ -57,4 +57,9 @@ def test_install_without_a_crontab_says_what_to_install_and_the_command(monkeypa
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(PreflightError, match=r"no `crontab` on this machine: install cron .* failsafe check"):
         supervisor.install()
-    assert supervisor.installed() is None
+    # the failed install recorded nothing (state is written only after the step that changes it succeeds) ...
+    assert not supervisor._record_path().exists() and supervisor.installed() is None
+    # ... where a record, once written, is what the same reader gives back
+    supervisor._record_path().parent.mkdir(parents=True, exist_ok=True)
+    supervisor._record_path().write_text('{"kind": "cron", "line": "x", "installed_at": 0}')
+    assert supervisor.installed() == {"kind": "cron", "line": "x", "installed_at": 0}
