@@ -46,7 +46,7 @@ MUTANTS = (
     Mutant("greedy: a cached reply may FAIL", "gates/greedy.py", "if result.verdict is Verdict.FAIL:\n                result.verdict = Verdict.INCONCLUSIVE",
            "if False:\n                result.verdict = Verdict.INCONCLUSIVE", ("tests/unit/gates/test_greedy_judge.py",)),
     Mutant("structured: every count rule met", "gates/structured.py", "ok = got >= need", "ok = True",
-           ("tests/unit/gates/test_quality_judges.py",)),
+           ("tests/unit/gates/test_structured_judge.py",)),
     Mutant("tools: every episode rule met", "gates/tools.py", "ok = passed >= need", "ok = True",
            ("tests/unit/gates/test_quality_judges.py",)),
     Mutant("needle: the reach always met", "gates/needle/gate.py", "ok = cand_high >= reach", "ok = True",
