@@ -18,6 +18,19 @@ def _interrupted_while_starting(kind: type[BaseException], value: BaseException,
 # first, before the imports that take most of the start (typer keeps it as the hook it falls back on)
 sys.excepthook = _interrupted_while_starting
 
+
+def _reopen_closed_streams() -> None:
+    """A standard stream the caller closed (`campaign validate X >&-`) is None in Python, and the first write or
+    isatty() on it raised before any command ran (a traceback; a refusal exited 1, not 2). Such a stream goes to
+    the null device instead: what would be printed is lost, as the caller asked, and the exit code is the
+    command's own."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 - lives as long as the process
+
+
+_reopen_closed_streams()
+
 import errno  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
