@@ -266,17 +266,6 @@ class RulerGate(LiveGate):
         if problems:
             result.reasons = ["instrument: the probes did not get real replies on both lanes", *problems[:10]]
             return result
-        if "control" in inert:
-            # the switch does nothing on the control either: the window's instrument (its template or engine), the
-            # same for every candidate, so one window finding and no candidate's verdict
-            result.window_finding = (f"the thinking switch is inert on the control {inert['control']}: the engine "
-                                     "or its chat template ignores it, so no lane's thinking regime is proven")
-            result.reasons = [f"instrument: {result.window_finding}"]
-            result.details["thinking"] = thinking
-            return result
-        thinking_failures = ([f"thinking switch inert on {inert['candidate']}, where the control's switch acts: the "
-                              "candidate's change stops the switch acting, so nothing measured with it means what it "
-                              "says"] if "candidate" in inert else [])
         evidence: dict[str, str] = {}
         unavailable: list[str] = []
         for observable in self.spec.rule.observe:
@@ -289,11 +278,23 @@ class RulerGate(LiveGate):
                 evidence[observable] = verdict
         self._report(result, candidate, ctrl, cand, evidence, unavailable, thinking)
         declared = self._declared(result, candidate, control, ctrl, cand)
-        failures = [*thinking_failures, *self._requirements_unmet(candidate, cand),
+        failures = [*self._requirements_unmet(candidate, cand),
                     *(f.sentence() for f in declared if f.status == "contradicted")]
-        if failures:
+        if "control" not in inert and "candidate" in inert:
+            failures.insert(0, f"thinking switch inert on {inert['candidate']}, where the control's switch acts: the "
+                               "candidate's change stops the switch acting, so nothing measured with it means what "
+                               "it says")
+        if failures:  # what the candidate's own axis did: its findings, whatever the window's instrument
             result.reasons = failures
             result.verdict = Verdict.FAIL
+            return result
+        if "control" in inert:
+            # the switch does nothing on the control either: the window's instrument (its template or engine), the
+            # same for every candidate, so one window finding and no candidate's verdict (the axis evidence stays
+            # in details)
+            result.window_finding = (f"the thinking switch is inert on the control {inert['control']}: the engine "
+                                     "or its chat template ignores it, so no lane's thinking regime is proven")
+            result.reasons = [f"instrument: {result.window_finding}"]
             return result
         self._conclude(result, candidate, control, ctrl, cand, evidence, unavailable)
         held = [f.sentence() for f in declared if f.status == "holds"]
