@@ -205,6 +205,8 @@ def test_no_scoring_request_of_any_gate_reused_a_cached_prompt(bundle: Path) -> 
             request, response = record.get("request") or {}, record.get("response")
             if not isinstance(response, dict) or "timings" not in response:
                 continue  # a tokenize or template call: no prompt processed
+            if str((record.get("tags") or {}).get("item", "")).startswith("exercise:"):
+                continue  # the ruler's exercises keep the cache on purpose: they exercise it
             assert request.get("cache_prompt") is False, (raw.name, request)
             assert response["timings"].get("cache_n") == 0, (raw.name, response["timings"])
             seen[raw.parent.name] = seen.get(raw.parent.name, 0) + 1
