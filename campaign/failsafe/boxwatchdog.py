@@ -2,8 +2,9 @@
 
 This file is copied into the container as it is and run by that image's python: standard library only,
 never an import from campaign. The runner's machine may die, lose its network or be switched off; the
-box keeps the deadline. The container has the box engine's socket mounted, restart policy ``always`` (a
-box that reboots starts it again), host networking (to see the daily answer at its own address), and its
+box keeps the deadline. The container has the folder of the box engine's socket mounted read-only (the
+socket's path in ``CAMPAIGN_ENGINE_SOCKET``), restart policy ``always`` (a box that reboots starts it
+again), host networking (to see the daily answer at its own address), and its
 settings in ``CAMPAIGN_FAILSAFE`` (JSON): window, daily (container id), restart_policy, deadline (the box's
 epoch seconds), grace (seconds), endpoint.
 
@@ -27,7 +28,7 @@ import time
 import urllib.parse
 import urllib.request
 
-SOCKET = "/campaign/docker.sock"
+SOCKET = os.environ.get("CAMPAIGN_ENGINE_SOCKET", "/campaign/engine/docker.sock")
 HEARTBEAT = "/campaign/heartbeat"
 DONE = "/campaign/restored"
 POLL = 0.5

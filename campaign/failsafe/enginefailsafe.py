@@ -26,6 +26,8 @@ from campaign.daily.state import WindowState, mark_disarmed, record_arming, wind
 from campaign.errors import CampaignError, DockerError, DockerNotFound, DockerRefused, PreflightError, RunError
 from campaign.lanes.runtimes.dockererrors import docker_errors, why
 
+ENGINE_FOLDER = "/campaign/engine"  # where the watchdog sees the folder of the engine's socket
+
 __all__ = ["LABEL_FAILSAFE", "arm", "beat", "box_report", "disarm", "dry_run", "remove_stale", "stale_watchdogs"]
 
 LABEL_FAILSAFE = "campaign.failsafe"
@@ -67,12 +69,19 @@ def _create(snap: dict[str, Any], spec: FailsafeSpec, state: WindowState, *, nam
     client = _client(snap)
     host = _host(snap)
     script = SCRIPT.read_bytes()
-    mounts = [Mount(target="/campaign/docker.sock", source=host.socket, type="bind"),
-              *(Mount(target=m.container, source=m.host, type="bind", read_only=m.read_only) for m in spec.mounts)]
+    folder, socket_name = host.socket.rsplit("/", 1)
+    # the socket's folder, not the socket: an engine started again makes its socket anew, and a watchdog
+    # that kept running (live-restore) holding the old file would reach nothing; a runc that binds a
+    # socket file whose inode is gone refuses to start the container at all (seen on a restarted engine)
+    engine = (Mount(target=ENGINE_FOLDER, source=folder, type="bind", read_only=True) if folder
+              else Mount(target=f"{ENGINE_FOLDER}/{socket_name}", source=host.socket, type="bind"))
+    mounts = [engine, *(Mount(target=m.container, source=m.host, type="bind", read_only=m.read_only)
+                        for m in spec.mounts)]
     with docker_errors(f"creating the failsafe watchdog container {name}", host.url):
         container = client.api.create_container(
             spec.image or snap["image_id"], entrypoint=[spec.python, "/campaign/watchdog.py"], command=command,
-            name=name, environment={"CAMPAIGN_FAILSAFE": json.dumps(settings), "PYTHONDONTWRITEBYTECODE": "1"},
+            name=name, environment={"CAMPAIGN_FAILSAFE": json.dumps(settings), "PYTHONDONTWRITEBYTECODE": "1",
+                                    "CAMPAIGN_ENGINE_SOCKET": f"{ENGINE_FOLDER}/{socket_name}"},
             labels={LABEL_FAILSAFE: "1", "campaign.window": state.window, **labels},
             host_config=client.api.create_host_config(
                 mounts=mounts, network_mode="host", restart_policy={"Name": "always"} if restart else {"Name": "no"}))

@@ -220,6 +220,10 @@ def test_the_runner_killed_mid_window_the_box_brings_its_daily_back(box: Box, ho
     assert daily_attrs()["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
     watchdog = [c for c in box_containers(box) if "campaign.failsafe" in c.get("Labels", "")]
     assert len(watchdog) == 1
+    # the socket's folder, read-only: a socket the engine made anew (a restart) is the one the watchdog reaches
+    mounts = {m["Destination"]: m for m in json.loads(box.docker("inspect", watchdog[0]["ID"]).stdout)[0]["Mounts"]}
+    engine = mounts["/campaign/engine"]
+    assert (engine["Source"], engine["RW"]) == (str(Path(box.socket).parent), False), mounts
     said = ""
     while time.monotonic() - killed_at < 60 and "restored:" not in said:  # it checks the daily answers each second
         said = box.docker("logs", watchdog[0]["ID"]).stdout
