@@ -103,7 +103,7 @@ test: venv lint engine engine-python model vllm sglang $(if $(filter 1,$(CAMPAIG
 	test -x "$$bin_dir/llama-server" && test -x "$$lcp_python" || \
 	  { echo "make: an engine build is missing ($$bin_dir, $$lcp_python): run make engine engine-python"; exit 1; }; \
 	echo "make: test"; \
-	PATH="$$bin_dir:$(VLLM_BIN):$(SGLANG_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs --durations=25
+	PATH="$$bin_dir:$(VLLM_BIN):$(SGLANG_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs --durations=15
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest -q -m "not integration"

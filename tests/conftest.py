@@ -15,6 +15,16 @@ from tests.support.contracts import MODEL
 pytest_plugins = ["tests.support.bundles"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_state(tmp_path_factory: pytest.TempPathFactory):
+    """Window state (claims, journals, armed failsafes) in this session's own folder, never the user's: a
+    window a test runs never meets one the user (or another session) has armed on this machine. Session
+    scope, so the module-scoped windows run with it too; a test that needs its own sets it again."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own key directory, so no test signs with (or trusts) the user's key."""

@@ -37,6 +37,7 @@ from campaign.contracts.secretrefs import (
     open_pem_label,
     referenced_names,
 )
+from campaign.errors import PreflightError
 from campaign.fsutil import UnreadableFile, read_bounded
 from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.scratch import scratch_path
@@ -212,7 +213,7 @@ def redactor_for(lane: EffectiveLane) -> Redactor:
     and temp folders under the lane's scratch path): both are configuration, not secrets."""
     try:
         engine_env = adapter_for(lane.engine).launch_env(lane, str(scratch_path(lane)))
-    except Exception:  # an engine without an adapter has no engine-set variables to keep
+    except PreflightError:  # an engine without an adapter has no engine-set variables to keep
         engine_env = {}
     return Redactor(lane_secrets(lane), declared_env={**engine_env, **dict(lane.env)})
 

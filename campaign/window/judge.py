@@ -127,9 +127,9 @@ def _write_error(bundle: Path, gate_id: str, candidate: str, text: str) -> None:
 def _result(gate: Gate, candidate: EffectiveLane, control: EffectiveLane, reasons: list[str]) -> GateResult:
     try:
         rule = gate.rule_dump()
-    except Exception:  # top level of an error's verdict: it must still be written (the error it reports is
-        # recorded already); the rule is in the bundle's contract copy
-        rule = {}
+    except Exception as exc:  # top level of an error's verdict: it must still be written (the error it reports
+        # is recorded already); the rule is in the bundle's contract copy, and why it is missing here is said
+        rule = {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
     return GateResult(gate=gate.gate_id, kind=gate.spec.kind, candidate=candidate.name, control=control.name,
                       verdict=Verdict.INCONCLUSIVE, reasons=reasons, rule=rule, presentation=Presentation())
 
