@@ -71,6 +71,8 @@ def preload() -> None:
     import campaign
 
     for module in pkgutil.walk_packages(campaign.__path__, "campaign."):
+        if module.name.endswith(".__main__"):  # importing one runs its program (`python -m campaign.cli`)
+            continue
         try:
             importlib.import_module(module.name)
         except Exception:

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from campaign import cli
+from campaign.cli import _app as cli_app
+from campaign.cli import status as cli_status
 from campaign.terminal import UNSAFE, shown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +78,7 @@ def test_any_error_text_prints_as_itself_on_one_line(text: str) -> None:
     captured = io.StringIO()
     saved, sys.stderr = sys.stderr, captured
     try:
-        cli._error(text)
+        cli_app._error(text)
     finally:
         sys.stderr = saved
     # exactly the escaped text: no markup read, no emoji made, nothing highlighted, nothing cut
@@ -94,11 +96,11 @@ def test_a_table_of_any_values_shows_each_as_written(values: list[str]) -> None:
            "daily": values[7], "failsafe_backend": values[8]}
     captured = io.StringIO()
     saved, sys.stdout = sys.stdout, captured
-    width, cli.out.width = cli.out.width, 20_000  # no cell folded, so each can be found whole
+    width, cli_app.out.width = cli_app.out.width, 20_000  # no cell folded, so each can be found whole
     try:
-        cli.out.print(cli._status_table([row]))
+        cli_app.out.print(cli_status._status_table([row]))
     finally:
-        sys.stdout, cli.out.width = saved, width
+        sys.stdout, cli_app.out.width = saved, width
     printed = captured.getvalue()
     assert bad_chars(printed) == []
     assert len(printed.splitlines()) == 5  # top rule, header, rule, the one row, bottom rule
@@ -234,7 +236,7 @@ def test_a_full_disk_is_a_failed_run_in_one_line(monkeypatch: pytest.MonkeyPatch
 
 
 def test_ctrl_c_while_importing_is_one_line_and_130() -> None:
-    """The deterministic case: the interrupt arrives inside the imports at the top of campaign/cli.py."""
+    """The deterministic case: the interrupt arrives inside the imports at the top of campaign/cli/__init__.py."""
     script = ("import builtins, runpy, sys\n"
               "real = builtins.__import__\n"
               "def interrupted(name, *args, **kwargs):\n"
@@ -257,7 +259,7 @@ def test_ctrl_c_at_any_moment_of_the_start_is_never_a_traceback() -> None:
                                  env={**os.environ, "COLUMNS": "120"})
         assert child.stderr is not None
         # -X importtime writes a line as each module's import ends: the first after the package's is one of
-        # campaign/cli.py's own imports (Python's own start, and runpy finding the module, are not ours)
+        # campaign/cli/__init__.py's own imports (Python's own start, and runpy finding the module, are not ours)
         reached = False
         for line in child.stderr:
             if reached:
