@@ -32,7 +32,7 @@ from campaign.contracts.resolve import (
     implied_by_models,
     normalize_axis,
 )
-from campaign.contracts.schema import Contract, LaneFile, LaneModel
+from campaign.contracts.schema import Contract, LaneFile, LaneModel, engine_is_local
 from campaign.contracts.secretrefs import literal_secrets, refuse_secrets_in_text, secrets_anywhere
 from campaign.contracts.yamlsafe import LocatedDocument, dotted, load_located, shown_path, without_gc
 from campaign.errors import AxisError, ContractError
@@ -192,6 +192,7 @@ def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None
         _check_confined(loaded)
         _check_files(loaded)
         _check_models(loaded)
+        _check_served_models(loaded)
     _check_literal_secrets(loaded)
     _check_file_refs(loaded)
     _check_model_refs(loaded, draft_flags=not bundle_copy)
@@ -260,6 +261,50 @@ def _check_models(loaded: LoadedContract) -> None:
             raise loaded.error((*where, "sha256_manifest"), file_problem(loaded, model.sha256_manifest, exc)) from None
         except ManifestError as exc:
             raise loaded.error((*where, "sha256_manifest"), str(exc)) from None
+
+
+def _check_served_models(loaded: LoadedContract) -> None:
+    """The served model of each lane that runs on this machine (a process lane, or a docker lane of this
+    box's engine; another box's paths are its pre-flight's) is what its pin says it can be, checked where the
+    contract writes it: a folder for ``sha256_manifest``, a file that opens as a regular file for ``sha256``,
+    either without a pin. A device, a FIFO, a socket, a symlink loop or a dangling link is refused here, never
+    handed to an engine. A path not there at all is left to the run's pre-flight (a model fetched later)."""
+    checked: set[tuple[Any, ...]] = set()
+    for index, lane in enumerate(loaded.contract.lanes):
+        effective = loaded.lanes[lane.name]
+        if effective.runtime == "docker" and not engine_is_local(effective.docker_host):
+            continue
+        where = ("lanes", index, "set", "model", "path") if lane.set.model is not None else \
+            ("lane_defaults", "model", "path")
+        if where in checked:
+            continue
+        checked.add(where)
+        model = effective.model
+        path = loaded.resolve(model.path)
+        if not os.path.lexists(path):
+            continue
+        if os.path.islink(path) and not os.path.exists(path) and not _is_loop(path):
+            raise loaded.error(where, f"{model.path!r}: a symlink to nothing (its target is gone)")
+        folder = os.path.isdir(path)
+        if model.sha256_manifest is not None or (folder and model.sha256 is None):
+            if not folder:
+                raise loaded.error(where, f"{model.path!r} is not a directory (a sha256_manifest pins a "
+                                          "directory; a file is pinned by sha256 alone)")
+            continue
+        try:
+            with open_regular(path, what="model"):
+                pass
+        except UnreadableFile as exc:
+            raise loaded.error(where, file_problem(loaded, model.path, exc) + (
+                " (a directory is pinned by sha256_manifest)" if folder else "")) from None
+
+
+def _is_loop(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _arg_place(loaded: LoadedContract, index: int, kind: str, name: str) -> tuple[Any, ...]:

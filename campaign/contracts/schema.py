@@ -8,6 +8,7 @@ errors, values are immutable once loaded.
 
 from __future__ import annotations
 
+import os
 import re
 from functools import partial
 from typing import Annotated, Any, Literal, Union
@@ -45,6 +46,7 @@ __all__ = [
     "DockerHost",
     "DockerSSH",
     "DockerTLS",
+    "engine_is_local",
     "FailsafeSpec",
     "IncumbentSpec",
     "FILES_MOUNT_ROOT",
@@ -124,6 +126,13 @@ class DockerHost(StrictModel):
         if self.ssh is not None and not self.url.startswith("ssh://"):
             raise ValueError("`ssh` applies to ssh:// engines only")
         return self
+
+
+def engine_is_local(host: DockerHost | None) -> bool:
+    """Whether a docker lane's engine is this box (its ports and files are this box's): no host given means
+    DOCKER_HOST's engine, else the local socket."""
+    url = host.url if host else os.environ.get("DOCKER_HOST", "unix://")
+    return url.startswith(("unix://", "tcp://127.", "tcp://localhost"))
 
 
 # `docker_host: unix:///...` is short for `docker_host: {url: ...}`: the JSON Schema takes either

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from campaign.contracts.schema import DockerHost
+from campaign.contracts.schema import DockerHost, engine_is_local
 from campaign.errors import DockerError, DockerTLSError, DockerUnreachable, PreflightError
 from campaign.fsutil import UnreadableFile, open_regular
 from campaign.lanes.runtimes.dockererrors import default_engine, docker_errors, why
@@ -56,10 +56,7 @@ def describe(host: DockerHost | None) -> str:
     return host.url if host else default_engine()
 
 
-def is_local(host: DockerHost | None) -> bool:
-    """Whether the lane's engine is this box (its ports and files are this box's)."""
-    url = host.url if host else os.environ.get("DOCKER_HOST", "unix://")
-    return url.startswith("unix://") or url.startswith("tcp://127.") or url.startswith("tcp://localhost")
+is_local = engine_is_local  # the contract's fact about an engine, named as the runtimes read it
 
 
 def _path(text: str | None) -> str | None:

@@ -56,8 +56,9 @@ KINDS = ["dev-zero", "fifo", "folder", "loop", "missing"]
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_doctor_gives_one_failed_line_naming_the_model_path(tmp_path: Path, kind: str) -> None:
-    words = _make(kind, tmp_path / "model.gguf")
+    # validate refuses such a path (tests/unit/contracts/test_served_model.py): here it became one afterwards
     loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin=f", sha256: '{PIN}'")))
+    words = _make(kind, tmp_path / "model.gguf")
     started = time.monotonic()
     (check,) = _models(loaded)
     assert time.monotonic() - started < 2
@@ -68,8 +69,9 @@ def test_doctor_gives_one_failed_line_naming_the_model_path(tmp_path: Path, kind
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_run_preflight_refuses_the_model_path_in_one_line(tmp_path: Path, kind: str) -> None:
-    words = _make(kind, tmp_path / "model.gguf")
+    # validate refuses such a path (tests/unit/contracts/test_served_model.py): here it became one afterwards
     loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin=f", sha256: '{PIN}'")))
+    words = _make(kind, tmp_path / "model.gguf")
     started = time.monotonic()
     with pytest.raises(PreflightError) as caught:
         preflight(loaded)
@@ -113,7 +115,7 @@ def test_doctor_does_not_start_an_engine_on_an_unusable_model(tmp_path: Path) ->
     """An engine started on a FIFO would wait for a writer until its readiness budget ran out."""
     from campaign.window.doctor import _engines
 
-    _make("fifo", tmp_path / "model.gguf")
     loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin="")))
+    _make("fifo", tmp_path / "model.gguf")
     (check,) = _engines(loaded, smoke=True)
     assert not check.ok and "not started: its model is not usable" in check.detail
