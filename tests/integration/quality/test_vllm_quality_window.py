@@ -39,7 +39,9 @@ def contract(port: int) -> str:
             model={"path": VLLM_MODEL, "sha256_manifest": "smollm2-135m-hf.sha256", "served_name": "smollm2"},
             # the engine core in the API server's process: 35 s a boot instead of 76 here (two fewer interpreters
             # importing torch); numerics and counters are the same, and the engine tests keep the production layout
-            env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, boot_log={"require": ["speculative_config=None"]}),
+            # TORCHDYNAMO_DISABLE: the logprobs' rank count (vllm/v1/sample/ops/logprobs.py) is a torch.compile
+            # kernel, compiled again at each boot's first request with logprobs (15 s here); eager gives the same
+            env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TORCHDYNAMO_DISABLE": "1"}, boot_log={"require": ["speculative_config=None"]}),
         lanes=[control(), candidate("spec", ["args.speculative-config"], args={"--speculative-config": NGRAM_SPEC},
                                     boot_log={"require": ["speculative_config=SpeculativeConfig\\(method='ngram'"]})],
         inputs={"tf": {"file": EXAMPLES / "prompts/tf-vllm4.jsonl"}, "refs": {"file": EXAMPLES / "prompts/refs2.jsonl"},
