@@ -28,7 +28,8 @@ from campaign.failsafe.watchdogfiles import LOG_NAME, ack_path, pidfile, record_
 
 __all__ = ["arm", "choose_backend", "disarm", "dry_run", "fallback_backend", "spawn_watchdog"]
 
-DRY_RUN_AFTER = 1.0
+# long enough that the detached watchdog must outlive its starter and its clock loop must tick; a window pays it
+DRY_RUN_AFTER = 0.25
 DRY_RUN_WAIT = 15.0
 ACK_WAIT = 15.0  # a watchdog that has not acked by then is not trusted with the daily
 

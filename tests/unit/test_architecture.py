@@ -149,6 +149,18 @@ def test_every_module_of_the_command_line_is_short() -> None:
     assert len(cli) > 5 and {name: lines for name, lines in cli.items() if lines > MAX_CLI_MODULE_LINES} == {}
 
 
+def test_a_command_starts_without_the_statistics_libraries() -> None:
+    """scipy.stats takes half a second to import: a window's start, a watchdog and every command would pay it
+    (the suite runs `campaign run` hundreds of times). Only a judgment imports it, where it is used."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, campaign.cli, campaign.window.run, campaign.failsafe.watchdog, campaign.daily.restore; "
+             "print(sorted(m for m in sys.modules if m == 'scipy.stats' or m.startswith('scipy.stats.')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout[:500]
+
+
 def test_every_gate_kind_has_a_spec_and_a_gate() -> None:
     kinds = [typing.get_args(spec.model_fields["kind"].annotation)[0] for spec in GATE_SPECS]
     assert len(set(kinds)) == len(kinds)

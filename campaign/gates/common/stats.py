@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.stats import beta
 
 __all__ = ["BootNoise", "BootstrapCI", "boot_noise", "bootstrap_mean_ci", "clopper_pearson_interval",
            "clopper_pearson_upper", "min_n_for_zero_loss", "paired_bootstrap_ci", "paired_changes", "percentile", "widen"]
@@ -49,6 +48,9 @@ def clopper_pearson_upper(k: int, n: int, confidence: float = 0.95) -> float:
     _check_confidence(confidence)
     if k == n:
         return 1.0
+    # imported here: scipy.stats takes half a second to import, which every command would pay at start
+    from scipy.stats import beta
+
     return float(beta.ppf(confidence, k + 1, n - k))
 
 
@@ -56,6 +58,9 @@ def clopper_pearson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[
     """Two-sided exact interval at ``confidence`` (alpha split equally between the tails)."""
     _check_counts(k, n)
     _check_confidence(confidence)
+    # imported here: scipy.stats takes half a second to import, which every command would pay at start
+    from scipy.stats import beta
+
     alpha = 1.0 - confidence
     low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
     high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))

@@ -17,8 +17,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from scipy import stats as sps
-
 from campaign.contracts.gatespecs import Level, Slo, load_order
 from campaign.gates.common.streams import StreamStats
 
@@ -99,6 +97,9 @@ def paired_share_change(boots: Sequence[BootGoodput], confidence: float) -> dict
     mean = statistics.fmean(diffs)
     out: dict[str, Any] = {"change": round(mean, 4), "pairs": len(diffs), "confidence": confidence, "ci": None}
     if len(diffs) >= 2:
+        # imported here: scipy.stats takes half a second to import, which every command would pay at start
+        from scipy import stats as sps
+
         half = float(sps.t.ppf(1 - (1 - confidence) / 2, len(diffs) - 1)) * statistics.stdev(diffs) / math.sqrt(len(diffs))
         out["ci"] = [round(mean - half, 4), round(mean + half, 4)]
     return out

@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from campaign.gates.speed.sequential import BootValues, boot_design, log_values, look_confidence
 
@@ -90,6 +89,9 @@ class Outcome:
 
 
 def _t_half(alpha: float, df: np.ndarray, se: np.ndarray) -> np.ndarray:
+    # imported here: scipy.stats takes half a second to import, which every command would pay at start
+    from scipy import stats as sps
+
     return np.asarray(sps.t.ppf(1 - alpha, df)) * se
 
 

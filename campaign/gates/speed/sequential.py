@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from campaign.gates.common.stats import percentile
 
@@ -133,6 +132,9 @@ def estimate(boots: Sequence[BootValues], *, higher_is_better: bool, confidence:
     se_prompt = float(per_prompt.std(ddof=1)) / math.sqrt(len(prompts)) if len(prompts) > 1 else 0.0
     se = math.hypot(se_boot, se_prompt)
     df = _satterthwaite((se_boot, df_boot), (se_prompt, len(prompts) - 1)) if len(prompts) > 1 else float(df_boot)
+    # imported here: scipy.stats takes half a second to import, which every command would pay at start
+    from scipy import stats as sps
+
     half = float(sps.t.ppf(1 - (1 - confidence) / 2, df)) * se
     return Estimate(change=math.expm1(d), low=math.expm1(d - half), high=math.expm1(d + half), log_change=d,
                     se=se, se_boot=se_boot, se_prompt=se_prompt, df=df, confidence=confidence, boots=len(boots),
@@ -171,6 +173,9 @@ def reachable(est: Estimate, *, min_mean_change: float, ci_lower_above: float) -
     freedom, and a boot's noise inflates it early), so a comparison stops for futility only when even a
     generous reading leaves the bar and zero both inside the CI. Stopping for futility ends INCONCLUSIVE:
     it never makes a PASS or a FAIL, so the error rates of the looks stand."""
+    # imported here: scipy.stats takes half a second to import, which every command would pay at start
+    from scipy import stats as sps
+
     df = max(est.prompts - 1, 1)
     generous = est.se_prompt * math.sqrt(sps.chi2.ppf(0.10, df) / df)
     floor = float(sps.norm.ppf(1 - (1 - est.confidence) / 2)) * generous
@@ -183,6 +188,9 @@ def p_below_bar(est: Estimate, min_mean_change: float) -> float:
     FAILs a level alone at p < (1 - look confidence) / 2, which is the CI's high end below the bar."""
     if est.se <= 0:
         return 0.0 if est.log_change < math.log1p(min_mean_change) else 1.0
+    # imported here: scipy.stats takes half a second to import, which every command would pay at start
+    from scipy import stats as sps
+
     return float(sps.t.cdf((est.log_change - math.log1p(min_mean_change)) / est.se, est.df))
 
 
