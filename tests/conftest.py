@@ -12,7 +12,7 @@ import pytest
 from tests.support.contracts import MODEL
 
 # fixtures more than one test module uses
-pytest_plugins = ["tests.support.bundles"]
+pytest_plugins = ["tests.support.bundles", "tests.support.state"]
 
 
 @pytest.fixture(scope="session", autouse=True)

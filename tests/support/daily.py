@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["daily_pid", "first_record_of_each_kind", "kill_runner_and_watchdogs", "runner_past_the_daily_stop",
+__all__ = ["daily_pid", "n_ctx", "first_record_of_each_kind", "kill_runner_and_watchdogs", "runner_past_the_daily_stop",
            "serves", "watchdog_pids"]
 
 
@@ -94,3 +94,18 @@ def kill_runner_and_watchdogs(runner: subprocess.Popen, state) -> None:  # noqa:
         os.kill(pid, signal.SIGKILL)
     runner.wait()
 
+
+
+def n_ctx(port: int, key: str | None) -> int | None:
+    """The context size of whatever answers on ``port`` with ``key`` (None: it did not answer 200): which
+    flags serve there, behind which key."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        chat = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=headers, timeout=30.0,
+                          json={"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        props = httpx.get(f"http://127.0.0.1:{port}/props", headers=headers, timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    if chat.status_code != 200 or props.status_code != 200:
+        return None
+    return int(props.json()["default_generation_settings"]["n_ctx"])

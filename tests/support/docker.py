@@ -4,9 +4,11 @@ fails, so CI can never pass by skipping what it was meant to prove."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,14 @@ def start_dockerd() -> None:
 
     started = subprocess.run([str(REPO / "scripts" / "docker-up.sh")], capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr[-2000:]
+
+
+def docker(*args: str) -> subprocess.CompletedProcess[str]:
+    """The docker CLI on the test engine, its output captured (a test reads what it says)."""
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+
+
+def inspect(name: str) -> dict | None:
+    """``docker container inspect`` of one container; None when there is none of that name."""
+    done = docker("container", "inspect", name)
+    return json.loads(done.stdout)[0] if done.returncode == 0 else None

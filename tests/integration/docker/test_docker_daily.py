@@ -28,20 +28,11 @@ from tests.support.daily import (
     runner_past_the_daily_stop,
     serves,
 )
-from tests.support.docker import ENGINE_DIR, MODELS_DIR, need_docker, need_engine_files
+from tests.support.docker import ENGINE_DIR, MODELS_DIR, docker, inspect, need_docker, need_engine_files
 
 pytestmark = pytest.mark.integration
 
 SECRET = "hf_" + "Zq8" * 8  # a token-shaped value in the daily's environment: it must never reach a bundle
-
-
-def docker(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
-
-
-def inspect(name: str) -> dict | None:
-    done = docker("container", "inspect", name)
-    return json.loads(done.stdout)[0] if done.returncode == 0 else None
 
 
 @pytest.fixture

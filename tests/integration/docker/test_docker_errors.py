@@ -9,7 +9,6 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -22,14 +21,9 @@ from campaign.lanes.runtimes.dockererrors import docker_errors
 from campaign.lanes.runtimes.dockerhost import client_for
 from tests.support.docker import need_docker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("state_home")]
 
 WINDOW = f"w-errors-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(autouse=True)
-def state_home(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
 @pytest.fixture

@@ -9,47 +9,30 @@ endpoint (with the daily's key) answers from the candidate's flags (its context 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.support.cli import campaign
 from tests.support.contracts import candidate, contract_yaml, control, free_port, write_contract
-from tests.support.daily import disarm_windows
-from tests.support.docker import ENGINE_DIR, MODELS_DIR, docker_defaults, need_docker, need_engine_files
+from tests.support.daily import disarm_windows, n_ctx
+from tests.support.docker import (
+    ENGINE_DIR,
+    MODELS_DIR,
+    docker,
+    docker_defaults,
+    inspect,
+    need_docker,
+    need_engine_files,
+)
 
 pytestmark = pytest.mark.integration
 
 KEY = "sk-daily-" + uuid.uuid4().hex[:16]
 KEY_VAR = "CAMPAIGN_T_DAILY_KEY"
 ARGS = ["--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--seed", "0", "--no-webui"]
-
-
-def docker(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
-
-
-def inspect(name: str) -> dict:
-    return json.loads(docker("container", "inspect", name).stdout)[0]
-
-
-def n_ctx(port: int, key: str | None = KEY) -> int | None:
-    """The context size of whatever answers on ``port`` with ``key`` (None: it did not answer 200)."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    try:
-        chat = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=headers, timeout=30.0,
-                          json={"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
-        props = httpx.get(f"http://127.0.0.1:{port}/props", headers=headers, timeout=10.0)
-    except httpx.HTTPError:
-        return None
-    if chat.status_code != 200 or props.status_code != 200:
-        return None
-    return int(props.json()["default_generation_settings"]["n_ctx"])
 
 
 def start_daily(name: str, image: str, network: str, port: int) -> None:
@@ -65,9 +48,9 @@ def start_daily(name: str, image: str, network: str, port: int) -> None:
                      *ARGS, *([] if network == "bridge" else ["--api-key", KEY]))
     assert started.returncode == 0, started.stderr
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and n_ctx(port) != 2048:
+    while time.monotonic() < deadline and n_ctx(port, KEY) != 2048:
         time.sleep(0.5)
-    assert n_ctx(port) == 2048, docker("logs", name).stderr[-2000:]
+    assert n_ctx(port, KEY) == 2048, docker("logs", name).stderr[-2000:]
 
 
 def keyed_contract(root: Path, image: str, name: str, daily_network: str, daily_port: int, lane_port: int) -> Path:
@@ -138,14 +121,14 @@ def test_a_promoted_container_daily_answers_where_the_daily_did_and_rollback_bri
                                                                                   str(daily_port)]
     cmd = daily["Config"]["Cmd"]
     assert cmd[cmd.index("--host"):cmd.index("--host") + 4] == listen  # the daily's, not the lane's
-    assert n_ctx(daily_port) == 1024 and n_ctx(daily_port, None) is None  # the new flags, behind the daily's key
-    assert n_ctx(lane_port) is None  # nothing left on the lane's port
+    assert n_ctx(daily_port, KEY) == 1024 and n_ctx(daily_port, None) is None  # the new flags, behind the daily's key
+    assert n_ctx(lane_port, KEY) is None  # nothing left on the lane's port
 
     rolled = campaign("rollback")
     assert rolled.returncode == 0, rolled.stdout + rolled.stderr
     back = inspect(name)
     assert back["Id"] == before["Id"] and back["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
-    assert n_ctx(daily_port) == 2048
+    assert n_ctx(daily_port, KEY) == 2048
     state = tmp_path / "state" / "campaign"
     kept = [*bundle.rglob("*"), *state.glob("rollback/*.json"), state / "ledger.jsonl"]
     assert all(KEY not in path.read_text(errors="replace") for path in kept if path.is_file())

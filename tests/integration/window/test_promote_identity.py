@@ -26,19 +26,13 @@ from tests.support.contracts import (
     process_defaults,
     write_contract,
 )
-from tests.support.daily import daily_pid, disarm_windows
+from tests.support.daily import daily_pid, disarm_windows, n_ctx
 
 pytestmark = pytest.mark.integration
 
 KEY = "sk-daily-" + uuid.uuid4().hex[:16]
 KEY_VAR = "CAMPAIGN_T_PROCESS_KEY"
 ARGS = ["--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--seed", "0", "--no-webui"]
-
-
-def n_ctx(port: int, key: str | None = KEY) -> int | None:
-    from tests.integration.docker.test_promote_identity import n_ctx as ask
-
-    return ask(port, key)
 
 
 def cmdline(pid: int) -> list[str]:
@@ -55,9 +49,9 @@ def keyed_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: s
                                   "--api-key", KEY], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (tmp_path / "daily.pid").write_text(f"{daily.pid}\n")
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and n_ctx(port) != 2048:
+    while time.monotonic() < deadline and n_ctx(port, KEY) != 2048:
         time.sleep(0.3)
-    assert n_ctx(port) == 2048
+    assert n_ctx(port, KEY) == 2048
     yield {"root": tmp_path, "port": port, "argv": cmdline(daily.pid)}
     disarm_windows(tmp_path / "state")
     for pid in {daily.pid, daily_pid(tmp_path)}:
@@ -102,11 +96,11 @@ def test_a_promoted_process_daily_keeps_its_endpoint_and_key_and_rolls_back(keye
     now = cmdline(daily_pid(root))
     assert now[now.index("--host"):now.index("--host") + 4] == ["--host", "127.0.0.1", "--port", str(port)]
     assert "1024" in now and KEY not in now  # the key in its environment, as the lane had it
-    assert n_ctx(port) == 1024 and n_ctx(port, None) is None and n_ctx(lane_port) is None
+    assert n_ctx(port, KEY) == 1024 and n_ctx(port, None) is None and n_ctx(lane_port, KEY) is None
 
     rolled = campaign("rollback")
     assert rolled.returncode == 0, rolled.stdout + rolled.stderr
-    assert cmdline(daily_pid(root)) == keyed_daily["argv"] and n_ctx(port) == 2048  # as the user started it
+    assert cmdline(daily_pid(root)) == keyed_daily["argv"] and n_ctx(port, KEY) == 2048  # as the user started it
     state = root / "state" / "campaign"
     kept = [*bundle.rglob("*"), *state.glob("rollback/*.json"), state / "ledger.jsonl", state / "daily.log"]
     assert all(KEY not in path.read_text(errors="replace") for path in kept if path.is_file())

@@ -8,12 +8,13 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from campaign.daily.restore import stop_window_lanes
 from campaign.daily.state import LaneProcess, WindowState, process_start_time
+
+pytestmark = pytest.mark.usefixtures("state_home")
 
 # binds a port, says so, ignores SIGTERM (a lane that will not stop politely) and holds the port
 _HOLDER = """
@@ -23,11 +24,6 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
 print("bound", flush=True)
 time.sleep(600)
 """
-
-
-@pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
 def _free_port() -> int:

@@ -27,12 +27,7 @@ from campaign.daily.state import (
 )
 from campaign.errors import InputError
 
-
-@pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "xdg-state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(home))
-    return home
+pytestmark = pytest.mark.usefixtures("state_home")
 
 
 def make_state(window: str = "w-20240101-1") -> WindowState:

@@ -14,18 +14,18 @@ from campaign.failsafe import supervisor
 
 
 @pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def odd_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state 100%"))  # a space and a % in the path
     return tmp_path
 
 
-def test_the_line_runs_this_campaign_every_minute_in_crons_bare_environment(state_home: Path) -> None:
+def test_the_line_runs_this_campaign_every_minute_in_crons_bare_environment(odd_state_home: Path) -> None:
     line = supervisor.check_line()
     assert line.startswith("* * * * * ") and line.endswith(supervisor.MARK)
     command = line[len("* * * * * "):-len(supervisor.MARK)]
     assert "100\\%" in command  # cron reads a bare % as a newline
     words = shlex.split(command.replace("\\%", "%"))
-    assert f"XDG_STATE_HOME={state_home / 'state 100%'}" in words
+    assert f"XDG_STATE_HOME={odd_state_home / 'state 100%'}" in words
     assert words[words.index(sys.executable):][:5] == [sys.executable, "-m", "campaign.cli", "failsafe", "check"]
     # the words before the python are what campaign needs to be imported from a bare environment
     env = dict(word.split("=", 1) for word in words[:words.index(sys.executable)])
