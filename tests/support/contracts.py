@@ -106,8 +106,9 @@ def llama_server_lane(name: str, port: int, role: str = "control", **fields: obj
         "args": ["--threads", "2", "--ctx-size", "512"], "model": {"path": str(MODEL)}, **fields})
 
 
-# one llama-server thread, one slot, a fixed seed, no web UI: what a quality window's lanes share
-QUIET_ARGS = ["--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--seed", "0", "--no-webui"]
+# two llama-server threads (one lane serves at a time), one slot, a fixed seed, no web UI: what a quality
+# window's lanes share
+QUIET_ARGS = ["--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--seed", "0", "--no-webui"]
 
 
 class _NoAliases(yaml.SafeDumper):
