@@ -33,7 +33,7 @@ def files_contract(image: str, port: int, digests: dict[str, str]) -> str:
 
     return contract_yaml(
         "t-docker-files",
-        defaults=docker_defaults(image, port, args=["--ctx-size", "1024", "--threads", "1", "--parallel", "1", "--seed",
+        defaults=docker_defaults(image, port, args=["--ctx-size", "1024", "--threads", "2", "--parallel", "1", "--seed",
                                                     "0", "--no-webui", "--jinja", "--chat-template-file",
                                                     "${file:chat_template}"],
                                  files=[file("chat_template", "templates/chatml.jinja", "plain"),

@@ -81,7 +81,7 @@ def failures_contract(image: str, port: int) -> str:
             image, port, executable="/opt/fixtures/launch.sh", budget="180s",
             mounts=({"host": REPO / "tests" / "fixtures", "container": "/opt/fixtures"},), shm_size="64m",
             env={"LLAMA_SERVER": "/opt/llama-server/bin/llama-server", "HF_TOKEN": "${env:CAMPAIGN_T_HF}"},
-            args=["--ctx-size", "1024", "--threads", "1", "--parallel", "1", "--seed", "0", "--no-webui",
+            args=["--ctx-size", "1024", "--threads", "2", "--parallel", "1", "--seed", "0", "--no-webui",
                   "--api-key", "${env:CAMPAIGN_T_KEY}"]),
         lanes=[control(),
                candidate("badflag", ["args.no-such-flag"], args={"--no-such-flag": "1"}),
