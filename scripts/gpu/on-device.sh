@@ -15,6 +15,7 @@
 #   tfprobe  why teacher forcing does not give the generated logprobs back on this GPU (tf_probe.py)
 #   promote  examples/gpu/gpu-promote.yaml on the real model: its daily started by hand, one window, verify,
 #            `campaign promote --dry-run` for every candidate, the daily stopped; bundles tarred to $OUT
+#            (GPU_PROMOTE="a b": b runs only if no candidate of a was promotable)
 set -euo pipefail
 exec </dev/null
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -93,7 +94,10 @@ step_tfprobe() {
     | tee "$out/tf_probe.txt"
 }
 
-step_probe() { python3 "$repo/scripts/gpu/probe.py" "$server" "$model" | tee "$out/probe.txt"; }
+step_probe() {  # on the real model once realmodel has put it together
+  if [ -f "$GPU_HOME/model-real.gguf" ]; then model="$GPU_HOME/model-real.gguf"; fi
+  python3 "$repo/scripts/gpu/probe.py" "$server" "$model" | tee "$out/probe.txt"
+}
 step_lanes() { python3 "$repo/scripts/gpu/check_lanes.py" "$server" "$model" | tee "$out/lanes.json"; }
 
 step_windows() {
@@ -121,32 +125,40 @@ step_windows() {
 }
 
 step_promote() {
-  local work="$GPU_HOME/promote" name=gpu-promote
+  # GPU_PROMOTE names the contracts of examples/gpu/ to run in turn (default gpu-promote); the next one runs
+  # only while no candidate of the last was promotable (a fallback prepared ahead, the box goes back in 30 s)
   [ -f "$GPU_HOME/model-real.gguf" ] || { say "promote needs the real model (realmodel)"; exit 1; }
   model="$GPU_HOME/model-real.gguf"
+  local work="$GPU_HOME/promote" name digest
   rm -rf "$work"; mkdir -p "$work/runs"
   cp -r "$repo/examples/prompts" "$work/prompts"
-  local digest; digest="$(sha256sum "$model" | cut -d' ' -f1)"
-  sed -e "s|@SERVER@|$server|; s|@MODEL@|$model|; s|@MODEL_SHA256@|$digest|" \
-    "$repo/examples/gpu/$name.yaml" >"$work/$name.yaml"
+  digest="$(sha256sum "$model" | cut -d' ' -f1)"
   cd "$work"
   python3 -m campaign.cli keys init >/dev/null 2>&1 || true
-  python3 -m campaign.cli daily start "$name.yaml" --log runs/daily.log
-  python3 -m campaign.cli freeze "$name.yaml"
-  say "window $name"
-  local rc=0; python3 -m campaign.cli run "$name.yaml" --out runs || rc=$?
-  say "window $name ended with exit $rc"
-  local bundle; bundle="$(ls -1d runs/*-"$name"-* | grep -v '\.published$' | tail -n 1)"
-  python3 -m campaign.cli verify "$bundle" || true
-  python3 -c "import json,sys; s=json.load(open(sys.argv[1]+'/SUMMARY.json')); print(json.dumps({'window': s['window'], 'findings': s.get('findings'), 'candidates': {c: {g: r['verdict'] for g, r in e['gates'].items()} | {'overall': e['overall']} for c, e in s['candidates'].items()}}))" "$bundle" | tee "$out/summary.json"
-  for candidate in same-again fa-off kv-q4 parallel-4; do
-    echo "== campaign promote $bundle --candidate $candidate --dry-run"
-    python3 -m campaign.cli promote "$bundle" --candidate "$candidate" --dry-run || echo "(refused, exit $?)"
-  done 2>&1 | tee "$out/promote.txt"
-  python3 -m campaign.cli daily stop "$name.yaml" || true
+  for name in ${GPU_PROMOTE:-gpu-promote}; do
+    sed -e "s|@SERVER@|$server|; s|@MODEL@|$model|; s|@MODEL_SHA256@|$digest|" \
+      "$repo/examples/gpu/$name.yaml" >"$work/$name.yaml"
+    python3 -m campaign.cli daily start "$name.yaml" --log "runs/daily-$name.log"
+    python3 -m campaign.cli freeze "$name.yaml"
+    say "window $name"
+    local rc=0; python3 -m campaign.cli run "$name.yaml" --out runs || rc=$?
+    say "window $name ended with exit $rc"
+    local bundle; bundle="$(ls -1d runs/*-"$name"-v* | grep -v '\.published$' | tail -n 1)"
+    python3 -m campaign.cli verify "$bundle" || true
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1]+'/SUMMARY.json')); print(json.dumps({'window': s['window'], 'findings': s.get('findings'), 'aa_check': s.get('aa_check'), 'candidates': {c: {g: r['verdict'] for g, r in e['gates'].items()} | {'overall': e['overall']} for c, e in s['candidates'].items()}}))" "$bundle" | tee -a "$out/summary.json"
+    local candidates; candidates="$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]+'/SUMMARY.json'))['candidates']))" "$bundle")"
+    local won=0
+    for candidate in $candidates; do
+      echo "== campaign promote $bundle --candidate $candidate --dry-run"
+      if python3 -m campaign.cli promote "$bundle" --candidate "$candidate" --dry-run; then won=1; else echo "(refused, exit $?)"; fi
+    done 2>&1 | tee -a "$out/promote.txt"
+    grep -q "^would promote" "$out/promote.txt" && won=1
+    python3 -m campaign.cli daily stop "$name.yaml" || true
+    if [ "$won" = 1 ]; then say "window $name: a candidate is promotable"; break; fi
+  done
   cp "$XDG_CONFIG_HOME/campaign/signing.pub" "$work/signing.pub"
-  tar -czf "$out/gpu-promote.tar.gz" -C "$work" runs "$name.yaml" signing.pub
-  say "bundle: $(du -h "$out/gpu-promote.tar.gz" | cut -f1)"
+  tar -czf "$out/gpu-promote.tar.gz" -C "$work" runs $(ls *.yaml) signing.pub
+  say "bundles: $(du -h "$out/gpu-promote.tar.gz" | cut -f1)"
 }
 
 for step in "$@"; do

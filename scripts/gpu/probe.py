@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import httpx
 
@@ -20,7 +21,8 @@ CONFIGS = {
     "fa-off": ["-fa", "off"],
     "ngl-8": ["-fa", "on", "-ngl", "8"],
 }
-# PROBE_CONFIGS='{"name": ["-flag", "value"], ...}' measures others against the same base
+# PROBE_CONFIGS='{"name": ["-flag", "value"], ...}' measures others against the same base; a configuration
+# may also be {"args": [...], "env": {"NAME": "value"}} for a variable the engine reads
 CONFIGS = json.loads(os.environ["PROBE_CONFIGS"]) if os.environ.get("PROBE_CONFIGS") else CONFIGS
 BASE = ["--host", "127.0.0.1", "--port", "18600", "-ngl", "99", "--ctx-size", "8192", "--parallel", "4",
         "--threads", "8", "--seed", "0", "--no-webui"]
@@ -33,14 +35,16 @@ def decode(n: int) -> float:
     return float(answer.json()["timings"]["predicted_per_second"])
 
 
-def boot(server: str, model: str, extra: list[str]) -> subprocess.Popen[bytes]:
+def boot(server: str, model: str, config: list[str] | dict[str, Any]) -> subprocess.Popen[bytes]:
+    extra = config if isinstance(config, list) else list(config.get("args", []))
+    env = {**os.environ, **({} if isinstance(config, list) else config.get("env", {}))}
     args = [server, "-m", model, *BASE]
     for i in range(0, len(extra), 2):  # a later -ngl replaces the base one
         if extra[i] in args:
             args[args.index(extra[i]) + 1] = extra[i + 1]
         else:
             args += extra[i:i + 2]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return ready(proc, "http://127.0.0.1:18600/health", str(args))
 
 
