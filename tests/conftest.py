@@ -12,7 +12,7 @@ import pytest
 from tests.support.contracts import MODEL
 
 # fixtures more than one test module uses
-pytest_plugins = ["tests.support.bundles", "tests.support.state"]
+pytest_plugins = ["tests.support.bundles", "tests.support.state", "tests.support.schemacorpus"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,31 +1,92 @@
-"""A pytest plugin (``-p tests.support.schemacorpus``) that writes every contract document the tests load,
-as the loader parsed it, one JSON line each, to the file CAMPAIGN_SCHEMA_CORPUS names: the test contracts
-the JSON Schema test (tests/unit/contracts/test_json_schema.py) checks, whatever test wrote them and however."""
+"""Records every contract document the contract tests (tests/unit/contracts) load, as the loader parsed it:
+the corpus the JSON Schema test (tests/unit/contracts/test_json_schema.py) checks, whatever test wrote the
+document and however.
+
+Two ways. In a session that runs the whole contract folder (``make test`` does), the documents are kept in
+``SESSION_CORPUS`` as the tests load them and the JSON Schema test runs after the folder's last test, on
+what it kept. Otherwise (that test alone, or a selection) it runs the folder's tests in a subprocess with this
+module as a plugin (``-p tests.support.schemacorpus``) and CAMPAIGN_SCHEMA_CORPUS naming the file to write,
+one JSON line a document."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 
-def pytest_configure(config: Any) -> None:
-    target = os.environ.get("CAMPAIGN_SCHEMA_CORPUS")
-    if not target:
-        return
+__all__ = ["CONTRACT_TESTS", "SESSION_CORPUS", "session_corpus"]
+
+CONTRACT_TESTS = Path(__file__).resolve().parents[1] / "unit" / "contracts"
+CORPUS_TEST = CONTRACT_TESTS / "test_json_schema.py"
+SESSION_CORPUS: list[dict[str, Any]] = []
+_state = {"recording": False, "complete": False}
+
+
+def session_corpus() -> list[dict[str, Any]] | None:
+    """The documents this session's contract tests loaded, or None when the session did not run them all
+    before the caller (then only a subprocess gives the whole corpus)."""
+    return list(SESSION_CORPUS) if _state["complete"] else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
     from campaign.contracts import load
 
+    target = os.environ.get("CAMPAIGN_SCHEMA_CORPUS")
     original = load.load_located
 
     def recording(path: Path) -> Any:
         document = original(path)
+        if not (target or _state["recording"]):
+            return document
         try:
             line = json.dumps(document.data, allow_nan=False)
         except (TypeError, ValueError):  # not JSON (a date, a non-finite number): the loader refuses it anyway
             return document
-        with open(target, "a", encoding="utf-8") as corpus:
-            corpus.write(line + "\n")
+        if target:
+            with open(target, "a", encoding="utf-8") as corpus:
+                corpus.write(line + "\n")
+        else:
+            SESSION_CORPUS.append(json.loads(line))
         return document
 
     load.load_located = recording  # type: ignore[assignment]
+
+
+def _in_folder(item: pytest.Item) -> bool:
+    return item.path.parent == CONTRACT_TESTS and item.path != CORPUS_TEST
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The corpus test after the folder's last test, so that the folder's documents are all kept by then."""
+    corpus = [item for item in items if item.path == CORPUS_TEST and item.name.startswith("test_every_contract")]
+    last = max((index for index, item in enumerate(items) if _in_folder(item)), default=None)
+    if not corpus or last is None:
+        return
+    for item in corpus:
+        items.remove(item)
+    last = max(index for index, item in enumerate(items) if _in_folder(item))
+    items[last + 1:last + 1] = corpus
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # the whole folder, nothing deselected: else the kept corpus would be a part of it
+    option = session.config.option
+    selected = bool(getattr(option, "keyword", "") or getattr(option, "markexpr", "")
+                    or getattr(option, "deselect", None) or getattr(option, "lf", False))
+    files = {item.path for item in session.items if _in_folder(item)}
+    wanted = {path for path in CONTRACT_TESTS.glob("test_*.py") if path != CORPUS_TEST}
+    _state["complete"] = not os.environ.get("CAMPAIGN_SCHEMA_CORPUS") and not selected and files == wanted
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    _state["recording"] = _in_folder(item)
+    try:
+        return (yield)
+    finally:
+        _state["recording"] = False
