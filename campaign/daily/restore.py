@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from campaign.daily import incumbent
-from campaign.daily.secretstate import resolve
+from campaign.daily.secretstate import forget, resolve
 from campaign.daily.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
 from campaign.errors import DockerNotFound, DockerRefused, RunError
 from campaign.fsutil import JsonlAppender
+from campaign.lanes.redact import launch_secrets
 
-__all__ = ["restore", "stop_window_lanes"]
+__all__ = ["forget_credentials", "forget_when_over", "restore", "stop_window_lanes"]
 
 
 def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> bool:
@@ -107,6 +108,39 @@ def _start_if_down(state: WindowState, snap: dict[str, Any], record: dict[str, A
             ensure_restart_policy(snap)
 
 
+def forget_credentials(state: WindowState) -> bool:
+    """The daily's credentials out of a window's private state (``secretstate``): the key kept for a failsafe
+    restoring in a bare environment goes, and each credential in the daily's snapshot becomes a reference to
+    the variable that holds it. The caller holds the state's lock and saves; True when anything changed."""
+    snap = state.incumbent or {}
+    key = state.incumbent_api_key
+    secrets = launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [snap.get("api_key_env") or ""])
+    scrubbed = forget(snap, [*secrets, *([key] if key else [])], api_key_env=snap.get("api_key_env"), api_key=key,
+                      environ=os.environ)
+    changed = scrubbed != snap or key is not None
+    state.incumbent, state.incumbent_api_key = scrubbed, None
+    return changed
+
+
+def _forget_if_over(state: WindowState) -> None:
+    """A window whose daily is proven back and whose runner is gone is over, whoever restored it (a watchdog,
+    the orphan sweep, `campaign abort`): nothing will need the daily's credentials from its state again (a
+    resume reads them from its own environment). A runner still alive scans its bundle for them first and
+    forgets them at its own end. Called with the state's lock held."""
+    if not state.restored or state.incumbent is None or process_start_time(state.runner_pid) == state.runner_start_time:
+        return
+    if forget_credentials(state):
+        state.save()
+
+
+def forget_when_over(window: str) -> None:
+    """``_forget_if_over`` under the state's lock (the orphan sweep, for a window restored while its runner
+    lived and whose runner has gone since)."""
+    state = WindowState.load(window)
+    with state.locked():
+        _forget_if_over(state.reload())
+
+
 def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed: bool = False,
             generation: int | None = None) -> dict[str, Any]:
     """Bring the daily back. Safe to call from the runner, the failsafe and `campaign abort` alike.
@@ -118,6 +152,7 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
         state = state.reload()
         if if_needed and (state.restored or not state.armed or
                           (generation is not None and state.failsafe_generation != generation)):
+            _forget_if_over(state)
             return {"event": "skipped", "by": by, "reason": "already restored or disarmed"}
         journal = JsonlAppender(Path(state.bundle) / "journal.jsonl") if Path(state.bundle).is_dir() else None
         record: dict[str, Any] = {"t": time.time(), "step": "incumbent.restore", "by": by, "reason": reason,
@@ -148,6 +183,7 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
                         record["retried"] = True
             state.restored, state.incumbent_stopped = True, False
             state.save()
+            _forget_if_over(state)
             record["event"] = "done"
             return record
         except Exception as exc:  # top level of a restore: whatever broke, the journal says failed, and the

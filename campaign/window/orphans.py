@@ -56,7 +56,7 @@ def restore_orphaned_windows(by: str = "campaign (next command)") -> list[str]:
 
 def _sweep(by: str) -> tuple[list[str], bool]:
     """One line per window looked at and restored, and whether a restore failed."""
-    from campaign.daily.restore import restore
+    from campaign.daily.restore import forget_when_over, restore
 
     done, failed = [], False
     root = windows_dir()
@@ -68,6 +68,8 @@ def _sweep(by: str) -> tuple[list[str], bool]:
             done.append(f"window {state_file.parent.name}: state unreadable ({type(exc).__name__}); not checked")
             continue
         if reason is None:
+            if state.restored and state.incumbent is not None:  # restored while its runner lived, which is gone now
+                forget_when_over(state.window)
             continue
         try:
             record = restore(state.window, reason=reason, by=by, if_needed=True)

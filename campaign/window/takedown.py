@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from campaign.daily import incumbent
-from campaign.daily.restore import restore, stop_window_lanes
-from campaign.daily.secretstate import forget, references, resolve
+from campaign.daily.restore import forget_credentials, restore, stop_window_lanes
+from campaign.daily.secretstate import references, resolve
 from campaign.daily.state import WindowState
 from campaign.errors import PreflightError, RunError
 from campaign.failsafe.failsafe import arm, choose_backend, disarm, dry_run, fallback_backend
@@ -192,16 +192,10 @@ def forget_secrets(w: Window) -> None:
     state = w.state.reload()
     if not state.restored or state.armed or state.incumbent is None:
         return
-    spec = w.loaded.contract.incumbent
-    api_key_env = spec.api_key_env if spec is not None else None
     with state.locked():
         state = state.reload()
-        snap = state.incumbent or {}
-        secrets = launch_secrets(snap.get("argv") or [], snap.get("env") or {}, [api_key_env or ""])
-        state.incumbent = forget(snap, [*secrets, *([state.incumbent_api_key] if state.incumbent_api_key else [])],
-                                 api_key_env=api_key_env, api_key=state.incumbent_api_key, environ=os.environ)
-        state.incumbent_api_key = None
-        state.save()
+        if forget_credentials(state):
+            state.save()
     w.state = state
 
 

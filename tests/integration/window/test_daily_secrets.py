@@ -169,9 +169,16 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
         assert restore[-1]["event"] == "done" and restore[-1]["proof"]["completion"]["status"] == 200
         state_file = WindowState.load(window).directory / "state.json"
         assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
-        assert json.loads(state_file.read_text())["incumbent_api_key"] == DAILY_KEY  # the window did not end
-        for path in killed.rglob("*"):
+        # every process of the window killed and the daily proven back by the timer: the window is over, and
+        # its private state keeps no credential of the daily (as at a window's normal end)
+        private = state_file.read_text()
+        assert json.loads(private)["incumbent_api_key"] is None and json.loads(private)["restored"]
+        assert DAILY_KEY not in private and HF_SECRET not in private and LANE_KEY not in private
+        assert json.loads(private)["incumbent"]["env"]["HF_TOKEN"] == "${env:HF_TOKEN}"
+        for path in [*killed.rglob("*"), *WindowState.load(window).directory.rglob("*")]:
             assert not (path.is_file() and DAILY_KEY.encode() in path.read_bytes()), path
+        status = json.loads(campaign("status", "--json").stdout)
+        assert all(row["daily"].startswith("running") for row in status), status  # known by its references
         new_pid = int((tmp_path / "daily.pid").read_text())
     finally:
         for pid in {daily.pid, int((tmp_path / "daily.pid").read_text())}:

@@ -130,3 +130,36 @@ def test_a_daily_on_an_engine_that_does_not_answer_is_a_failed_restore_never_a_s
         restore("w-daily-unreachable", reason="test", by="test")
     assert isinstance(caught.value.__cause__, DockerUnreachable)
     assert not WindowState.load("w-daily-unreachable").restored
+
+
+def test_a_window_restored_while_its_runner_lived_forgets_the_dailys_credentials_once_the_runner_is_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watchdog restored the daily while the runner still ran (it scans its bundle for those credentials and
+    forgets them at its own end); the runner was killed before that end. The next command's sweep finds the
+    window over and leaves no credential in its private state, only references to the variables."""
+    from campaign.daily.restore import forget_when_over
+    from campaign.window.orphans import restore_orphaned_windows
+
+    key, token = "sk-daily-" + "Wq81LmZt0aPc", "hf_" + "KeptOnlyWhileTheWindowRuns7"
+    monkeypatch.setenv("DAILY_KEY", key)
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = _state("w-forget", [])
+        state.runner_pid, state.runner_start_time = runner.pid, process_start_time(runner.pid)
+        state.incumbent = {"runtime": "process", "argv": ["llama-server", "--api-key", key, "--port", "9"],
+                           "env": {"HF_TOKEN": token, "PATH": "/usr/bin"}, "api_key_env": "DAILY_KEY"}
+        state.incumbent_api_key, state.restored = key, True
+        state.save()
+        state_file = state.directory / "state.json"
+        forget_when_over("w-forget")
+        assert key in state_file.read_text() and token in state_file.read_text()  # its runner still needs them
+    finally:
+        runner.kill()
+        runner.wait()
+    assert restore_orphaned_windows() == []  # nothing to restore: it is over already
+    private = state_file.read_text()
+    assert key not in private and token not in private
+    kept = WindowState.load("w-forget")
+    assert kept.incumbent_api_key is None and kept.incumbent is not None
+    assert kept.incumbent["argv"] == ["llama-server", "--api-key", "${env:DAILY_KEY}", "--port", "9"]
+    assert kept.incumbent["env"] == {"HF_TOKEN": "${env:HF_TOKEN}", "PATH": "/usr/bin"}
