@@ -144,9 +144,13 @@ def read_text_bounded(path: Path | str, limit: int, *, what: str = "file") -> st
 
 def hash_regular_file(path: Path | str, *, what: str = "file", limit: int | None = None) -> str:
     """sha256 of a regular file, streamed (models are gigabytes); a device or FIFO is refused, not read
-    forever. ``limit`` bounds the bytes read where the caller knows one."""
+    forever. ``limit`` bounds the bytes read where the caller knows one: a file whose size says it is over
+    is refused before a byte is read (a sparse file of terabytes costs nothing), and the bytes are counted
+    whatever the size said."""
     digest, total = hashlib.sha256(), 0
     with open_regular(path, what=what) as fd:
+        if limit is not None and os.fstat(fd).st_size > limit:
+            raise UnreadableFile(path, f"{what} is over the {limit:,}-byte cap ({os.fstat(fd).st_size:,} bytes)")
         try:
             while block := os.read(fd, 1 << 20):
                 digest.update(block)

@@ -21,7 +21,7 @@ from campaign.contracts.effective import ADDED_AS_BEFORE, effective_contract
 from campaign.contracts.hashing import canonical_json, canonical_sha256, sha256_bytes
 from campaign.contracts.load import LoadedContract, file_problem
 from campaign.contracts.manifest import ManifestError, manifest_problems, read_manifest, render_manifest, tree_digests
-from campaign.contracts.model import INPUT_FILE_BYTES
+from campaign.contracts.model import INPUT_FILE_BYTES, LANE_FILE_BYTES
 from campaign.contracts.yamlsafe import MAX_CONTRACT_BYTES, without_gc
 from campaign.errors import FrozenChanged, InputError
 from campaign.fsutil import (
@@ -61,7 +61,7 @@ def _file_digests(loaded: LoadedContract) -> dict[str, str]:
         try:
             files[written] = hash_regular_file(loaded.resolve(written),
                                                what="input file" if written in read_whole else "file",
-                                               limit=INPUT_FILE_BYTES if written in read_whole else None)
+                                               limit=INPUT_FILE_BYTES if written in read_whole else LANE_FILE_BYTES)
         except UnreadableFile as exc:
             raise loaded.error(places[written], file_problem(loaded, written, exc)) from None
     return files

@@ -25,7 +25,8 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path, *, what: str = "file") -> str:
+def sha256_file(path: Path, *, what: str = "file", limit: int | None = None) -> str:
     """sha256 of a regular file, streamed; a FIFO, a device, a directory or a symlink loop is an
-    ``UnreadableFile`` naming the path and what it is (never a hang, never a traceback)."""
-    return hash_regular_file(path, what=what)
+    ``UnreadableFile`` naming the path and what it is (never a hang, never a traceback), and so is a file
+    over ``limit`` bytes."""
+    return hash_regular_file(path, what=what, limit=limit)

@@ -38,9 +38,13 @@ MAX_SEED = 2**32 - 1  # a request seed every engine takes (llama.cpp and vLLM re
 MAX_CONTEXT_TOKENS = 1 << 24  # 16M tokens: past every model's context (the longest today is 10M)
 MAX_COUNT = 1_000_000  # k/n count rules, tolerated errors, replay subsampling: a million is past any real gate
 # Files a window reads whole into memory (input sets, model manifests): the gates' reader has the same cap
-# (gates.common.inputs); a hundred 128k-token prompts are about 50 MB. Lane and screen files are only
-# hashed, streamed, so they have no byte cap (an adapter may be gigabytes).
+# (gates.common.inputs); a hundred 128k-token prompts are about 50 MB.
 INPUT_FILE_BYTES = 128 << 20
+# Lane and screen files (a slot map, a chat template, a hook, a screen's script and data) are only hashed,
+# streamed, at freeze, at run and read back inside each lane: held to this cap, so that a huge or sparse file
+# is refused at once by its size, not after minutes of hashing. What is larger is a model (`models:`, pinned
+# by sha256 or a manifest), which has no cap.
+LANE_FILE_BYTES = 1 << 30
 
 _BOOLEAN_AS_NUMBER = ("a boolean where a number belongs (YAML reads yes, no, on, off, true and false as "
                       "booleans); write the number")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from campaign.contracts.hashing import sha256_file
+from campaign.contracts.model import LANE_FILE_BYTES
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import LaunchError, PreflightError, RunError
 from campaign.fsutil import JsonlAppender, UnreadableFile
@@ -129,7 +130,7 @@ def files_unchanged(lane: EffectiveLane) -> None:
     models_unchanged(lane)
     for file in lane.files:
         try:
-            digest = sha256_file(Path(file.path))
+            digest = sha256_file(Path(file.path), limit=LANE_FILE_BYTES)
         except UnreadableFile as exc:  # gone, or no longer a regular file: said as it is
             why = "is gone" if exc.reason.startswith("no such") else f"is unreadable: {exc.reason}"
             raise RunError(f"lane {lane.name}: file {file.name} ({file.path}) {why}; the daily would read "

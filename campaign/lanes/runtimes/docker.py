@@ -18,6 +18,7 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from campaign.contracts.model import LANE_FILE_BYTES
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import (
     DockerError,
@@ -389,6 +390,9 @@ class DockerLane:
                 if member is None or not member.isfile() or member.name != PurePosixPath(path).name:
                     raise LaunchError(f"lane {self.lane.name}: {path} is not a regular file inside the container",
                                       cause="file_mismatch")
+                if member.size > LANE_FILE_BYTES:
+                    raise LaunchError(f"lane {self.lane.name}: {path} inside the container is {member.size:,} bytes, "
+                                      f"over the {LANE_FILE_BYTES:,}-byte cap of a lane file", cause="file_mismatch")
                 handle = archive.extractfile(member)
                 digest = hashlib.sha256()
                 while handle is not None and (block := handle.read(1 << 20)):

@@ -140,8 +140,9 @@ class ProcessLane:
     def file_sha256(self, path: str) -> str:
         """The sha256 of a file as the running lane sees it: through its own root (/proc/<pid>/root)."""
         from campaign.contracts.hashing import sha256_file
+        from campaign.contracts.model import LANE_FILE_BYTES
 
-        return sha256_file(Path(f"/proc/{self.pid}/root") / path.lstrip("/"))
+        return sha256_file(Path(f"/proc/{self.pid}/root") / path.lstrip("/"), limit=LANE_FILE_BYTES)
 
     def tree_sha256s(self, path: str) -> dict[str, str]:
         """A directory's files as the running lane sees them (through its root), by the manifest's walker."""

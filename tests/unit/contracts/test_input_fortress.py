@@ -376,3 +376,19 @@ def test_patterns_on_contract_text_are_linear(call: Any) -> None:
     with pytest.raises(ValueError):
         call()
     assert time.monotonic() - start < 0.5
+
+
+def test_a_lane_file_over_its_cap_is_refused_by_its_size_without_hashing_it(tmp_path: Path) -> None:
+    """A lane file is only hashed, never read whole, but hashing 10 GiB costs half a minute: held to
+    LANE_FILE_BYTES, refused by the size it says at once (sparse here: no disk, no time)."""
+    from campaign.contracts.model import LANE_FILE_BYTES
+
+    with open(tmp_path / "map", "wb") as handle:
+        handle.truncate(10 << 30)
+    path = write(tmp_path, "", BASE.replace("model: {path: /m.gguf}}", "model: {path: /m.gguf}, files: "
+                                            f"[{{name: map, path: map, sha256: '{'0' * 64}'}}]}}"))
+    start = time.monotonic()
+    with pytest.raises(ContractError) as info:
+        freeze_record(load_contract(path))
+    located(info.value, 3, "lane_defaults.files[0].path", f"over the {LANE_FILE_BYTES:,}-byte cap")
+    assert "10,737,418,240 bytes" in str(info.value) and time.monotonic() - start < 5
