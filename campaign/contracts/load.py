@@ -368,6 +368,8 @@ def file_problem(loaded: LoadedContract, written: str, exc: UnreadableFile) -> s
     """What is wrong with a file the contract names, in words about the user's own path."""
     cause = exc.__cause__
     if isinstance(cause, OSError) and cause.errno == errno.ENOENT:
+        if os.path.islink(loaded.resolve(written)):  # the link is there, what it names is not
+            return f"{written!r}: a symlink to nothing (its target is gone)"
         return f"file not found: {shown_path(loaded.resolve(written))}"
     return f"{written!r}: {exc.reason}"
 
