@@ -148,11 +148,14 @@ def catalog() -> list[Entry]:
                 for i, p in enumerate(secretrefs.TOKEN_PATTERNS)]
     entries += [pattern_entry(f"secretrefs.{name}", getattr(secretrefs, name), _search_all)
                 for name in ("_BASIC", "_PEM", "_LONG_WORD", "_SEGMENT", "_UNIT", "_NAMED", "_COMMENT_START",
-                             "_ANY_TRIGGER")]
+                             "_ANY_TRIGGER", "_QUERY", "_HEX_RUN", "_NAME_SEGMENT", "_DIGEST_LABEL")]
     entries += [
         pattern_entry("secretrefs._AUTHORITY (match at each '://')", secretrefs._AUTHORITY, _match),
         pattern_entry("secretrefs._HEX (fullmatch)", secretrefs._HEX, _fullmatch),
         pattern_entry("secretrefs._NUMBER (fullmatch)", secretrefs._NUMBER, _fullmatch),
+        pattern_entry("secretrefs._PATH_CHARS (fullmatch)", secretrefs._PATH_CHARS, _fullmatch),
+        Entry("secretrefs.hex_token", secretrefs.hex_token),
+        Entry("secretrefs.credential_like", secretrefs.credential_like),
         Entry("secretrefs.credential_spans", lambda t: secretrefs.credential_spans(t, named=True)),
         Entry("secretrefs.secrets_anywhere (a description)", lambda t: secretrefs.secrets_anywhere({"description": t})),
         Entry("secretrefs.raw_text_secrets", secretrefs.raw_text_secrets),

@@ -9,8 +9,9 @@ three tests that do not depend on knowing the issuer:
 (a) Names. Any key, variable, option or mapping key whose words (cut at ``-``, ``_``, ``.`` and camelCase)
     include key, token, secret, pass/password/passwd/passphrase/pwd, auth/authorization, credential(s),
     private, cookie or session (and one-word forms: apikey, accesskey, privatekey, authtoken...) takes a
-    credential, and only a reference, a flag word (``1``, ``true``, ``off``) or a path (``/``, ``~``, ``./``)
-    may stand there; a number is a literal too. Not credential names: a name whose last word says it is
+    credential (glued too: ``APITOKEN``, ``PGPASSWORD``; and pat, dsn), and only a reference, a flag word
+    (``1``, ``true``, ``off``) or a plain path (``/``, ``~``, ``./``; no random or hex part) may stand there,
+    in a URL's query parameter of such a name too; a number is a literal, and so is a hex key. Not credential names: a name whose last word says it is
     *about* the credential (``--api-key-file``, ``api_key_env``, ``--session-len``, ``TOKEN_TTL``,
     ``eos_token_id``: file, path, dir, env, name, header, len, size, count, max, ttl, timeout, type, url,
     id... see ABOUT_WORDS), ``token`` after bos/eos/pad/stop... (a vocabulary token), and words that only
@@ -20,7 +21,8 @@ three tests that do not depend on knowing the issuer:
     private key block, user info in a URL of any form (``https://TOKEN@host``, ``http://:pw@host``,
     ``tcp://u:p@h``; only ``ssh://user@box``, a login name, is allowed), ``Bearer`` followed by anything but
     a reference (any length), ``Basic`` followed by base64 of ``user:password``, and well-known issuer
-    prefixes (hf_, sk-, ghp_, github_pat_, glpat-, xox?-, AKIA/ASIA, AIza).
+    prefixes (hf_, sk-, ghp_, github_pat_, glpat-, xox?-, AKIA/ASIA, AIza, sk_live_, shpat_, dop_v1_, key-,
+    dapi); in a contract, 32 or more hex digits where no digest is expected (``hex_token``).
 (c) Opaque values, anywhere: a run of 20 or more base64/base64url letters and digits that reads like
     random text (see ``opaque``: an AWS secret access key, a random API key); hex (digests, commit ids,
     UUIDs) is not opaque.
@@ -49,7 +51,7 @@ from campaign.errors import ContractError
 __all__ = ["ABOUT_WORDS", "REF", "REMEDY", "SECRET_WORDS", "TOKEN_PATTERNS", "credential_like", "credential_spans",
            "is_secret_name", "literal_secrets", "looks_like_token", "name_words", "named_values", "opaque",
            "open_pem_label", "raw_text_secrets", "reference_only", "referenced_names", "refuse_secrets_in_text",
-           "secrets_anywhere", "substitute", "token_shape"]
+           "secrets_anywhere", "substitute", "token_shape", "hex_token"]
 
 REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*+)\}")
 
@@ -61,7 +63,13 @@ SECRET_WORDS = frozenset({
     "pass", "password", "passwords", "passwd", "passphrase", "pwd", "pw",
     "auth", "authorization", "credential", "credentials", "cred", "creds",
     "private", "cookie", "cookies", "session", "sessionid",
+    "pat", "dsn",  # GITHUB_PAT (a personal access token), SENTRY_DSN (its key is in the URL)
 })
+# A word glued from a prefix and one of these is a credential name too: APITOKEN, HFTOKEN, DBPASSWORD,
+# MYSQLPWD, PGPASSWORD (not eostoken, padtoken: a vocabulary word before "token"; not monkey, bypass: "key"
+# and "pass" end too many ordinary words to count glued)
+GLUED_SECRET_ENDS = ("token", "password", "passwd", "passphrase", "pwd", "secret", "apikey", "accesskey",
+                     "secretkey", "privatekey", "credential", "credentials")
 # A last word that makes the name *about* a credential, not the credential: --api-key-file, api_key_env,
 # --session-len, TOKEN_TTL. ("tokens" is not a secret word at all: max_tokens is a count.)
 ABOUT_WORDS = frozenset({
@@ -93,9 +101,16 @@ def is_secret_name(name: str) -> bool:
     words = name_words(name)
     if not words or words[-1] in ABOUT_WORDS:
         return False
-    secret = [i for i, w in enumerate(words) if w in SECRET_WORDS
+    secret = [i for i, w in enumerate(words) if (w in SECRET_WORDS or _glued_secret(w))
               and not (w == "token" and i > 0 and words[i - 1] in VOCABULARY_WORDS)]
     return bool(secret) or any(a + b in SECRET_WORDS for a, b in itertools.pairwise(words))
+
+
+def _glued_secret(word: str) -> bool:
+    for end in GLUED_SECRET_ENDS:
+        if len(word) > len(end) and word.endswith(end):
+            return not (end == "token" and word[:-len(end)] in VOCABULARY_WORDS)
+    return False
 
 
 def credential_like(value: str) -> bool:
@@ -105,7 +120,19 @@ def credential_like(value: str) -> bool:
     if reference_only(value):
         return False
     text = value.strip()
-    return text.lower() not in _FLAG_WORDS and not text.startswith(("/", "~", "./", "../"))
+    return text.lower() not in _FLAG_WORDS and not _plain_path(text)
+
+
+_PATH_CHARS = re.compile(r"[A-Za-z0-9._~/-]++")
+
+
+def _plain_path(text: str) -> bool:
+    """A path as people write one (``/run/secrets/hf``, ``~/.key``, ``./k``): a key that starts with ``/``
+    (base64 may) is not one: a character no path is written with (``+``, ``=``), or a part of it that
+    reads as a random key or a long hex run."""
+    if not text.startswith(("/", "~", "./", "../")) or not _PATH_CHARS.fullmatch(text):
+        return False
+    return not any(opaque(part) or (len(part) >= 32 and _HEX.fullmatch(part)) for part in text.split("/"))
 
 
 def reference_only(value: str) -> bool:
@@ -131,6 +158,13 @@ TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(rf"(?<![{_RUN}])(?:AKIA|ASIA)[0-9A-Z]{{16}}+(?![{_RUN}])"),       # AWS access key id
     re.compile(rf"(?<![{_RUN}])AIza[{_RUN}]{{35}}+(?![{_RUN}])"),                # Google API key
     re.compile(rf"(?<![{_RUN}])eyJ[{_RUN}]{{8,}}+\.[{_RUN}]{{2,}}+\.[{_RUN}]*+"),  # JWT (JWS, JWE)
+    # issuers whose tokens are hex or plain alphanumerics after a prefix (the opacity test spares hex)
+    re.compile(rf"(?<![{_RUN}])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{{16,}}+"),     # Stripe secret, restricted
+    re.compile(rf"(?<![{_RUN}])whsec_[A-Za-z0-9]{{16,}}+"),                       # Stripe webhook secret
+    re.compile(rf"(?<![{_RUN}])shp(?:at|ca|pa|ss)_[a-fA-F0-9]{{32}}+"),           # Shopify
+    re.compile(rf"(?<![{_RUN}])do[opr]_v1_[a-f0-9]{{64}}+"),                      # DigitalOcean
+    re.compile(rf"(?<![{_RUN}])key-[0-9a-zA-Z]{{32}}+(?![{_RUN}])"),              # Mailgun
+    re.compile(rf"(?<![{_RUN}])dapi[0-9a-f]{{32}}+(?![{_RUN}])"),                 # Databricks
     # Bearer, any length, of a value that is not a plain word: a digit or symbol in it, a capital after its
     # first letter, or 20 letters ("a Bearer token proxy" is prose; a plain word under a credential name,
     # `authorization: Bearer hunter`, is caught by the name)
@@ -140,7 +174,9 @@ TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
 # a pattern runs only where its literal start is in the text at all (a fast substring search); lower-cased
 # text for the case-blind ones
 _TRIGGERS: tuple[tuple[str, ...], ...] = (("hf_",), ("sk-",), ("gh",), ("github_pat_",), ("glpat-",), ("xox",),
-                                          ("AKIA", "ASIA"), ("AIza",), ("eyJ",), ("bearer",))
+                                          ("AKIA", "ASIA"), ("AIza",), ("eyJ",),
+                                          ("sk_live_", "sk_test_", "rk_live_", "rk_test_"), ("whsec_",), ("shp",),
+                                          ("_v1_",), ("key-",), ("dapi",), ("bearer",))
 _BASIC = re.compile(r"(?i)(?<![A-Za-z0-9])basic[ \t]++([A-Za-z0-9+/=]++)")
 _TOKEN_CHECKS = tuple((pattern, triggers, bool(pattern.flags & re.IGNORECASE))
                       for pattern, triggers in zip(TOKEN_PATTERNS, _TRIGGERS, strict=True))
@@ -184,6 +220,17 @@ def _userinfo_spans(text: str) -> Iterator[tuple[int, int, str]]:
             if (scheme not in _LOGIN_SCHEMES or ":" in userinfo) and not reference_only(userinfo):
                 yield start, at, "a credential in a URL (user info before '@')"
         i = text.find("://", max(end, start))
+
+
+# a URL's query parameter: `?api_key=X`, `&token=X`; the name is judged as any credential name
+_QUERY = re.compile(r"[?&;]([A-Za-z0-9_.-]++)=([^&#\s\"'<>]++)")
+
+
+def _query_spans(text: str) -> list[tuple[int, int, str]]:
+    """The value of each query parameter whose name takes a credential (``?api_key=X``, ``&access_token=X``),
+    unless it is a reference. Linear: each attempt starts at a ``?``, ``&`` or ``;`` and reads on."""
+    return [(*m.span(2), f"a URL's {m.group(1)} parameter holds a credential") for m in _QUERY.finditer(text)
+            if is_secret_name(m.group(1)) and credential_like(m.group(2)) and not m.group(2).startswith("${")]
 
 
 def _pem_blocks(text: str) -> Iterator[tuple[int, int, str, bool]]:
@@ -242,6 +289,12 @@ def opaque(word: str) -> bool:
 NAMES_A_MODEL = frozenset({"model", "tokenizer", "name", "path", "dir", "repo", "revision", "checkpoint", "file"})
 
 
+# In a name (a model id, a file name, a served name) a random key still shows as one long run of letters and
+# digits with no separator; names cut theirs at - _ . / every few characters (Meta-Llama-3.1-8B-Instruct)
+NAME_SEGMENT_MIN = 24
+_NAME_SEGMENT = re.compile(rf"(?<![A-Za-z0-9])[A-Za-z0-9]{{{NAME_SEGMENT_MIN},}}+")
+
+
 def names_a_model(name: str) -> bool:
     words = name_words(name)
     return bool(words) and words[-1] in NAMES_A_MODEL
@@ -266,8 +319,11 @@ def credential_spans(text: str, *, named: bool = False, opaque_values: bool = Tr
             spans += [(start, end, "a PEM private key") for start, end, _label, _closed in _pem_blocks(text)]
         if "://" in text:
             spans += _userinfo_spans(text)
+            spans += _query_spans(text)
     if opaque_values and len(text) >= OPAQUE_MIN:
         spans += [(m.start(), m.end(), "opaque value") for m in _LONG_WORD.finditer(text) if opaque(m.group())]
+    elif len(text) >= NAME_SEGMENT_MIN:  # a name: only a long run with no separator in it is judged
+        spans += [(m.start(), m.end(), "opaque value") for m in _NAME_SEGMENT.finditer(text) if opaque(m.group())]
     if named:
         spans += named_values(text)
     return sorted(spans)
@@ -390,9 +446,34 @@ def secrets_anywhere(data: Any, path: tuple[Any, ...] = (), under: str | None = 
         for index, value in enumerate(data):
             option = data[index - 1] if index and isinstance(data[index - 1], str) and data[index - 1].startswith("-") else None
             found += secrets_anywhere(value, (*path, index), _split_option(option)[0] if option else under)
-    elif isinstance(data, str) and (why := token_shape(data, under=under)):
+    elif isinstance(data, str) and (why := token_shape(data, under=under) or hex_token(data, under=under)):
         found.append((path, why))
     return found
+
+
+# A hex run as long as a token (32 digits: an auth token, a Mailgun or Shopify key without its prefix), a
+# letter and a digit in it: in a contract a digest stands where one is expected, under a digest's name or
+# labelled as one (`sha256:...`, an image's `@sha256:...`); a path may hold a folder named by a digest (a
+# Hugging Face cache's snapshots/<commit>/), a name (served_name, served_model) may not
+_HEX_RUN = re.compile(r"(?<![A-Za-z0-9])(?:[0-9a-f]{32,}+|[0-9A-F]{32,}+)(?![A-Za-z0-9])")
+DIGEST_WORDS = frozenset({"sha256", "sha512", "sha1", "sha", "digest", "digests", "hash", "checksum", "revision",
+                          "commit", "rev", "pin", "image"})
+_NAMES_A_FILE = frozenset({"path", "dir", "directory", "file", "model", "tokenizer", "checkpoint", "repo"})
+_DIGEST_LABEL = re.compile(r"(?:sha256|sha512|sha1|sha)[:=]$", re.IGNORECASE)
+
+
+def hex_token(text: str, *, under: str | None = None) -> str | None:
+    """Why ``text`` holds a hex token, or None: a hex run of 32 or more digits where no digest is expected."""
+    words = name_words(under) if under else []
+    last = words[-2] + words[-1] if len(words) > 1 and words[-1].isdigit() else (words[-1] if words else "")
+    if last in DIGEST_WORDS or ("/" in text and last in _NAMES_A_FILE):  # "sha256" is the words sha, 256
+        return None
+    for match in _HEX_RUN.finditer(text):
+        run = match.group()
+        if run.isdigit() or run.isalpha() or _DIGEST_LABEL.search(text[max(0, match.start() - 7):match.start()]):
+            continue
+        return "the value looks like a token (a long hex value where no digest is expected)"
+    return None
 
 
 _COMMENT_START = re.compile(r"(?m)(?:^|(?<=[ \t]))#")

@@ -338,3 +338,77 @@ def test_the_redactor_cuts_the_value_of_a_credential_name_in_free_text(parts: li
 def test_an_opaque_word_is_judged_whole() -> None:
     assert opaque("wJ4lrXUtnFEMI7K7MDENGbPxRfiCYzz9kQ2r8sLm")
     assert not opaque("speculativeDecodingEnabledForTheDailyLane")
+
+
+# --- by place, whatever the alphabet (issue #50) ---------------------------------------------------------------
+
+GLUED = ["API", "HF", "DB", "MYSQL", "PG", "REDIS", "SMTP", "ADMIN", "OAUTH", "SERVICE"]
+GLUED_ENDS = ["TOKEN", "PASSWORD", "PASSWD", "PWD", "SECRET", "APIKEY", "ACCESSKEY", "CREDENTIALS"]
+ALPHABETS = {"hex": "0123456789abcdef", "HEX": "0123456789ABCDEF", "base64": string.ascii_letters + string.digits + "+/",
+             "digits and letters": string.ascii_lowercase + string.digits}
+
+
+@st.composite
+def credential_names(draw: st.DrawFn) -> str:
+    """Credential names as people write them: words joined by _ or glued (APITOKEN), abbreviated (PWD, PAT,
+    DSN) or spelt out, after a provider's word."""
+    glued = draw(st.booleans())
+    if glued:
+        return draw(st.sampled_from(GLUED)) + draw(st.sampled_from(GLUED_ENDS))
+    return "_".join([*draw(st.lists(st.sampled_from([w.upper() for w in NEUTRAL]), min_size=1, max_size=2)),
+                     draw(st.sampled_from(["TOKEN", "PAT", "DSN", "PASSWORD", "KEY", "SECRET", "PWD"]))])
+
+
+@st.composite
+def credential_values(draw: st.DrawFn) -> str:
+    """A credential in any alphabet, hex included, sometimes starting as a path would ('/', '~', './')."""
+    alphabet = ALPHABETS[draw(st.sampled_from(sorted(ALPHABETS)))]
+    body = "".join(draw(st.lists(st.sampled_from(alphabet), min_size=32, max_size=48)))
+    if not any(c.isdigit() for c in body) or not any(c.isalpha() for c in body):
+        body = "7f" + body
+    return draw(st.sampled_from(["", "/", "~", "./"])) + body
+
+
+@SETTINGS
+@given(name=credential_names(), value=credential_values())
+def test_a_value_under_a_credential_name_is_a_secret_whatever_its_alphabet(tmp_path: Path, name: str,
+                                                                           value: str) -> None:
+    assert is_secret_name(name), name
+    refused(contract(tmp_path, env={name: value}), f"lane_defaults.env.{name}", LINE["lane_defaults.env"])
+    refused(contract(tmp_path, args=[f"--{name.lower().replace('_', '-')}", value]), "lane_defaults.args",
+            LINE["lane_defaults.args"])
+
+
+@SETTINGS
+@given(value=credential_values().filter(lambda v: not v.startswith(("/", "~", "."))),
+       param=st.sampled_from(["api_key", "token", "access_token", "apikey", "key", "sig", "password"]))
+def test_a_hex_token_is_refused_where_no_digest_is_expected_and_a_digest_is_taken_where_one_is(
+        tmp_path: Path, value: str, param: str) -> None:
+    hexed = "".join(random.Random(value).choice("0123456789abcdef") for _ in range(40)) + "7f"
+    refused(contract(tmp_path, description=f"served since {hexed}"), "description", LINE["description"])
+    url = f"https://hub.example/v1?page=2&{param}={value}"
+    if param != "sig":  # a signature parameter is not a credential name
+        refused(contract(tmp_path, request_defaults={"base": url}), "request_defaults", LINE["request_defaults"])
+    load_contract(contract(tmp_path, description=f"image sha256:{hexed}",
+                           args=["--revision", hexed, "--model", f"/hf/snapshots/{hexed}/m.gguf"]))
+
+
+@SETTINGS
+@given(token=st.sampled_from(["sk_live_", "rk_live_", "dapi", "shpat_", "key-"]),
+       body=st.text(alphabet="0123456789abcdef", min_size=32, max_size=32),
+       random_name=st.text(alphabet=string.ascii_letters + string.digits, min_size=32, max_size=40))
+def test_a_name_like_place_refuses_a_token_and_takes_a_model_id(tmp_path: Path, token: str, body: str,
+                                                                random_name: str) -> None:
+    """served_name and a file name skip the opacity test of free text (a model id changes case as often as a
+    key), not the token shapes, nor one long run with no separator that reads as a random key."""
+    def served(name: str) -> Path:
+        path = contract(tmp_path)
+        path.write_text(path.read_text().replace("model: {path: \"/m.gguf\"}",
+                                                 f"model: {{path: \"/m.gguf\", served_name: {json.dumps(name)}}}"))
+        return path
+
+    refused(served(token + body), "lane_defaults.model.served_name", LINE["lane_defaults.model.path"])
+    if opaque(random_name):
+        refused(served(random_name), "lane_defaults.model.served_name", LINE["lane_defaults.model.path"])
+    for model_id in ("OpenGVLab/InternVL3-8B", "Qwen/Qwen2.5-Coder-32B-Instruct-GPTQ-Int4", "SmolLM2-135M-Instruct"):
+        load_contract(served(model_id))
