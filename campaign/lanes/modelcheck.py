@@ -18,7 +18,7 @@ from campaign.errors import LaunchError, RunError
 from campaign.fsutil import UnreadableFile
 from campaign.lanes.runtimes.base import RunningLane
 
-__all__ = ["models_unchanged", "read_back_models"]
+__all__ = ["model_problem", "models_unchanged", "read_back_models"]
 
 
 def _pinned_listing(lane: EffectiveLane, role: str) -> dict[str, str]:
@@ -56,16 +56,22 @@ def read_back_models(running: RunningLane, lane: EffectiveLane) -> dict[str, dic
     return found
 
 
+def model_problem(lane: EffectiveLane, role: str) -> str:
+    """What is wrong with the model of ``role`` on this machine against its pin, or "": a file's digest, a
+    directory's files against its manifest. UnreadableFile or ManifestError when it cannot be read."""
+    model = lane.models[role]
+    if model.is_directory:
+        return manifest_problems(_pinned_listing(lane, role), tree_digests(Path(model.path)))
+    digest = sha256_file(Path(model.path), what="model")
+    return "" if digest == model.sha256 else f"sha256 {digest[:12]}..., pinned {model.sha256[:12]}..."
+
+
 def models_unchanged(lane: EffectiveLane) -> None:
     """Each model still holds the bytes the window measured: RunError naming the first that moved or changed."""
     for role, model in lane.models.items():
         try:
-            if model.is_directory:
-                problem = manifest_problems(_pinned_listing(lane, role), tree_digests(Path(model.path)))
-            else:
-                digest = sha256_file(Path(model.path), what="model")
-                problem = "" if digest == model.sha256 else f"sha256 {digest[:12]}..., pinned {model.sha256[:12]}..."
-        except (UnreadableFile, ManifestError) as exc:
+            problem = model_problem(lane, role)
+        except (UnreadableFile, ManifestError, RunError) as exc:
             raise RunError(f"lane {lane.name}: model {role} ({model.path}) is unreadable: {exc}; the daily would "
                            "read something else") from exc
         if problem:

@@ -143,6 +143,11 @@ def files_unchanged(lane: EffectiveLane) -> None:
 async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
     lane = run.lane
     detail = "not polled"
+    # a runtime that can tell why the lane's port leads nowhere (a container without an address) says so at
+    # once: waiting out the readiness budget would end in a timeout that names no cause
+    unreachable: Callable[[], str | None] = getattr(run.running, "unreachable_because", lambda: None)
+    if run.running.alive() and (why := unreachable()):
+        raise LaunchError(f"lane {lane.name}: {why}", cause="no_address", log_tail=log_tail(log_path))
     while True:
         if not run.running.alive():
             code = run.running.exit_code()

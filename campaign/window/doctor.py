@@ -126,7 +126,32 @@ def _models(loaded: LoadedContract) -> list[Check]:
                                 "on another box's engine: hashed there at pre-flight"))
         else:
             checks.append(model_check(lane, path))
+    pinned: set[tuple[str, str, str | None]] = set()
+    for lane in loaded.lanes.values():  # every other pinned model (a drafter, a tokenizer), each once
+        for role, model in lane.models.items():
+            if is_local(lane) and (role, model.path, model.sha256) not in pinned:
+                pinned.add((role, model.path, model.sha256))
+                checks.append(pinned_model_check(lane, role))
     return checks
+
+
+def pinned_model_check(lane: EffectiveLane, role: str) -> Check:
+    """One line for a lane's model of ``role`` (``models:``) against its pin: hashed, or walked against its
+    manifest."""
+    from campaign.contracts.manifest import ManifestError
+    from campaign.fsutil import UnreadableFile
+    from campaign.lanes.modelcheck import model_problem
+
+    model = lane.models[role]
+    name = f"model {role} {model.path}"
+    fix = f"put the pinned {role} model at {model.path} (lane {lane.name}'s models.{role}), or pin the one there"
+    try:
+        problem = model_problem(lane, role)
+    except (UnreadableFile, ManifestError, CampaignError) as exc:
+        return Check(name, False, str(exc), fix)
+    if problem:
+        return Check(name, False, problem, fix)
+    return Check(name, True, "the manifest's files match" if model.is_directory else "sha256 matches the pin")
 
 
 def model_check(lane: EffectiveLane, path: Path) -> Check:

@@ -341,6 +341,21 @@ class DockerLane:
         state = self._state()
         return {"oom_killed": bool(state.get("OOMKilled")), "error": state.get("Error") or ""}
 
+    def unreachable_because(self) -> str | None:
+        """Why the lane's published port cannot reach it, or None: a bridge lane whose container the engine
+        gave no address on any network (dockerd run with --bridge=none, as on hosts without iptables). Its
+        port then leads nowhere, and readiness would wait out its whole budget for a cause it cannot name."""
+        if self.lane.network == "host":
+            return None
+        self._state()
+        networks = (self._attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        if any((net or {}).get("IPAddress") or (net or {}).get("GlobalIPv6Address") for net in networks.values()):
+            return None
+        names = ", ".join(sorted(networks)) or "no network"
+        return (f"container {self.container.id[:12]} has no address on its network ({names}): this engine gives "
+                f"bridge containers none (dockerd --bridge=none?), so port {self.lane.port} leads nowhere; serve "
+                "it with `network: host`, or give the engine a bridge")
+
     def inspect(self) -> dict[str, Any]:
         """What the engine says runs: image id, command, env, mounts, /dev/shm, devices, network."""
         self._state()

@@ -90,7 +90,9 @@ def failures_contract(image: str, port: int) -> str:
                candidate("shm-roomy", ["env.STAGE_MODEL_IN_SHM", "shm_size"], env={"STAGE_MODEL_IN_SHM": "1"},
                          shm_size="256m"),
                candidate("slow", ["args.ctx-size"], args={"--ctx-size": "2048"}, readiness={"budget": "500ms"}),
-               candidate("gpu", ["gpus"], gpus="all")],
+               candidate("gpu", ["gpus"], gpus="all"),
+               # this engine runs with --bridge=none (scripts/docker-up.sh): a bridge lane gets no address
+               candidate("bridged", ["network"], network="bridge")],
         inputs={"p": {"file": "prompts/p.jsonl"}},
         gates=[{"kind": "greedy", "input": "p", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "2/2"}}])
 
@@ -122,8 +124,9 @@ def test_real_launch_failures_are_classified_and_inconclusive(failures: dict) ->
     causes = {name: (lane["status"], lane["cause"]) for name, lane in summary["lanes"].items()}
     assert causes == {"base": ("ran", None), "badflag": ("launch_failed", "bad_argument"),
                       "shm-tiny": ("launch_failed", "shm_too_small"), "shm-roomy": ("ran", None),
-                      "slow": ("launch_failed", "readiness_timeout"), "gpu": ("launch_failed", "gpu_unavailable")}
-    for name in ("badflag", "shm-tiny", "slow", "gpu"):
+                      "slow": ("launch_failed", "readiness_timeout"), "gpu": ("launch_failed", "gpu_unavailable"),
+                      "bridged": ("launch_failed", "no_address")}
+    for name in ("badflag", "shm-tiny", "slow", "gpu", "bridged"):
         gate = summary["candidates"][name]["gates"]["greedy"]
         assert gate["verdict"] == "INCONCLUSIVE" and "launch failure is not a finding" in gate["reasons"][0]
         assert (bundle / "lanes" / name / "launch_failure.txt").is_file()
@@ -133,6 +136,8 @@ def test_real_launch_failures_are_classified_and_inconclusive(failures: dict) ->
     assert "/dev/shm/model.gguf" in shm_log and "No space left on device" in shm_log
     assert "--no-such-flag" in (bundle / "lanes" / "badflag" / "launch_failure.txt").read_text()
     assert "could not select device driver" in summary["lanes"]["gpu"]["message"]
+    said = summary["lanes"]["bridged"]["message"]
+    assert "has no address on its network" in said and "network: host" in said, said
     assert leftovers(summary["window"]) == []
 
 

@@ -119,3 +119,27 @@ def test_doctor_does_not_start_an_engine_on_an_unusable_model(tmp_path: Path) ->
     _make("fifo", tmp_path / "model.gguf")
     (check,) = _engines(loaded, smoke=True)
     assert not check.ok and "not started: its model is not usable" in check.detail
+
+
+def test_doctor_checks_every_pinned_model_not_only_the_served_one(tmp_path: Path) -> None:
+    """A drafter pinned beside the served model gets its own line: its digest against its pin, once for the
+    lanes that share it; changed, or turned into a FIFO, the line fails naming it."""
+    import hashlib
+
+    (tmp_path / "model.gguf").write_bytes(b"served")
+    (tmp_path / "draft.gguf").write_bytes(b"draft-a")
+    body = CONTRACT.format(port=free_port(), pin=f", sha256: '{hashlib.sha256(b'served').hexdigest()}'").replace(
+        "      model: {path: model.gguf",
+        f"      args: [--model-draft, \"${{model:draft}}\"]\n      models: {{draft: {{path: draft.gguf, sha256: "
+        f"'{hashlib.sha256(b'draft-a').hexdigest()}'}}}}\n      model: {{path: model.gguf")
+    loaded = load_contract(write_contract(tmp_path, body))
+    served, draft = _models(loaded)
+    assert served.ok and draft.ok and draft.name == f"model draft {tmp_path / 'draft.gguf'}", draft.line()
+    (tmp_path / "draft.gguf").write_bytes(b"draft-b")
+    served, draft = _models(loaded)
+    assert served.ok and not draft.ok and "pinned" in draft.detail and "models.draft" in draft.line(), draft.line()
+    (tmp_path / "draft.gguf").unlink()
+    os.mkfifo(tmp_path / "draft.gguf")
+    started = time.monotonic()
+    draft = _models(loaded)[1]
+    assert not draft.ok and "FIFO" in draft.detail and time.monotonic() - started < 2, draft.line()
