@@ -15,12 +15,12 @@ VLLM_BIN = $$(cd "$$(dirname "$$(scripts/setup-vllm.sh | tail -n 1)")/../.." && 
 # SGLang 0.5.23 for the CPU in its own venv (scripts/setup-sglang.sh); the sglang-cpu-python wrapper lives in $(SGLANG_BIN)
 SGLANG_BIN = $$(dirname "$$(scripts/setup-sglang.sh | tail -n 1)")
 
-.PHONY: venv lint engine engine-python model keys demo test test-unit fuzz clean docker demo-docker vllm demo-vllm sglang
+.PHONY: venv lint docs engine engine-python model keys demo test test-unit fuzz clean docker demo-docker vllm demo-vllm sglang
 
 $(VENV)/.installed: pyproject.toml
 	$(call stage,venv: installing campaign into $(VENV))
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test,lint]' $(PIPQUIET)
+	@$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test,lint,docs]' $(PIPQUIET)
 	@touch $@
 
 venv: $(VENV)/.installed
@@ -31,6 +31,13 @@ lint: venv
 	$(call stage,lint: ruff check on campaign and tests; mypy on campaign)
 	@$(VENV)/bin/ruff check --quiet campaign tests
 	@$(VENV)/bin/mypy --no-error-summary
+	@$(MAKE) --no-print-directory docs
+
+# The documentation site from docs/ (mkdocs.yml): --strict, so a broken link or a page left out of the nav
+# fails; built outside the clone (nothing of it is committed)
+docs: venv
+	$(call stage,docs: mkdocs build --strict)
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir "$${CAMPAIGN_CACHE:-$$HOME/.cache/campaign}/site"
 
 engine:
 	$(call stage,engine: llama-server (portable build, cached and proven by serving))
@@ -122,7 +129,7 @@ docker:
 
 # The demo with a container daily and docker lanes: the daily started with `docker run`, a window, the
 # promotion (or its refusal) and a rollback. The test image's id is this machine's, so the contract run is
-# a generated copy, runs/demo-docker.yaml (README: "Docker lanes", "A container daily").
+# a generated copy, runs/demo-docker.yaml (docs/runtimes.md: "A container daily").
 demo-docker: venv engine model keys docker
 	@scripts/demo-docker.sh
 

@@ -614,7 +614,7 @@ class SpeedSpec(GateSpecBase):
             return data
         read_as = (info.context or {}).get(BUNDLE_COPY)
         if read_as is None:  # a contract to run: the user rewrites it
-            raise ValueError(f"{found[0]} was replaced by {replaced[found[0]]}; see the README's contract schema notes")
+            raise ValueError(f"{found[0]} was replaced by {replaced[found[0]]}; see docs/contract.md")
         # a bundle's copy, judged again: what the window measured is read in today's terms, and said so
         boots, data = data.get("control_boots"), {k: v for k, v in data.items() if k not in replaced}
         if "control_boots" in found:

@@ -33,7 +33,7 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN)]
 
-# Bounds on numbers a contract states (see the README's table of what the tool refuses):
+# Bounds on numbers a contract states (see docs/contracts.md's table of what the tool refuses):
 MAX_SEED = 2**32 - 1  # a request seed every engine takes (llama.cpp and vLLM read an unsigned 32-bit int)
 MAX_CONTEXT_TOKENS = 1 << 24  # 16M tokens: past every model's context (the longest today is 10M)
 MAX_COUNT = 1_000_000  # k/n count rules, tolerated errors, replay subsampling: a million is past any real gate

@@ -171,7 +171,7 @@ class LiveGate(Gate):
         ``request_defaults`` under the gate's own fields, and over both the engine's uncached fields
         (``adapter.uncached_fields``), which a contract cannot take back. A reply built on another request's
         cached prompt ran other batch shapes through other kernels: on an H200 under ``--parallel 4`` that
-        alone made 5 of 8 greedy repeats differ (README, "On a GPU"). The speed gate's streams are not scored
+        alone made 5 of 8 greedy repeats differ (docs/benchmarks.md, "On a GPU"). The speed gate's streams are not scored
         this way: they measure serving as users get it, cache and all (its cached share is reported)."""
         return {**self.ctx.request_defaults, **body, **run.adapter.uncached_fields()}
 

@@ -57,7 +57,7 @@ def _env_bytes(name: str, default: int) -> int:
     return int(text) if text.isdigit() else default
 
 
-# Bounds on what one bundle may hold, each refused before the work it would cost (the README's table of
+# Bounds on what one bundle may hold, each refused before the work it would cost (docs/contracts.md's table of
 # what the tool refuses lists them). A window writes a few hundred files at most (contract, lane specs and
 # snapshots, a raw record file and a result per gate and lane, logs), a few folders deep.
 MAX_BUNDLE_FILES = 10_000  # files, and folders apart: the walk and the manifest stop past it

@@ -212,7 +212,7 @@ def _remedy(gate: str, reason: str) -> str:
 
 
 # `campaign run`'s exit code, so cron or a systemd unit can tell "promotable" from "refused" without
-# reading a bundle (README, "Exit codes"; `campaign run --help`):
+# reading a bundle (docs/failsafe.md, "Exit codes"; `campaign run --help`):
 #
 #    0    the window completed and a candidate is PROMOTABLE (what `campaign promote` would accept)
 #    3    the window completed and no candidate is promotable (REFUSED or INCONCLUSIVE: the report says why)

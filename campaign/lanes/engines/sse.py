@@ -3,7 +3,7 @@
 The hot path does one thing per read: it keeps the bytes with the time they were taken. The SSE events and
 their JSON (orjson) are read after the response has ended, each event stamped with the read that completed
 its line, so no decode, dict or line split competes with the timing of other streams. Measured in one run by
-``benchmarks/client_capacity.py`` (README, "The speed client") against the hand-written HTTP/1.1 client this
+``benchmarks/client_capacity.py`` (docs/speed.md, "The speed client") against the hand-written HTTP/1.1 client this
 replaced, a plain aiohttp client and a raw socket.
 
 Times count from the request's write on an open connection (aiohttp's ``on_request_chunk_sent`` hook fires

@@ -2,7 +2,7 @@
 
 Speculative depth: ``--speculative-config``/``-sc`` JSON's ``num_speculative_tokens``, against
 ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}``, which vLLM exports with one series per
-draft position (0 to num_speculative_tokens - 1) while speculating (the README's vLLM demo figures: per
+draft position (0 to num_speculative_tokens - 1) while speculating (docs/engine-lanes.md, the vLLM demo figures: per
 position 66/60/60 at ``num_speculative_tokens: 3``; not re-measured with this check). Nothing else is mapped
 yet: every other declared value of a vLLM lane is listed as unproven.
 """

@@ -77,14 +77,14 @@ def test_a_stated_default_is_the_schema_default(doc: str, field: str, value: str
 
 
 def test_the_readmes_speed_rule_example_is_the_schemas_defaults() -> None:
-    """The README's speed gate example says every rule value in it is the default: one number for each (a 10%
+    """The speed gate page's example says every rule value in it is the default: one number for each (a 10%
     control-drift limit there once disagreed with the schema's 25%)."""
     import yaml
 
     from campaign.contracts.gatespecs import SpeedRule
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split("## The speed gate", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    text = (ROOT / "docs" / "speed.md").read_text(encoding="utf-8")
+    block = text.split("```yaml", 1)[1].split("```", 1)[0]
     rule = yaml.safe_load(block)[0]["rule"]
     defaults = SpeedRule()
     assert len(rule) >= 10
