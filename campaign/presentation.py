@@ -9,12 +9,14 @@ the candidate's, a win's ...), chosen by the renderer, so every gate's plots sha
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Mapping, Union
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Bars", "BarSeries", "Bound", "Headline", "Interval", "Intervals", "Marker", "Panel", "Plot", "PointSeries",
-           "Points", "Presentation", "Role", "quantity"]
+__all__ = ["HEADLINE_CHARS", "Bars", "BarSeries", "Bound", "Headline", "Interval", "Intervals", "Marker", "Panel", "Plot", "PointSeries",
+           "Points", "Presentation", "Role", "deciding_reason", "fit", "headline", "quantity"]
 
 # A series' colour, by what it is; None leaves it to the renderer's cycle (several series of one kind).
 Role = Literal["control", "candidate", "other", "win", "tie", "loss"]
@@ -144,3 +146,55 @@ def quantity(figure: Mapping[str, Any]) -> str:
         return f"{value}/{n} {unit}".strip()
     shown = f"{value:.4g}" if isinstance(value, float) else str(value)
     return f"{shown} {unit}".strip() + (f" (n = {n})" if n is not None else "")
+
+
+# A gate result's headline: one line of at most HEADLINE_CHARS characters (the verdict, the number, the bar,
+# and the pairs where it weighed boot pairs) that the console, SUMMARY.md, the report's tables and promote's
+# refusal show. The full reasoning stays in the result's reasons: folded details in the report, --explain on
+# the console. A kind may say the words after the verdict itself (``Gate.headline_words``: speed does, its
+# reasons are paragraphs of statistics); any other result's are its deciding reason, so an older bundle's
+# results, and SUMMARY.json's entries of them, get one too.
+
+HEADLINE_CHARS = 100
+
+# A rule's sentence that says it was not met ("KL mean 0.068 > 0.05 nats", "self_identical 5/8 < required 8/8")
+_NOT_MET = re.compile(r" [<>] |\bnot met\b")
+_SPACES = re.compile(r"\s+")
+
+
+def headline(result: Mapping[str, Any]) -> str:
+    """The headline ``result`` carries (a gate result, or SUMMARY.json's entry of one), else one made from its
+    verdict and deciding reason; always one line of at most ``HEADLINE_CHARS``."""
+    carried = result.get("headline")
+    if isinstance(carried, str) and carried.strip():
+        return fit(carried)
+    return fit(f"{result.get('verdict') or 'INCONCLUSIVE'} {deciding_reason(result)}")
+
+
+def deciding_reason(result: Mapping[str, Any]) -> str:
+    """The reason that decided ``result``'s verdict, in full. A verdict a rule reached (PASS, FAIL) is never
+    the instrument's: its notes on checks it passed come first in some gates (teacher_forced's) and are
+    skipped; a FAIL is the first rule sentence not met. Under an undecided result's instrument heading
+    ("instrument: the speed numbers cannot be judged"), the line that says what went wrong."""
+    reasons = [str(reason) for reason in result.get("reasons") or [] if str(reason).strip()]
+    if not reasons:
+        return "without a stated reason"
+    if result.get("verdict") in ("PASS", "FAIL"):
+        weighed = [reason for reason in reasons if not reason.startswith("instrument:")] or reasons
+        if result.get("verdict") == "FAIL":
+            return next((reason for reason in weighed if _NOT_MET.search(reason)), weighed[0])
+        return weighed[0]
+    if reasons[0].startswith("instrument:") and len(reasons) > 1:
+        return f"instrument: {reasons[1].removeprefix('instrument: ')}"
+    return reasons[0]
+
+
+def fit(text: str, limit: int = HEADLINE_CHARS) -> str:
+    """``text`` on one line, cut at a word to ``limit`` characters with an ellipsis when longer."""
+    line = _SPACES.sub(" ", text).strip()
+    if len(line) <= limit:
+        return line
+    cut = line[:limit - 1]
+    if " " in cut[limit // 2:]:
+        cut = cut[:cut.rindex(" ")]
+    return f"{cut.rstrip(' ;:,(')}…"

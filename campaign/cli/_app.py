@@ -140,11 +140,14 @@ def _options(version: bool = typer.Option(False, "--version", "-V", is_eager=Tru
 
 
 
-def _print_outcome(summary: dict[str, Any], bundle: Path) -> None:
-    # one line for the daily, one per candidate (decision, figure, what to do first), then the bundle
+EXPLAIN_HELP = "Under each candidate's headline, its deciding gate's full reasoning."
+
+
+def _print_outcome(summary: dict[str, Any], bundle: Path, explain: bool = False) -> None:
+    # one line for the daily, one per candidate (decision, headline, what to do first), then the bundle
     from campaign.window.progress import outcome_lines
 
-    for line in outcome_lines(summary, bundle):
+    for line in outcome_lines(summary, bundle, explain=explain):
         out.print(line)
 
 

@@ -17,7 +17,8 @@ from campaign.cli._app import _cells, app, err, one_line_errors, out
 @one_line_errors
 def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Candidate lane to promote."),
             dry_run: bool = typer.Option(False, "--dry-run", help="Run every check the promotion runs, show its steps and the new daily's command; change nothing."),
-            trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
+            trust: list[Path] = typer.Option([], help="Also trust this public key file."),
+            explain: bool = typer.Option(False, "--explain", help="Under a refused gate's headline, its full reasoning.")) -> None:
     """Promote a candidate to daily from a verified bundle whose required gates all PASS."""
     from campaign.promotion.promote import promote as do_promote
     from campaign.signing import load_signing_key, load_trusted
@@ -28,6 +29,12 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
     if not decision.ok and entry is None:
         for reason in decision.refusals:
             err.print(f"refused: {reason}")
+        for gate, reasons in decision.explained.items() if explain else ():
+            err.print(f"{gate}, in full:")
+            for reason in reasons:
+                err.print(f"  - {reason}")
+        if decision.explained and not explain:
+            err.print("(--explain: each refused gate's full reasoning)")
         raise typer.Exit(1)
     if dry_run:
         out.print(f"would promote {decision.candidate} from {bundle}:")

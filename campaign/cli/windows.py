@@ -9,7 +9,17 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from campaign.cli._app import ALLOW_PATH_HELP, _allow, _cells, _clock, _print_outcome, app, one_line_errors, out
+from campaign.cli._app import (
+    ALLOW_PATH_HELP,
+    EXPLAIN_HELP,
+    _allow,
+    _cells,
+    _clock,
+    _print_outcome,
+    app,
+    one_line_errors,
+    out,
+)
 from campaign.cli.contracts import ACCEPT_DEFAULTS_HELP
 from campaign.errors import InputError
 
@@ -26,6 +36,7 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
         exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 whenever the window completed with its "
                                                                   "daily proven back, whatever it decided (the "
                                                                   "behaviour before exit code 3)."),
+        explain: bool = typer.Option(False, "--explain", help=EXPLAIN_HELP),
         window_id: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run a window of a frozen contract and write a signed receipt bundle. Several contracts run at once,
     one window per contract, each on its own boxes (the command waits for all).
@@ -59,7 +70,7 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
     outcome = run_window(contract, key=key, trusted=trusted, out_dir=out_dir, record_path=record,
                          window_id=window_id, echo=WindowProgress(out), accept_tool_defaults=accept_tool_defaults)
     if not background:
-        _print_outcome(outcome.summary, outcome.bundle)
+        _print_outcome(outcome.summary, outcome.bundle, explain)
     _exit_as_decided(outcome.summary, outcome.signed, exit_zero)
 
 
@@ -173,7 +184,8 @@ def _run_several(contracts: list[Path], *, out_dir: Path, record: Optional[Path]
 @app.command()
 @one_line_errors
 def resume(window: str,
-           accept_tool_defaults: bool = typer.Option(False, "--accept-tool-defaults", help=ACCEPT_DEFAULTS_HELP)) -> None:
+           accept_tool_defaults: bool = typer.Option(False, "--accept-tool-defaults", help=ACCEPT_DEFAULTS_HELP),
+           explain: bool = typer.Option(False, "--explain", help=EXPLAIN_HELP)) -> None:
     """Continue a crashed or killed window from its journal (finished gates are not re-run)."""
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.progress import WindowProgress
@@ -181,6 +193,6 @@ def resume(window: str,
 
     outcome = resume_window(window, key=load_signing_key(), trusted=load_trusted(), echo=WindowProgress(out),
                             accept_tool_defaults=accept_tool_defaults)
-    _print_outcome(outcome.summary, outcome.bundle)
+    _print_outcome(outcome.summary, outcome.bundle, explain)
     if not outcome.signed:
         raise typer.Exit(1)

@@ -117,6 +117,13 @@ class Gate(ABC):
         return Presentation()
 
     @classmethod
+    def headline_words(cls, rule: Any, result: dict[str, Any]) -> str | None:
+        """The words after the verdict in ``result``'s headline (campaign.presentation.headline), where this kind says it
+        better than its deciding reason does (speed: its reasons are paragraphs of statistics); None: the
+        deciding reason, fitted."""
+        return None
+
+    @classmethod
     def stored_presentation(cls, result: dict[str, Any]) -> Presentation:
         """The presentation of a result file written before results carried one (an older bundle): the
         same builder, with the stored rule read back into this kind's rule model."""

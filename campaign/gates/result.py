@@ -55,6 +55,10 @@ class GateResult(BaseModel):
         None, description="A finding about the window's instrument, not about this candidate (a thinking switch "
                           "the control's template ignores, a gate with nothing to weigh): shown once for the "
                           "window; the result carrying it is never a FAIL.")
+    headline: str | None = Field(
+        None, description="One line of at most 100 characters: the verdict, the number, the bar, the pairs "
+                          "(campaign.presentation.headline). A gate may write the words after the verdict; the window opens "
+                          "them with the final verdict. None: a result written before results carried one.")
     presentation: Presentation | None = Field(
         None, description="Headlines and plot data the gate built from its judging (None: a result written "
                           "before results carried them; the report derives them from the rest).")

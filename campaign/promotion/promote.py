@@ -34,7 +34,7 @@ from campaign.fsutil import load_json_strict
 from campaign.promotion.candidate import candidate_launch, smoke_candidate
 from campaign.promotion.identity import KEPT, promoted_daily_summary
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
-from campaign.receipts.decision import suspicion
+from campaign.receipts.decision import headline, suspicion
 from campaign.receipts.shapes import checked_gate, checked_summary
 from campaign.signing import SigningKey, TrustedKeys
 
@@ -47,6 +47,8 @@ class Decision:
     candidate: str | None
     refusals: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    # a refused gate's full reasoning (its reasons), behind `campaign promote --explain`: a refusal is a headline
+    explained: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -119,7 +121,8 @@ def _decide_verified(copy: Path, trusted: TrustedKeys, candidate: str | None,
             continue
         result = checked_gate(load_json_strict(path), path)
         if result.get("verdict") != "PASS":
-            decision.refusals.append(f"gate {gate}: {result.get('verdict')} ({'; '.join(result.get('reasons', [])[:2])})")
+            decision.refusals.append(f"gate {gate}: {headline(result)}")
+            decision.explained[gate] = [str(reason) for reason in result.get("reasons") or []]
     decision.facts.update(window=summary.get("window"), contract=loaded.contract.contract,
                           daily_name=loaded.contract.promotion.daily_name if loaded.contract.promotion else None,
                           required=required)

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from campaign.errors import RunError
-from campaign.presentation import quantity
+from campaign.presentation import deciding_reason, fit, headline, quantity
 from campaign.verdicts import VERDICT_RULE, VERDICT_RULE_V1, combine_names
 
-__all__ = ["CandidateDecision", "deciding", "decisions", "exit_code", "read_with_current_rule", "several_exit_code",
-           "suspicion", "with_exit_zero"]
+# ``headline`` is the presentation's, given here too: a refusal is a decision's words (promote's)
+__all__ = ["CandidateDecision", "deciding", "decisions", "exit_code", "headline", "read_with_current_rule",
+           "several_exit_code", "suspicion", "with_exit_zero"]
 
 PROMOTABLE, REFUSED, INCONCLUSIVE = "PROMOTABLE", "REFUSED", "INCONCLUSIVE"
 
@@ -28,7 +29,7 @@ class CandidateDecision:
     control: str | None
     decision: str
     gate: str | None  # the gate whose verdict decides it (None: a window-level reason)
-    reason: str
+    reason: str  # the deciding gate's headline (campaign.presentation.headline), or the window-level reason
     next_step: str
     also: list[str]  # gates reported but not required that did not PASS: shown, never deciding
     # the figure the decision rests on, e.g. "speed C1 +12.0% [97.5% CI +4.1%, +20.3%] decode_tok_s, 3 pairs, ...":
@@ -37,6 +38,9 @@ class CandidateDecision:
     # the window's A/A lane made a false decision (a verdict claiming a difference that cannot be there): every
     # decision of the window is suspect, and none is PROMOTABLE; "" when the check is clean or absent
     suspect: str = field(default="")
+    # the deciding gate's full reasoning, its reasons as the result holds them: the report's folded details,
+    # the console's --explain
+    details: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,7 +126,9 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
             if gate not in required and result.get("verdict") != "PASS"]
 
     def made(decision: str, gate: str | None, reason: str, next_step: str) -> CandidateDecision:
-        return CandidateDecision(name, entry.get("control"), decision, gate, reason, next_step, also)
+        result = gates.get(gate) if gate else None
+        return CandidateDecision(name, entry.get("control"), decision, gate, reason, next_step, also,
+                                 details=[str(r) for r in (result or {}).get("reasons") or []])
 
     if summary.get("status") != "complete":
         return made(INCONCLUSIVE, None, f"the window did not complete (status {summary.get('status')})",
@@ -138,7 +144,7 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
     if screened := entry.get("screened_out"):  # decided offline: no lane booted, the daily never stopped
         failed = screened.get("verdict") == "FAIL"
         return made(REFUSED if failed else INCONCLUSIVE, screened.get("gate"),
-                    f"not worth a live window: {screened.get('reason')}",
+                    fit(f"not worth a live window: {screened.get('reason')}"),
                     "change the candidate (its slot map or files) in a new contract version; no live window was spent"
                     if failed else "the screen could not measure (the reason says why): fix it, then run again")
     restore = summary.get("restore") or {}
@@ -154,26 +160,16 @@ def _decide(name: str, entry: dict[str, Any], summary: dict[str, Any]) -> Candid
     for gate in required:
         result = gates.get(gate)
         if result is not None and result.get("verdict") == "FAIL":
-            return made(REFUSED, gate, _first(result), f"not promotable as it is: it lost on {gate}")
+            return made(REFUSED, gate, headline(result), f"not promotable as it is: it lost on {gate}")
     for gate in required:
         result = gates.get(gate)
         if result is None:
             return made(INCONCLUSIVE, gate, f"gate {gate} has no result for this candidate",
                         "run the window again; the journal says why the gate did not run")
         if result.get("verdict") != "PASS":
-            reason = _first(result)
-            return made(INCONCLUSIVE, gate, reason, _next_step(gate, reason, result))
+            return made(INCONCLUSIVE, gate, headline(result), _next_step(gate, deciding_reason(result), result))
     return made(PROMOTABLE, None, f"every required gate passed ({', '.join(required)})",
                 f"campaign promote BUNDLE --candidate {name} (it verifies the bundle first)")
-
-
-def _first(result: dict[str, Any]) -> str:
-    reasons = [str(reason) for reason in result.get("reasons") or []]
-    if not reasons:
-        return f"{result.get('verdict')} without a stated reason"
-    if reasons[0].startswith("instrument:") and len(reasons) > 1:  # a heading: the problem is the next line
-        return f"{reasons[0]}; {reasons[1]}"
-    return reasons[0]
 
 
 # A measurement's own words when other processes used the host's CPUs while it measured (a VOID row's reason)

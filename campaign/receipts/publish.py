@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader
 
 from campaign.errors import InputError, VerifyError
 from campaign.fsutil import atomic_write_bytes, fsync_dir, load_json_strict, open_regular
-from campaign.presentation import quantity
+from campaign.presentation import headline, quantity
 from campaign.receipts.bundle import (
     MAX_BUNDLE_BYTES,
     MAX_BUNDLE_FILES,
@@ -107,6 +107,7 @@ def template_environment(*, html: bool = True) -> Environment:
     env = Environment(loader=PackageLoader("campaign.receipts", "templates"), autoescape=html,
                       trim_blocks=True, lstrip_blocks=True, finalize=None if html else md_escape)
     env.filters["quantity"] = quantity
+    env.filters["headline"] = headline
     return env
 
 

@@ -25,6 +25,7 @@ from campaign.fsutil import atomic_write_bytes, atomic_write_json
 from campaign.gates.base import Gate, GateContext, Screen
 from campaign.gates.registry import GATES, gate_for
 from campaign.gates.result import VERDICT_RULE, GateResult, Presentation, Verdict, combine
+from campaign.presentation import deciding_reason, fit, headline
 from campaign.window.inspectdiff import runtime_axis_difference
 
 __all__ = ["SCREENED_OUT", "LaneOutcome", "aa_check", "build_gates", "input_copies", "judge_bundle", "judge_one", "predicate",
@@ -105,6 +106,11 @@ def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: Effec
     if result.window_finding and result.verdict is Verdict.FAIL:
         # a finding about the window's instrument is the window's, reported once: never this candidate's loss
         result.verdict = Verdict.INCONCLUSIVE
+    try:  # the verdict is final here: its headline opens with it (the kind's own words, else the deciding reason)
+        own = gate.headline_words(gate.spec.rule, result.dump())
+    except (KeyError, TypeError, ValueError):  # a result without its levels' figures (pydantic's errors are ValueErrors)
+        own = None
+    result.headline = fit(f"{result.verdict.value} {own or deciding_reason(result.dump())}")
     try:  # what the report shows of it
         result.presentation = gate.presentation(result)
     except Exception:  # top level of the presentation: a bug there costs the plots, never the verdict
@@ -131,7 +137,8 @@ def _result(gate: Gate, candidate: EffectiveLane, control: EffectiveLane, reason
         # is recorded already); the rule is in the bundle's contract copy, and why it is missing here is said
         rule = {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
     return GateResult(gate=gate.gate_id, kind=gate.spec.kind, candidate=candidate.name, control=control.name,
-                      verdict=Verdict.INCONCLUSIVE, reasons=reasons, rule=rule, presentation=Presentation())
+                      verdict=Verdict.INCONCLUSIVE, reasons=reasons, rule=rule, presentation=Presentation(),
+                      headline=fit(f"INCONCLUSIVE {reasons[0] if reasons else 'without a stated reason'}"))
 
 
 def _write_tables(bundle: Path, gates: list[Gate]) -> None:
@@ -234,7 +241,8 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
     candidates: dict[str, Any] = {}
     for result in results:
         entry = candidates.setdefault(result.candidate, {"control": result.control, "gates": {}})
-        entry["gates"][result.gate] = {"kind": result.kind, "verdict": result.verdict.value, "reasons": result.reasons,
+        entry["gates"][result.gate] = {"kind": result.kind, "verdict": result.verdict.value,
+                                       "headline": headline(result.dump()), "reasons": result.reasons,
                                        "metrics": {k: m.model_dump(exclude_none=True)
                                                    for k, m in result.metrics.items()}}
         if result.window_finding:

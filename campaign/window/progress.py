@@ -142,17 +142,22 @@ def _gate_results(bundle: Path) -> list[dict[str, Any]]:
         return []
 
 
-def outcome_lines(summary: dict[str, Any], bundle: Path) -> list[Text]:
-    """What `campaign run` and `campaign resume` print at the end; every text from the bundle shown safely."""
+def outcome_lines(summary: dict[str, Any], bundle: Path, *, explain: bool = False) -> list[Text]:
+    """What `campaign run` and `campaign resume` print at the end; every text from the bundle shown safely.
+    A candidate's line is its deciding gate's headline; ``explain`` (``--explain``) adds that gate's full
+    reasoning under it, as the report's folded details hold it."""
     lines = [line for line in [_daily_line(summary, bundle)] if line is not None]
     if suspect := suspicion(summary):  # first: it qualifies every line after it
         lines.append(styled(("A/A FALSE DECISION:", "bold red"), f" {suspect}: this window's decisions are suspect"))
     for decision in decisions(summary, _gate_results(bundle)):
-        evidence = decision.figure or deciding(decision.gate, decision.reason, SHOWN_REASON_CHARS)
+        # a gate's headline; a decision of no gate (every required gate passed) shows the figures it rests on
+        evidence = (deciding(decision.gate, decision.reason) if decision.gate else
+                    decision.figure or deciding(None, decision.reason, SHOWN_REASON_CHARS))
         # a gate reported, not required, that did not pass: shown, never deciding
         also = f"; also: {'; '.join(decision.also)}" if decision.also else ""
         lines.append(styled(f"{decision.candidate}: ", (decision.decision, _COLOURS.get(decision.decision, "bold")),
                             f": {evidence}; next: {decision.next_step}{also}"))
+        lines += [styled(f"  - {reason}") for reason in decision.details] if explain else []
     for name, lane in (summary.get("lanes") or {}).items():
         if lane.get("status") != "ran":
             lines.append(styled(f"lane {name}: {lane.get('status')} ({lane.get('cause')}): {lane.get('message')}"))

@@ -16,7 +16,8 @@ import pytest
 __all__ = ["labelled_plots", "open_in_chromium"]
 
 
-def open_in_chromium(page: Path) -> tuple[str, list[str], list[str]]:
+def open_in_chromium(page: Path, fragment: str = "") -> tuple[str, list[str], list[str]]:
+    """``fragment``: the page opened at that element, as a link to it opens it."""
     chromium = shutil.which("chromium")
     if not chromium:
         pytest.fail("chromium is not installed: .ci/run installs Debian's chromium for this test")
@@ -25,7 +26,7 @@ def open_in_chromium(page: Path) -> tuple[str, list[str], list[str]]:
         done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                                f"--user-data-dir={profile}/u", "--enable-logging=stderr", "--v=0",
-                               f"--log-net-log={netlog}", "--dump-dom", page.as_uri()],
+                               f"--log-net-log={netlog}", "--dump-dom", page.as_uri() + (f"#{fragment}" if fragment else "")],
                               capture_output=True, text=True, timeout=120)
         log = json.loads(netlog.read_text())
     types = {v: k for k, v in log["constants"]["logEventTypes"].items()}

@@ -209,6 +209,10 @@ class SpeedGate(LiveGate):
     def present(cls, rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
         return presenting.present(rule, result)
 
+    @classmethod
+    def headline_words(cls, rule: SpeedRule | None, result: dict[str, Any]) -> str | None:
+        return presenting.headline_words(rule, result)
+
     def judge(self, candidate: EffectiveLane, control: EffectiveLane) -> GateResult:
         result = self.new_result(candidate, control)
         seq = self.sequence(candidate, control)

@@ -29,7 +29,7 @@ from campaign.presentation import (
     Role,
 )
 
-__all__ = ["present"]
+__all__ = ["headline_words", "present"]
 
 
 class _Open(BaseModel):
@@ -72,6 +72,34 @@ def present(rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
             headlines.append(headline)
     plots = each_plot([_change, _load, _boots, _prompts, _acceptance, _rows], rule, result)
     return Presentation(headlines=headlines, plots=plots)
+
+
+def headline_words(rule: SpeedRule | None, result: dict[str, Any]) -> str | None:
+    """The words after a speed result's verdict: per judged level, the deciding ones first, its change with
+    its CI, the bar, and the pairs ("C1 +44.7% [+31.4%, +59.5%], bar +5%, 2 pairs"); a level without an
+    estimate, what each lane measured. None when no level was weighed (the reason then says why)."""
+    levels = (result.get("details") or {}).get("levels")
+    if not isinstance(levels, dict):
+        return None
+    stored = result.get("rule")
+    metric = rule.metric if rule else str((stored if isinstance(stored, dict) else {}).get("metric") or "")
+    bar = (f", bar {rule.min_mean_change:+.0%}" if rule is not None and rule.min_mean_change is not None else "")
+    judged = [(level, entry) for level, entry in levels.items() if isinstance(entry, dict) and entry.get("judged", True)]
+    judged.sort(key=lambda item: item[1].get("verdict") != result.get("verdict"))
+    words = []
+    for level, entry in judged:
+        figure = _headline(metric, level, entry, result)
+        if figure is None:
+            continue
+        looks = entry.get("looks")
+        pairs = looks[-1].get("pairs") if isinstance(looks, list) and looks and isinstance(looks[-1], dict) else None
+        if isinstance(entry.get("estimate"), dict):
+            est = entry["estimate"]
+            shown = f"{est['change']:+.1%} [{est['low']:+.1%}, {est['high']:+.1%}]{bar}"
+            words.append(f"{figure.label} {shown}" + (f", {_pairs(pairs)}" if isinstance(pairs, int) else ""))
+        else:
+            words.append(f"{figure.label} {figure.value}, {figure.unit.removeprefix(f'{metric}, ')}")
+    return "; ".join(words) or None
 
 
 def _pairs(count: Any) -> str:

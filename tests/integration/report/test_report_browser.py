@@ -42,6 +42,34 @@ def test_the_report_opens_with_the_decision_and_every_plot_is_titled_and_labelle
     assert labelled_plots(dom), "no plot in the report"
 
 
+def test_the_decision_table_shows_headlines_and_its_details_open(bundle: Path, tmp_path: Path) -> None:  # noqa: F811
+    """A refused candidate whose gate reasoned at length: its cells in the decision table stay one short line;
+    the full reasoning is folded under it, and a link to it opens it (Chromium opens a closed <details>
+    when the page's address names an element in it)."""
+    import html
+    import re
+
+    paragraph = "the candidate diverges at prompt p3 after 41 tokens; " * 12
+    summary_path = bundle / "SUMMARY.json"
+    summary = json.loads(summary_path.read_text())
+    summary["candidates"]["lossy"] = {"control": "base", "promotion_gates": ["greedy"], "overall": "FAIL", "gates": {
+        "greedy": {"verdict": "FAIL", "reasons": [paragraph, "self_identical 5/8 < required 8/8; the control's own "
+                                                             "is 8/8, and the candidate diverges where the control "
+                                                             "does not on 3 prompts"]}}}
+    summary_path.write_text(json.dumps(summary))
+    report = publish(bundle, tmp_path / "out")["html"]
+    closed, console, requests = open_in_chromium(report)
+    assert console == [] and requests == []
+    row = closed.split('data-candidate="lossy"')[1].split("</tr>")[0]
+    cells = [html.unescape(re.sub(r"<[^>]+>", "", re.sub(r"<details.*?</details>", "", cell, flags=re.DOTALL)))
+             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)]
+    assert cells[3].startswith("greedy: FAIL self_identical 5/8 < required 8/8"), cells
+    assert all(len(cell) <= 120 for cell in cells), cells  # a headline each: the gate's name and <= 100 characters
+    assert '<details class="why" id="why-lossy">' in row and paragraph.strip()[:60] in html.unescape(row)
+    opened, _, _ = open_in_chromium(report, fragment="why-lossy-reasons")
+    assert re.search(r'<details class="why" id="why-lossy" open="">', opened), "the details did not open"
+
+
 def test_the_check_sees_a_report_that_reaches_out(bundle: Path, tmp_path: Path) -> None:  # noqa: F811
     report = publish(bundle, tmp_path / "out")["html"]
     bad = report.with_name("bad.html")

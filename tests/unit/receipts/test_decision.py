@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from campaign.presentation import fit
 from campaign.receipts.decision import decisions
 
 PASS = {"verdict": "PASS", "reasons": ["fine"]}
@@ -35,7 +36,8 @@ def test_a_required_fail_refuses_with_that_gates_reason_before_any_inconclusive(
     summary = _with(candidates__spec__gates__greedy={"verdict": "INCONCLUSIVE", "reasons": ["instrument: x"]},
                     candidates__spec__gates__speed={"verdict": "FAIL", "reasons": ["C1 change -3% ..."]})
     (d,) = decisions(summary)
-    assert (d.decision, d.gate, d.reason) == ("REFUSED", "speed", "C1 change -3% ...")
+    assert (d.decision, d.gate, d.reason) == ("REFUSED", "speed", "FAIL C1 change -3% ...")  # the gate's headline
+    assert d.details == ["C1 change -3% ..."]
 
 
 def test_an_inconclusive_says_the_remedy_its_reason_calls_for() -> None:
@@ -47,14 +49,16 @@ def test_an_inconclusive_says_the_remedy_its_reason_calls_for() -> None:
     for reason, remedy in cases.items():
         summary = _with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": [reason]})
         (d,) = decisions(summary)
-        assert d.decision == "INCONCLUSIVE" and d.gate == "speed" and d.reason == reason
+        assert d.decision == "INCONCLUSIVE" and d.gate == "speed" and d.reason == fit(f"INCONCLUSIVE {reason}")
+        assert d.details == [reason]
         assert remedy in d.next_step, (reason, d.next_step)
 
 
 def test_an_instrument_heading_is_shown_with_the_problem_under_it() -> None:
     reasons = ["instrument: the speed numbers cannot be judged", "C1: the control moved +28.7% (limit 25%)"]
     (d,) = decisions(_with(candidates__spec__gates__speed={"verdict": "INCONCLUSIVE", "reasons": reasons}))
-    assert d.reason == "; ".join(reasons) and "instrument" in d.next_step
+    assert d.reason == "INCONCLUSIVE instrument: C1: the control moved +28.7% (limit 25%)" and d.details == reasons
+    assert "instrument" in d.next_step
 
 
 def test_window_level_facts_decide_before_any_gate() -> None:

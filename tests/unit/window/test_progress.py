@@ -61,7 +61,7 @@ def test_a_busy_host_is_the_first_cause_and_the_measured_figure_is_shown(tmp_pat
     bundle, summary = _busy_host_bundle(tmp_path)
     lines = [line.plain for line in outcome_lines(summary, bundle)]
     assert lines[0] == "daily restored and proved in 1.1 s"
-    assert lines[1].startswith("threads-2: INCONCLUSIVE: speed C1 81.25 vs 62.5 tok/s decode_tok_s, candidate vs "
+    assert lines[1].startswith("threads-2: INCONCLUSIVE: speed: INCONCLUSIVE C1 81.25 vs 62.5 tok/s, candidate vs "
                                "control, one pair, no CI; next: other processes used 50% of the CPUs: run on a "
                                "quiet host or pin lanes (cpus:); then a longer failsafe deadline"), lines[1]
     assert lines[2:] == [f"bundle: {bundle}"]  # one line for the daily, one per candidate, then where it is
@@ -73,12 +73,14 @@ def test_the_report_and_summary_md_name_the_busy_host_before_the_deadline(tmp_pa
     row = next(line for line in render_markdown(data).splitlines() if line.startswith("| threads-2 | **"))
     figure, why, step = (cell.strip() for cell in row.split(" | ")[2:5])
     assert figure == "speed C1 81.25 vs 62.5 tok/s decode\\_tok\\_s, candidate vs control, one pair, no CI"
-    assert "other processes used 50% of the host's CPUs" in why
+    assert why == "speed: INCONCLUSIVE C1 81.25 vs 62.5 tok/s, candidate vs control, one pair, no CI"  # its headline
     assert step.startswith("other processes used 50% of the CPUs: run on a quiet host or pin lanes (cpus:); then "
                            "a longer failsafe deadline"), step
     html = render_html(data)
     decision = html.split('id="decision"')[1].split("</section>")[0]
     assert "<td>speed C1 81.25 vs 62.5 tok/s" in decision
+    folded = decision.split('<details class="why" id="why-threads-2">')[1].split("</details>")[0]
+    assert "other processes used 50% of the host&#39;s CPUs" in folded  # the full reasoning, one click away
     assert decision.index("run on a quiet host or pin lanes") < decision.index("a longer failsafe deadline")
 
 
@@ -92,9 +94,11 @@ def test_a_decision_without_a_figure_shows_its_reason_and_every_text_is_escaped(
     (tmp_path / "b").mkdir()
     lines = [line.plain for line in outcome_lines(summary, tmp_path / "b")]
     assert lines[0] == "daily restored and proved"  # no record of when: proved, without a time
-    assert lines[1] == ("c\\x1b[2Jand: REFUSED: greedy: lost \\x1b]8;;http://x\\x07here; next: not promotable as it "
+    assert lines[1] == ("c\\x1b[2Jand: REFUSED: greedy: FAIL lost \\x1b]8;;http://x\\x07here; next: not promotable as it "
                         "is: it lost on greedy")
     assert lines[2] == "lane base: launch_failed (readiness_timeout): \\u202eboom"
+    explained = [line.plain for line in outcome_lines(summary, tmp_path / "b", explain=True)]
+    assert explained[2] == "  - lost \\x1b]8;;http://x\\x07here" and explained[:2] == lines[:2]  # --explain: in full
     assert lines[3] == "WARNING: AXIS MAY BE INERT\\r\\n"
     assert all("\x1b" not in line and "\u202e" not in line for line in lines)
 
