@@ -37,23 +37,22 @@ def publish(bundle: Path, out_dir: Optional[Path] = typer.Option(None, "--out", 
             trust: list[Path] = typer.Option([], help="Also trust this public key file.")) -> None:
     """Render a verified bundle: report.html (static, no network), SUMMARY.md, and a .tar.gz of the bundle; with
     --index, into a folder that lists every window published into it, with the control's figures over time."""
-    from campaign.fsutil import load_json_strict
     from campaign.receipts.bundle import verify_bundle
-    from campaign.receipts.decision import decisions
     from campaign.signing import load_trusted
+    from campaign.window.report import load_report_data, publish_into_index
     from campaign.window.report import publish as do_publish
-    from campaign.window.report import publish_into_index
 
     if index is not None and out_dir is not None:
         raise InputError("--out and --index: give one (the index places the report itself)")
     if index is not None:
-        written = publish_into_index(bundle, index, load_trusted(trust))
+        written, data = publish_into_index(bundle, index, load_trusted(trust))
     else:
         verify_bundle(bundle, load_trusted(trust))
-        written = do_publish(bundle, out_dir)
+        data = load_report_data(bundle)
+        written = do_publish(bundle, out_dir, data)
     for kind, path in written.items():
         out.print(f"{kind}: {path}")
-    for decision in decisions(load_json_strict(bundle / "SUMMARY.json")):  # the report's first lines
+    for decision in data["decisions"]:  # the report's first lines, decided once with it
         deciding = f"{decision.gate}: " if decision.gate else ""
         out.print(f"{decision.candidate}: {decision.decision}: {deciding}{decision.reason[:200]}")
 

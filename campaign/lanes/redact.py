@@ -208,13 +208,15 @@ class Redactor:
         return value
 
 
-def redactor_for(lane: EffectiveLane) -> Redactor:
+def redactor_for(lane: EffectiveLane, engine_env: dict[str, str] | None = None) -> Redactor:
     """What the contract declares stays readable, and so does what the engine adapter itself sets (cache
-    and temp folders under the lane's scratch path): both are configuration, not secrets."""
-    try:
-        engine_env = adapter_for(lane.engine).launch_env(lane, str(scratch_path(lane)))
-    except PreflightError:  # an engine without an adapter has no engine-set variables to keep
-        engine_env = {}
+    and temp folders under the lane's scratch path): both are configuration, not secrets. ``engine_env``: the
+    adapter's env when the caller built it already (a boot builds it once)."""
+    if engine_env is None:
+        try:
+            engine_env = adapter_for(lane.engine).launch_env(lane, str(scratch_path(lane)))
+        except PreflightError:  # an engine without an adapter has no engine-set variables to keep
+            engine_env = {}
     return Redactor(lane_secrets(lane), declared_env={**engine_env, **dict(lane.env)})
 
 

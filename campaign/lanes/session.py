@@ -24,7 +24,7 @@ from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanecheck import check_lane, is_local, local_model, model_sha256, port_is_free
 from campaign.lanes.lanerun import LaneRun
 from campaign.lanes.modelcheck import models_unchanged, read_back_models
-from campaign.lanes.redact import redactor_for
+from campaign.lanes.redact import Redactor, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec, RunningLane, Runtime
 from campaign.lanes.runtimes.process import ProcessRuntime
 from campaign.lanes.scratch import scratch_path
@@ -47,13 +47,15 @@ def lane_scratch(lane: EffectiveLane) -> Path:
     return scratch
 
 
-def runtime_for(lane: EffectiveLane) -> Runtime:
+def runtime_for(lane: EffectiveLane, redactor: Redactor | None = None) -> Runtime:
+    """The lane's runtime; ``redactor``: the boot's own (its engine's env already built), else one made here."""
+    redactor = redactor or redactor_for(lane)
     if lane.runtime == "process":
-        return ProcessRuntime(redactor_for(lane))
+        return ProcessRuntime(redactor)
     if lane.runtime == "docker":
         from campaign.lanes.runtimes.docker import DockerRuntime
 
-        return DockerRuntime(lane)
+        return DockerRuntime(lane, redactor)
     raise PreflightError(f"lane {lane.name}: runtime {lane.runtime!r} is not available yet")
 
 
@@ -63,9 +65,12 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     adapter = adapter_for(lane.engine)
     resolved = resolve_refs(lane)
     argv, executable = launch_command(resolved, adapter, model_path)
-    runtime = runtime or runtime_for(lane)
     scratch = lane_scratch(lane)
-    env = {**adapter.launch_env(lane, str(scratch)), **resolved.env}
+    # one adapter and one engine env per boot: the launch, its log's redactor and its snapshot's share them
+    engine_env = adapter.launch_env(lane, str(scratch))
+    redactor = redactor_for(lane, engine_env)
+    runtime = runtime or runtime_for(lane, redactor)
+    env = {**engine_env, **resolved.env}
     started = time.monotonic()
     try:
         running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env,
@@ -98,7 +103,7 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
             raise LaunchError(f"lane {lane.name}: asked for GPUs {snapshot['launched_gpus']} but holds no GPU "
                               "memory (nvidia-smi sees other processes, not this one): it serves on the CPU",
                               cause="gpu_unavailable", log_tail=log_tail(log_path))
-        run.inspect = redactor_for(lane).snapshot(snapshot)
+        run.inspect = redactor.snapshot(snapshot)
         run.engine_version = await adapter.version(client)
     except BaseException:
         await run.stop()

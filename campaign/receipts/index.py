@@ -22,7 +22,6 @@ from campaign.errors import InputError
 from campaign.fsutil import atomic_write_bytes, atomic_write_json, load_json_strict
 from campaign.presentation import Plot as PlotData
 from campaign.presentation import Points, PointSeries
-from campaign.receipts.decision import decisions
 from campaign.receipts.plots import draw
 from campaign.receipts.publish import SHARED, template_environment
 
@@ -58,7 +57,7 @@ def window_entry(data: dict[str, Any], keyid: str) -> dict[str, Any]:
     gates = data["gates"]
     candidates = [{"name": d.candidate, "decision": d.decision, "gate": d.gate, "reason": d.reason[:300],
                    "figure": d.figure[:300], "suspect": d.suspect[:300]}
-                  for d in decisions(summary, gates)]
+                  for d in data["decisions"]]
     control: dict[str, Any] = {}
     for gate in sorted(gates, key=lambda g: (str(g.get("gate")), str(g.get("candidate")))):
         for metric, figure in sorted((gate.get("metrics") or {}).items()):

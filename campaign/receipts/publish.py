@@ -46,7 +46,8 @@ SHOWN_FAILURE_CHARS = 4000  # of a lane's launch_failure.txt: its head says why;
 
 
 def load_report_data(bundle: Path, fill: Fill | None = None) -> dict[str, Any]:
-    """What the report shows, read through the bounded reader and checked for shape (``shapes.py``):
+    """What the report shows, read through the bounded reader and checked for shape (``shapes.py``), with
+    each candidate's decision (``decisions``):
     an unexpected shape is one line naming the file and the field. A gate result carries its headlines
     and plot data; ``fill`` derives them for a result written before results carried them."""
     require_bundle_folder(bundle)
@@ -60,7 +61,9 @@ def load_report_data(bundle: Path, fill: Fill | None = None) -> dict[str, Any]:
     for lane_dir in sorted((bundle / "lanes").iterdir()) if (bundle / "lanes").is_dir() else []:
         failure = lane_dir / "launch_failure.txt"
         lanes[lane_dir.name] = {"failure": _head(failure) if failure.is_file() else None}
-    return {"summary": summary, "gates": gates, "lanes": lanes, "bundle": bundle.name}
+    # decided once here: the report, SUMMARY.md, the index entry and the console's lines read these
+    return {"summary": summary, "gates": gates, "lanes": lanes, "bundle": bundle.name,
+            "decisions": decisions(summary, gates)}
 
 
 def _head(path: Path) -> str:
@@ -113,13 +116,17 @@ def template_environment(*, html: bool = True) -> Environment:
 
 def render_html(data: dict[str, Any]) -> str:
     gates = [{**g, "tables": _detail_tables(g.get("details") or {}), "plots": plots_for(g)} for g in data["gates"]]
-    return template_environment().get_template("report.html.j2").render(**data, gate_views=gates,
-                                                                  decisions=decisions(data["summary"], data["gates"]))
+    return template_environment().get_template("report.html.j2").render(**_decided(data), gate_views=gates)
 
 
 def render_markdown(data: dict[str, Any]) -> str:
     return template_environment(html=False).get_template("summary.md.j2").render(
-        **data, decisions=decisions(data["summary"], data["gates"]), headlines=_headlines(data["gates"]))
+        **_decided(data), headlines=_headlines(data["gates"]))
+
+
+def _decided(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its decisions (``load_report_data`` made them; report data put together by hand has none)."""
+    return data if "decisions" in data else {**data, "decisions": decisions(data["summary"], data["gates"])}
 
 
 def _headlines(gates: list[dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:

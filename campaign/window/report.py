@@ -29,20 +29,21 @@ def load_report_data(bundle: Path) -> dict[str, Any]:
     return receipts_publish.load_report_data(bundle, stored_presentation)
 
 
-def publish(bundle: Path, out_dir: Path | None = None) -> dict[str, Path]:
-    return receipts_publish.publish(bundle, out_dir, stored_presentation)
+def publish(bundle: Path, out_dir: Path | None = None, data: dict[str, Any] | None = None) -> dict[str, Path]:
+    """``data``: the bundle's report data when the caller read it already (it is read once)."""
+    return receipts_publish.publish(bundle, out_dir, stored_presentation, data=data)
 
 
-def publish_into_index(bundle: Path, folder: Path, trusted: TrustedKeys) -> dict[str, Path]:
+def publish_into_index(bundle: Path, folder: Path, trusted: TrustedKeys) -> tuple[dict[str, Path], dict[str, Any]]:
     """Verify ``bundle``, publish it into ``folder``'s ``windows/<bundle>/`` with its index entry, and write the
-    index again with it."""
+    index again with it; what was written, and the report data it was written from."""
     verified = verify_bundle(bundle, trusted)
     data = load_report_data(bundle)
     entry = receipts_index.window_entry(data, verified.keyid)
     place = folder / receipts_index.WINDOWS / entry["window"]
     written = receipts_publish.publish(bundle, place, stored_presentation, archive_name=entry["window"], data=data)
     atomic_write_json(place / receipts_index.ENTRY, entry, mode=receipts_publish.SHARED)
-    return {**written, **receipts_index.write_index(folder)}
+    return {**written, **receipts_index.write_index(folder)}, data
 
 
 def rebuild_index(folder: Path, trusted: TrustedKeys) -> tuple[dict[str, Path], list[str]]:

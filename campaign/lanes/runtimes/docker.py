@@ -29,7 +29,7 @@ from campaign.errors import (
     LaunchError,
     PreflightError,
 )
-from campaign.lanes.redact import RedactingLog, redactor_for
+from campaign.lanes.redact import RedactingLog, Redactor, redactor_for
 from campaign.lanes.runtimes.base import LaunchSpec
 from campaign.lanes.runtimes.dockererrors import docker_errors, why
 from campaign.lanes.runtimes.dockerhost import EngineUnreachable, client_for, describe, is_local
@@ -480,8 +480,8 @@ class DockerLane:
 
 
 class DockerRuntime:
-    def __init__(self, lane: EffectiveLane) -> None:
-        self.lane = lane
+    def __init__(self, lane: EffectiveLane, redactor: Redactor | None = None) -> None:
+        self.lane, self.redactor = lane, redactor  # the boot's redactor (None: one made at start)
 
     def start(self, spec: LaunchSpec) -> DockerLane:
         lane = self.lane
@@ -494,7 +494,7 @@ class DockerRuntime:
         except PreflightError as exc:
             refused = isinstance(exc.__cause__, DockerRefused)  # it answered and said no: not a missing image
             raise LaunchError(str(exc), cause="create_failed" if refused else "missing_image") from exc
-        log = RedactingLog(spec.log_path, redactor_for(lane))
+        log = RedactingLog(spec.log_path, self.redactor or redactor_for(lane))
         entry = [] if lane.executable else list((image.get("Config") or {}).get("Entrypoint") or [])
         kwargs = create_kwargs(lane, spec, image["Id"], _container_name(spec))
         launched = {"argv": [*entry, *spec.argv], "image_id": image["Id"],

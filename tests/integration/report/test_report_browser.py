@@ -92,7 +92,7 @@ def test_the_history_of_windows_opens_offline_with_its_plots_and_working_links(t
     versions = ("v0.1.0", "v0.1.0-control-boots", "v0.2.0")
     trusted = load_trusted([fixtures / v / "signing.pub" for v in versions], include_local=False)
     for version in versions:
-        written = publish_into_index(fixtures / version / "bundle", tmp_path / "history", trusted)
+        written, _ = publish_into_index(fixtures / version / "bundle", tmp_path / "history", trusted)
     dom, console, requests = open_in_chromium(written["html"])
     assert console == [] and requests == []
     assert dom.split('id="windows"')[1].split("</table>")[0].count("<tr>") == 1 + 3
