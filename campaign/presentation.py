@@ -166,9 +166,11 @@ def headline(result: Mapping[str, Any]) -> str:
     """The headline ``result`` carries (a gate result, or SUMMARY.json's entry of one), else one made from its
     verdict and deciding reason; always one line of at most ``HEADLINE_CHARS``."""
     carried = result.get("headline")
-    if isinstance(carried, str) and carried.strip():
+    verdict = str(result.get("verdict") or "INCONCLUSIVE")
+    # a carried headline opens with its verdict: one that does not say the verdict the result holds is not its own
+    if isinstance(carried, str) and carried.startswith(f"{verdict} "):
         return fit(carried)
-    return fit(f"{result.get('verdict') or 'INCONCLUSIVE'} {deciding_reason(result)}")
+    return fit(f"{verdict} {deciding_reason(result)}")
 
 
 def deciding_reason(result: Mapping[str, Any]) -> str:

@@ -29,6 +29,9 @@ def test_an_undecided_instrument_says_what_went_wrong_and_a_carried_headline_is_
     assert headline({**result, "headline": "INCONCLUSIVE C1 +8.8% [-29.0%, +67.0%], bar +5%, 4 pairs"}) == (
         "INCONCLUSIVE C1 +8.8% [-29.0%, +67.0%], bar +5%, 4 pairs")
     assert headline({"verdict": "PASS"}) == "PASS without a stated reason"
+    # a headline that says another verdict than the result holds (a result edited by hand) is not its own
+    edited = {"verdict": "FAIL", "reasons": ["edited"], "headline": "PASS self_identical 2/2 >= required 2/2"}
+    assert headline(edited) == "FAIL edited"
 
 
 def test_a_long_reason_is_cut_at_a_word_with_an_ellipsis() -> None:

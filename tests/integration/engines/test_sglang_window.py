@@ -85,9 +85,11 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
             {"kind": "teacher_forced", "input": "tf", "references": "refs", "max_tokens": 24, "top_k": 10,
              "rule": {"max_site_delta": 0.5, "noninferiority_max": 0.5}},
             {"kind": "structured", "input": "structured", "max_tokens": 32, "rule": {"correct": "1/4"}},
-            # max_boot_pairs 1: measured and reported, never decided; SGLang boots take half a minute or more here
+            # max_boot_pairs 1: measured and reported, never decided; SGLang boots take half a minute or more here.
+            # max_spread: this window checks SGLang's counters, not a decision, and 16-token reps here spread up to
+            # 55% (a row voided by it drops that boot's figures, which the counters' test reads)
             {"kind": "speed", "input": "speed", "concurrency": [1], "max_tokens": 16, "reps": 2, "max_boot_pairs": 1,
-             "rule": {"min_mean_change": 0.05, "max_reruns": 0}}])
+             "rule": {"min_mean_change": 0.05, "max_reruns": 0, "max_spread": 2.0}}])
     return run(tmp_path_factory.mktemp("sglang"), body)
 
 
