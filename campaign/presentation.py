@@ -157,8 +157,13 @@ def quantity(figure: Mapping[str, Any]) -> str:
 
 HEADLINE_CHARS = 100
 
-# A rule's sentence that says it was not met ("KL mean 0.068 > 0.05 nats", "self_identical 5/8 < required 8/8")
-_NOT_MET = re.compile(r" [<>] |\bnot met\b")
+# A rule's sentence that says it was not met ("KL mean 0.068 > 0.05 nats", "self_identical 5/8 < required 8/8",
+# a screen's "hit_rate 0.4 >= 0.6: does not hold", the needle's "candidate is below it"), and one that was
+_NOT_MET = re.compile(r" [<>] |\bnot met\b|\bdoes not hold\b|\bis below\b")
+_MET = re.compile(r": (?:holds|met)$| <= | >= |\bis not below\b")
+_SAID_MET = re.compile(r": (?:holds|met)$")  # a sentence that says its outcome: that word, whatever its operator
+# teacher_forced's note on an instrument check that passed (a failed check is said in other words)
+_PASSED_NOTE = re.compile(r"^instrument: lane \S+ gave back ")
 _SPACES = re.compile(r"\s+")
 
 
@@ -184,11 +189,15 @@ def deciding_reason(result: Mapping[str, Any]) -> str:
     if result.get("verdict") in ("PASS", "FAIL"):
         weighed = [reason for reason in reasons if not reason.startswith("instrument:")] or reasons
         if result.get("verdict") == "FAIL":
-            return next((reason for reason in weighed if _NOT_MET.search(reason)), weighed[0])
+            return next((reason for reason in weighed if _NOT_MET.search(reason) and not _SAID_MET.search(reason)),
+                        next((reason for reason in weighed if not _MET.search(reason)), weighed[0]))
         return weighed[0]
-    if reasons[0].startswith("instrument:") and len(reasons) > 1:
-        return f"instrument: {reasons[1].removeprefix('instrument: ')}"
-    return reasons[0]
+    undecided = [reason for reason in reasons if not _PASSED_NOTE.match(reason)] or reasons
+    if undecided[0].startswith("instrument:") and len(undecided) > 1:
+        return f"instrument: {undecided[1].removeprefix('instrument: ')}"
+    # an undecided gate's rules that were met are not why it is undecided
+    return next((reason for reason in undecided if not _SAID_MET.search(reason)
+                 and (not _MET.search(reason) or _NOT_MET.search(reason))), undecided[0])
 
 
 def fit(text: str, limit: int = HEADLINE_CHARS) -> str:

@@ -57,8 +57,8 @@ class GateResult(BaseModel):
                           "window; the result carrying it is never a FAIL.")
     headline: str | None = Field(
         None, description="One line of at most 100 characters: the verdict, the number, the bar, the pairs "
-                          "(campaign.presentation.headline). A gate may write the words after the verdict; the window opens "
-                          "them with the final verdict. None: a result written before results carried one.")
+                          "(campaign.presentation.headline): the kind's words (Gate.headline_words) or its deciding reason, "
+                          "opened with the final verdict. None: a result written before results carried one.")
     presentation: Presentation | None = Field(
         None, description="Headlines and plot data the gate built from its judging (None: a result written "
                           "before results carried them; the report derives them from the rest).")

@@ -108,8 +108,10 @@ def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: Effec
         result.verdict = Verdict.INCONCLUSIVE
     try:  # the verdict is final here: its headline opens with it (the kind's own words, else the deciding reason)
         own = gate.headline_words(gate.spec.rule, result.dump())
-    except (KeyError, TypeError, ValueError):  # a result without its levels' figures (pydantic's errors are ValueErrors)
+    except Exception:  # top level of the headline: a bug there costs the kind's words, never the verdict
         own = None
+        atomic_write_bytes(bundle / "gates" / gate.gate_id / f"{candidate.name}.headline-error.txt",
+                           traceback.format_exc().encode())
     result.headline = fit(f"{result.verdict.value} {own or deciding_reason(result.dump())}")
     try:  # what the report shows of it
         result.presentation = gate.presentation(result)

@@ -22,6 +22,24 @@ def test_a_fail_is_the_rule_not_met_never_the_instruments_notes() -> None:
     assert headline(passed) == "PASS site |delta logprob| max 0.2411 <= 1.0 nats"
 
 
+def test_a_fail_is_never_a_sentence_that_was_met() -> None:
+    screen = {"verdict": "FAIL", "reasons": ["p99_ms 12.3 < 50: holds", "hit_rate 0.4 >= 0.6: does not hold"]}
+    assert headline(screen) == "FAIL hit_rate 0.4 >= 0.6: does not hold"
+    needle = {"verdict": "FAIL", "reasons": ["candidate passed rungs up to 8192 tokens (4/4 rungs); required 8192: met",
+                                             "control reached 16384 tokens: candidate is below it"]}
+    assert headline(needle) == "FAIL control reached 16384 tokens: candidate is below it"
+
+
+def test_an_undecided_gate_says_the_rule_it_could_not_judge_not_a_check_that_passed() -> None:
+    result = {"verdict": "INCONCLUSIVE", "reasons": [
+        *NOTES, "site |delta logprob| max 0.2411 <= 1.0 nats over 2 sites",
+        "cross-server |delta| max: the bound 0.001 nats is below what the instrument resolves on this device"]}
+    assert headline(result).startswith("INCONCLUSIVE cross-server |delta| max: the bound 0.001 nats is below")
+    greedy = {"verdict": "INCONCLUSIVE", "reasons": ["self_identical 8/8 >= required 8/8",
+                                                     "the engine is not deterministic at this config"]}
+    assert headline(greedy) == "INCONCLUSIVE the engine is not deterministic at this config"
+
+
 def test_an_undecided_instrument_says_what_went_wrong_and_a_carried_headline_is_kept() -> None:
     result = {"verdict": "INCONCLUSIVE", "reasons": ["instrument: the speed numbers cannot be judged",
                                                      "C4: the control moved +72.2% from one of its boots to the next"]}

@@ -79,10 +79,12 @@ def headline_words(rule: SpeedRule | None, result: dict[str, Any]) -> str | None
     its CI, the bar, and the pairs ("C1 +44.7% [+31.4%, +59.5%], bar +5%, 2 pairs"); a level without an
     estimate, what each lane measured. None when no level was weighed (the reason then says why)."""
     levels = (result.get("details") or {}).get("levels")
-    if not isinstance(levels, dict):
+    reasons = result.get("reasons")
+    if not isinstance(levels, dict) or (isinstance(reasons, list) and reasons and str(reasons[0]).startswith(
+            "instrument:")):  # the numbers were not judged: the instrument's problem is the headline
         return None
     stored = result.get("rule")
-    metric = rule.metric if rule else str((stored if isinstance(stored, dict) else {}).get("metric") or "")
+    metric = rule.metric if rule else str((stored if isinstance(stored, dict) else {}).get("metric") or "decode_tok_s")
     bar = (f", bar {rule.min_mean_change:+.0%}" if rule is not None and rule.min_mean_change is not None else "")
     judged = [(level, entry) for level, entry in levels.items() if isinstance(entry, dict) and entry.get("judged", True)]
     judged.sort(key=lambda item: item[1].get("verdict") != result.get("verdict"))

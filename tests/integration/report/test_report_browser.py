@@ -65,9 +65,9 @@ def test_the_decision_table_shows_headlines_and_its_details_open(bundle: Path, t
              for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)]
     assert cells[3].startswith("greedy: FAIL self_identical 5/8 < required 8/8"), cells
     assert all(len(cell) <= 120 for cell in cells), cells  # a headline each: the gate's name and <= 100 characters
-    assert '<details class="why" id="why-lossy">' in row and paragraph.strip()[:60] in html.unescape(row)
-    opened, _, _ = open_in_chromium(report, fragment="why-lossy-reasons")
-    assert re.search(r'<details class="why" id="why-lossy" open="">', opened), "the details did not open"
+    assert '<details class="why" id="why:lossy">' in row and paragraph.strip()[:60] in html.unescape(row)
+    opened, _, _ = open_in_chromium(report, fragment="why:lossy:reasons")
+    assert re.search(r'<details class="why" id="why:lossy" open="">', opened), "the details did not open"
 
 
 def test_the_check_sees_a_report_that_reaches_out(bundle: Path, tmp_path: Path) -> None:  # noqa: F811

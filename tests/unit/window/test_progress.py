@@ -79,7 +79,7 @@ def test_the_report_and_summary_md_name_the_busy_host_before_the_deadline(tmp_pa
     html = render_html(data)
     decision = html.split('id="decision"')[1].split("</section>")[0]
     assert "<td>speed C1 81.25 vs 62.5 tok/s" in decision
-    folded = decision.split('<details class="why" id="why-threads-2">')[1].split("</details>")[0]
+    folded = decision.split('<details class="why" id="why:threads-2">')[1].split("</details>")[0]
     assert "other processes used 50% of the host&#39;s CPUs" in folded  # the full reasoning, one click away
     assert decision.index("run on a quiet host or pin lanes") < decision.index("a longer failsafe deadline")
 
