@@ -412,3 +412,32 @@ def test_a_name_like_place_refuses_a_token_and_takes_a_model_id(tmp_path: Path, 
         refused(served(random_name), "lane_defaults.model.served_name", LINE["lane_defaults.model.path"])
     for model_id in ("OpenGVLab/InternVL3-8B", "Qwen/Qwen2.5-Coder-32B-Instruct-GPTQ-Int4", "SmolLM2-135M-Instruct"):
         load_contract(served(model_id))
+
+
+@SETTINGS
+@given(name=credential_names(), value=credential_values())
+def test_a_freeze_record_never_holds_a_credential_of_any_shape(tmp_path: Path, name: str, value: str) -> None:
+    """Grepped: a credential of every class reaches the record only as its ``${env:NAME}`` reference (the
+    record is signed and travels in every bundle); written literally, it is refused and no record is written."""
+    import os
+
+    from campaign.contracts.freeze import freeze
+    from campaign.signing import init_keys, load_signing_key
+
+    init_keys()
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    os.environ["CAMPAIGN_TEST_CREDENTIAL"] = value
+    try:
+        ref = "${env:CAMPAIGN_TEST_CREDENTIAL}"
+        path = contract(tmp_path, model=str(model), env={name: ref}, args=["--api-key", ref],
+                        request_defaults={"base": f"https://hub.example/v1?api_key={ref}"})
+        record, _ = freeze(load_contract(path), load_signing_key(), tmp_path / f"{name}.freeze.json")
+        text = record.read_text()
+        assert value not in text and value.lstrip("/~.") not in text and ref in text
+        literal = contract(tmp_path, model=str(model), env={name: value})
+        with pytest.raises(ContractError):
+            freeze(load_contract(literal), load_signing_key(), tmp_path / "literal.freeze.json")
+        assert not (tmp_path / "literal.freeze.json").exists()
+    finally:
+        del os.environ["CAMPAIGN_TEST_CREDENTIAL"]
