@@ -17,7 +17,7 @@ from campaign.presentation import deciding_reason, fit, headline, quantity
 from campaign.verdicts import VERDICT_RULE, VERDICT_RULE_V1, combine_names
 
 # ``headline`` is the presentation's, given here too: a refusal is a decision's words (promote's)
-__all__ = ["CandidateDecision", "deciding", "decisions", "exit_code", "headline", "read_with_current_rule",
+__all__ = ["PROMOTABLE", "CandidateDecision", "deciding", "decisions", "exit_code", "headline", "read_with_current_rule",
            "several_exit_code", "suspicion", "with_exit_zero"]
 
 PROMOTABLE, REFUSED, INCONCLUSIVE = "PROMOTABLE", "REFUSED", "INCONCLUSIVE"

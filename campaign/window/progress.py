@@ -21,7 +21,7 @@ from rich.text import Text
 
 from campaign.errors import CampaignError
 from campaign.fsutil import load_json_strict
-from campaign.receipts.decision import deciding, decisions, suspicion
+from campaign.receipts.decision import PROMOTABLE, deciding, decisions, headline, suspicion
 from campaign.terminal import shown, styled
 from campaign.window.takedown import NEVER_STOPPED
 
@@ -150,13 +150,19 @@ def outcome_lines(summary: dict[str, Any], bundle: Path, *, explain: bool = Fals
     if suspect := suspicion(summary):  # first: it qualifies every line after it
         lines.append(styled(("A/A FALSE DECISION:", "bold red"), f" {suspect}: this window's decisions are suspect"))
     for decision in decisions(summary, _gate_results(bundle)):
-        # a gate's headline; a decision of no gate (every required gate passed) shows the figures it rests on
-        evidence = (deciding(decision.gate, decision.reason) if decision.gate else
+        promotable = decision.decision == PROMOTABLE
+        # a gate's headline; a promotable candidate's reason, then each required gate's headline on a line of
+        # its own; any other decision of no gate (no daily declared, ...) the figures it rests on
+        evidence = (deciding(decision.gate, decision.reason) if decision.gate or promotable else
                     decision.figure or deciding(None, decision.reason, SHOWN_REASON_CHARS))
         # a gate reported, not required, that did not pass: shown, never deciding
         also = f"; also: {'; '.join(decision.also)}" if decision.also else ""
         lines.append(styled(f"{decision.candidate}: ", (decision.decision, _COLOURS.get(decision.decision, "bold")),
                             f": {evidence}; next: {decision.next_step}{also}"))
+        entry = (summary.get("candidates") or {}).get(decision.candidate) or {}
+        gates = entry.get("gates") or {}
+        lines += [styled(f"  {gate}: {headline(gates[gate])}") for gate in entry.get("promotion_gates") or []
+                  if promotable and isinstance(gates.get(gate), dict)]
         lines += [styled(f"  - {reason}") for reason in decision.details] if explain else []
     for name, lane in (summary.get("lanes") or {}).items():
         if lane.get("status") != "ran":

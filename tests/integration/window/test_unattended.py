@@ -63,7 +63,8 @@ def test_window_stops_and_restores_the_daily_with_proof(daily: dict) -> None:
 
 def _console_says_the_daily_and_each_decision(stdout: str, bundle: Path) -> None:
     """The console says the daily came back, as it happens and at the end, in the time the restore's record
-    measured; then one line per candidate: the report's decision, its figure and its first step."""
+    measured; then one line per candidate: the report's decision, its reason and its first step, and a
+    promotable candidate's required gates' headlines under it."""
     from campaign.receipts.decision import decisions
     from campaign.window.report import load_report_data
 
@@ -73,9 +74,12 @@ def _console_says_the_daily_and_each_decision(stdout: str, bundle: Path) -> None
     assert any(line.endswith(f" {said}") and line[:8].count(":") == 2 for line in lines), stdout  # HH:MM:SS, as it happens
     data = load_report_data(bundle)
     (spec,) = decisions(data["summary"], data["gates"])
-    assert spec.figure.startswith("greedy self_identical 2/2 prompts"), spec.figure
-    # the end: the daily, one line per candidate, the bundle
-    assert lines[-3:] == [said, f"spec: {spec.decision}: {spec.figure}; next: {spec.next_step}", f"bundle: {bundle}"]
+    assert spec.decision == "PROMOTABLE" and spec.figure.startswith("greedy self_identical 2/2 prompts"), spec
+    # the end: the daily, the candidate's line, its required gate's headline under it, the bundle
+    greedy = data["summary"]["candidates"]["spec"]["gates"]["greedy"]["headline"]
+    assert greedy.startswith("PASS ") and len(greedy) <= 100, greedy
+    assert lines[-4:] == [said, f"spec: PROMOTABLE: {spec.reason}; next: {spec.next_step}", f"  greedy: {greedy}",
+                          f"bundle: {bundle}"]
 
 
 def test_kill_at_each_kind_of_journal_step_leaves_the_daily_serving(daily: dict) -> None:

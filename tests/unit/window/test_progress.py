@@ -103,6 +103,20 @@ def test_a_decision_without_a_figure_shows_its_reason_and_every_text_is_escaped(
     assert all("\x1b" not in line and "\u202e" not in line for line in lines)
 
 
+def test_a_promotable_candidate_shows_each_required_gates_headline_under_it(tmp_path: Path) -> None:
+    gates = {"greedy": {"verdict": "PASS", "reasons": ["self_identical 8/8 >= required 8/8"]},
+             "speed": {"verdict": "PASS", "headline": "PASS C1 +44.7% [+31.4%, +59.5%], bar +5%, 2 pairs",
+                       "reasons": ["C1 decode_tok_s: +44.70% [98.3% CI ...] " * 20]}}
+    summary = {"status": "complete", "window": "w", "restore": {"incumbent": "http://x", "proved": True},
+               "candidates": {"fast": {"control": "base", "promotion_gates": ["greedy", "speed"], "gates": gates}}}
+    (tmp_path / "b").mkdir()
+    lines = [line.plain for line in outcome_lines(summary, tmp_path / "b")]
+    assert lines[1] == ("fast: PROMOTABLE: every required gate passed (greedy, speed); next: campaign promote BUNDLE "
+                        "--candidate fast (it verifies the bundle first)")
+    assert lines[2:4] == ["  greedy: PASS self_identical 8/8 >= required 8/8",
+                          "  speed: PASS C1 +44.7% [+31.4%, +59.5%], bar +5%, 2 pairs"]
+
+
 @pytest.mark.parametrize("record, words", [
     (RESTORE, "daily restored and proved in 1.1 s"),
     ({**RESTORE, "action": "already serving"}, "daily serving (already back when the runner came to restore it) "
