@@ -44,8 +44,8 @@ def test_an_undecided_instrument_says_what_went_wrong_and_a_carried_headline_is_
     result = {"verdict": "INCONCLUSIVE", "reasons": ["instrument: the speed numbers cannot be judged",
                                                      "C4: the control moved +72.2% from one of its boots to the next"]}
     assert headline(result) == "INCONCLUSIVE instrument: C4: the control moved +72.2% from one of its boots to the next"
-    assert headline({**result, "headline": "INCONCLUSIVE C1 +8.8% [-29.0%, +67.0%], bar +5%, 4 pairs"}) == (
-        "INCONCLUSIVE C1 +8.8% [-29.0%, +67.0%], bar +5%, 4 pairs")
+    assert headline({**result, "headline": "INCONCLUSIVE C1 +8.8% [-29.0%, +67.0%], 4 pairs; bar +5%"}) == (
+        "INCONCLUSIVE C1 +8.8% [-29.0%, +67.0%], 4 pairs; bar +5%")
     assert headline({"verdict": "PASS"}) == "PASS without a stated reason"
     # a headline that says another verdict than the result holds (a result edited by hand) is not its own
     edited = {"verdict": "FAIL", "reasons": ["edited"], "headline": "PASS self_identical 2/2 >= required 2/2"}

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from campaign.contracts.gatespecs import Level, SpeedRule, level_of_key, level_tag, load_order
 from campaign.gates.base import each_plot
 from campaign.presentation import (
+    HEADLINE_CHARS,
     Bars,
     BarSeries,
     Bound,
@@ -76,7 +77,7 @@ def present(rule: SpeedRule | None, result: dict[str, Any]) -> Presentation:
 
 def headline_words(rule: SpeedRule | None, result: dict[str, Any]) -> str | None:
     """The words after a speed result's verdict: per judged level, the deciding ones first, its change with
-    its CI, the bar, and the pairs ("C1 +44.7% [+31.4%, +59.5%], bar +5%, 2 pairs"); a level without an
+    its CI and the pairs, then the bar ("C1 +44.7% [+31.4%, +59.5%], 2 pairs; bar +5%"); a level without an
     estimate, what each lane measured. None when no level was weighed (the reason then says why)."""
     levels = (result.get("details") or {}).get("levels")
     reasons = result.get("reasons")
@@ -85,7 +86,8 @@ def headline_words(rule: SpeedRule | None, result: dict[str, Any]) -> str | None
         return None
     stored = result.get("rule")
     metric = rule.metric if rule else str((stored if isinstance(stored, dict) else {}).get("metric") or "decode_tok_s")
-    bar = (f", bar {rule.min_mean_change:+.0%}" if rule is not None and rule.min_mean_change is not None else "")
+    # one bar for every level (the rule's), said once at the end
+    bar = (f"; bar {rule.min_mean_change:+.0%}" if rule is not None and rule.min_mean_change is not None else "")
     judged = [(level, entry) for level, entry in levels.items() if isinstance(entry, dict) and entry.get("judged", True)]
     judged.sort(key=lambda item: item[1].get("verdict") != result.get("verdict"))
     words = []
@@ -97,11 +99,20 @@ def headline_words(rule: SpeedRule | None, result: dict[str, Any]) -> str | None
         pairs = looks[-1].get("pairs") if isinstance(looks, list) and looks and isinstance(looks[-1], dict) else None
         if isinstance(entry.get("estimate"), dict):
             est = entry["estimate"]
-            shown = f"{est['change']:+.1%} [{est['low']:+.1%}, {est['high']:+.1%}]{bar}"
+            shown = f"{est['change']:+.1%} [{est['low']:+.1%}, {est['high']:+.1%}]"
             words.append(f"{figure.label} {shown}" + (f", {_pairs(pairs)}" if isinstance(pairs, int) else ""))
         else:
             words.append(f"{figure.label} {figure.value}, {figure.unit.removeprefix(f'{metric}, ')}")
-    return "; ".join(words) or None
+    # whole levels only, the deciding first: a headline cut inside a CI would misstate it
+    room = HEADLINE_CHARS - len("INCONCLUSIVE ") - len(bar)
+    kept = words[:1]
+    for level, more in enumerate(words[1:], start=1):
+        left = f"; +{len(words) - level} more"
+        if len("; ".join([*kept, more])) + (len(left) if level < len(words) - 1 else 0) > room:
+            kept.append(left.removeprefix("; "))
+            break
+        kept.append(more)
+    return "; ".join(kept) + bar if kept else None
 
 
 def _pairs(count: Any) -> str:

@@ -62,7 +62,8 @@ def test_a_busy_host_is_the_first_cause_and_the_measured_figure_is_shown(tmp_pat
     lines = [line.plain for line in outcome_lines(summary, bundle)]
     assert lines[0] == "daily restored and proved in 1.1 s"
     assert lines[1].startswith("threads-2: INCONCLUSIVE: speed: INCONCLUSIVE C1 81.25 vs 62.5 tok/s, candidate vs "
-                               "control, one pair, no CI; next: other processes used 50% of the CPUs: run on a "
+                               "control, one pair, no CI; bar +5%; next: other processes used 50% of the CPUs: run "
+                               "on a "
                                "quiet host or pin lanes (cpus:); then a longer failsafe deadline"), lines[1]
     assert lines[2:] == [f"bundle: {bundle}"]  # one line for the daily, one per candidate, then where it is
 
@@ -73,7 +74,7 @@ def test_the_report_and_summary_md_name_the_busy_host_before_the_deadline(tmp_pa
     row = next(line for line in render_markdown(data).splitlines() if line.startswith("| threads-2 | **"))
     figure, why, step = (cell.strip() for cell in row.split(" | ")[2:5])
     assert figure == "speed C1 81.25 vs 62.5 tok/s decode\\_tok\\_s, candidate vs control, one pair, no CI"
-    assert why == "speed: INCONCLUSIVE C1 81.25 vs 62.5 tok/s, candidate vs control, one pair, no CI"  # its headline
+    assert why == "speed: INCONCLUSIVE C1 81.25 vs 62.5 tok/s, candidate vs control, one pair, no CI; bar +5%"  # its headline
     assert step.startswith("other processes used 50% of the CPUs: run on a quiet host or pin lanes (cpus:); then "
                            "a longer failsafe deadline"), step
     html = render_html(data)
@@ -105,7 +106,7 @@ def test_a_decision_without_a_figure_shows_its_reason_and_every_text_is_escaped(
 
 def test_a_promotable_candidate_shows_each_required_gates_headline_under_it(tmp_path: Path) -> None:
     gates = {"greedy": {"verdict": "PASS", "reasons": ["self_identical 8/8 >= required 8/8"]},
-             "speed": {"verdict": "PASS", "headline": "PASS C1 +44.7% [+31.4%, +59.5%], bar +5%, 2 pairs",
+             "speed": {"verdict": "PASS", "headline": "PASS C1 +44.7% [+31.4%, +59.5%], 2 pairs; bar +5%",
                        "reasons": ["C1 decode_tok_s: +44.70% [98.3% CI ...] " * 20]}}
     summary = {"status": "complete", "window": "w", "restore": {"incumbent": "http://x", "proved": True},
                "candidates": {"fast": {"control": "base", "promotion_gates": ["greedy", "speed"], "gates": gates}}}
@@ -114,7 +115,7 @@ def test_a_promotable_candidate_shows_each_required_gates_headline_under_it(tmp_
     assert lines[1] == ("fast: PROMOTABLE: every required gate passed (greedy, speed); next: campaign promote BUNDLE "
                         "--candidate fast (it verifies the bundle first)")
     assert lines[2:4] == ["  greedy: PASS self_identical 8/8 >= required 8/8",
-                          "  speed: PASS C1 +44.7% [+31.4%, +59.5%], bar +5%, 2 pairs"]
+                          "  speed: PASS C1 +44.7% [+31.4%, +59.5%], 2 pairs; bar +5%"]
 
 
 @pytest.mark.parametrize("record, words", [
