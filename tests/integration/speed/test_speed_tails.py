@@ -28,10 +28,13 @@ def test_a_ttft_tail_rule_fails_a_queueing_candidate_and_never_an_a_a_lane(tmp_p
         lanes=[control(), {"name": "again", "role": "candidate", "aa": True},
                candidate("one-slot", ["args.parallel"], args={"--parallel": "1"})],
         inputs={"p": {"file": "prompts/p.jsonl"}},
-        # 7 reps x 8 prompts: 56 TTFTs per boot, the 50 a p90 needs (a p99 would need 500 and is refused)
+        # 7 reps x 8 prompts: 56 TTFTs per boot, the 50 a p90 needs (a p99 would need 500 and is refused).
+        # The rows' validity guards off (the host's other load, the reps' spread): this test is about the tail
+        # rule, whose queueing effect (-50%) noise does not flip; a CI run lost the whole comparison to rows
+        # voided by 32-42% other load and a 74% spread. The guards have tests of their own (speed_llamaserver).
         gates=[{"kind": "speed", "input": "p", "concurrency": [4], "max_tokens": 8, "reps": 7, "max_boot_pairs": 2,
                 "rule": {"metric": "ttft_p90_s", "min_mean_change": -0.10, "ci_lower_above": -0.10,
-                         "max_spread": 0.5, "max_reruns": 1}}],
+                         "max_spread": 5.0, "max_reruns": 1, "max_host_busy": None}}],
         requires=["speed"])
     prompts = [(f"p{i}", text) for i, text in enumerate(PROMPTS)]
     bundle, _ = window_bundle(tmp_path, write_contract(tmp_path, body, prompts=prompts))
