@@ -46,6 +46,9 @@ def run(contracts: list[Path] = typer.Argument(..., metavar="CONTRACT...",
     signed, or the daily's restore not proven); 2 bad input (contract, freeze record, key, argument);
     130 interrupted. --exit-zero: 0 whenever the window completed with its daily proven back. --detach: 0
     once started."""
+    if explain and (detach or len(contracts) > 1):  # no end is printed here to put the reasoning under
+        raise InputError("--explain takes one window in the foreground; for others: "
+                         "campaign promote BUNDLE --candidate NAME --dry-run --explain")
     _allow(allow_path)
     from campaign.signing import load_signing_key, load_trusted
     from campaign.window.run import run_window

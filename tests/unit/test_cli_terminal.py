@@ -196,6 +196,13 @@ def test_an_argument_holding_a_nul_byte_is_one_line_naming_it(monkeypatch: pytes
     assert code == 2 and one_plain_line(stderr) == "error: a\\x00b.yaml: an argument cannot hold a NUL byte"
 
 
+@pytest.mark.parametrize("argv", [["a.yaml", "--detach"], ["a.yaml", "b.yaml"]])
+def test_explain_with_no_window_end_to_print_under_is_refused_before_anything_starts(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, stderr = run_main(monkeypatch, capsys, "run", *argv, "--explain")  # a.yaml need not exist: nothing read
+    assert code == 2 and "--explain takes one window in the foreground" in one_plain_line(stderr)
+
+
 def test_a_usage_error_quoting_what_was_typed_is_one_plain_line(monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     code, stderr = run_main(monkeypatch, capsys, "verify", "a", "\x1b[2J[/x]\n verified: a:b:")
