@@ -103,8 +103,7 @@ def headline_words(rule: SpeedRule | None, result: dict[str, Any]) -> str | None
             words.append(f"{figure.label} {shown}" + (f", {_pairs(pairs)}" if isinstance(pairs, int) else ""))
         else:
             words.append(f"{figure.label} {figure.value}, {figure.unit.removeprefix(f'{metric}, ')}")
-    # whole levels only, the deciding first: a headline cut inside a CI would misstate it. Room for the longest
-    # verdict word, not this one's: the same words fit under whatever verdict a rejudged bundle gives them
+    # whole levels only, the deciding first: a headline cut inside a CI would misstate it
     room = HEADLINE_CHARS - len("INCONCLUSIVE ") - len(bar)
     kept = words[:1]
     for level, more in enumerate(words[1:], start=1):
