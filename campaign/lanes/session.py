@@ -72,11 +72,15 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     runtime = runtime or runtime_for(lane, redactor)
     env = {**engine_env, **resolved.env}
     started = time.monotonic()
+    launching = asyncio.ensure_future(asyncio.to_thread(
+        runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env, log_path=log_path, labels=labels or {},
+                                  scratch=str(scratch), cpus=lane.cpus, gpus=lane.gpus)))
     try:
-        running = await asyncio.to_thread(runtime.start, LaunchSpec(lane=lane.name, argv=argv, env=env,
-                                                                    log_path=log_path, labels=labels or {},
-                                                                    scratch=str(scratch), cpus=lane.cpus,
-                                                                    gpus=lane.gpus))
+        running = await asyncio.shield(launching)
+    except asyncio.CancelledError:
+        await _stop_late_start(launching)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
@@ -109,6 +113,17 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
         await run.stop()
         raise
     return run
+
+
+async def _stop_late_start(launching: asyncio.Future[RunningLane]) -> None:
+    """A window interrupted while its lane starts: a thread cannot be cancelled, so the start goes on (a container
+    created and started, on the daily's port) after the interrupt; it is waited for and stopped here, else nothing
+    knows of it (the state records a lane only once started) and it outlives the window."""
+    try:
+        running = await launching
+    except LaunchError:
+        return  # it failed to start: nothing runs
+    await asyncio.to_thread(running.stop, 1.0)
 
 
 def read_back_files(running: RunningLane, lane: EffectiveLane) -> dict[str, dict[str, Any]]:
