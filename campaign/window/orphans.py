@@ -56,8 +56,6 @@ def restore_orphaned_windows(by: str = "campaign (next command)") -> list[str]:
 
 def _sweep(by: str) -> tuple[list[str], bool]:
     """One line per window looked at and restored, and whether a restore failed."""
-    from campaign.daily.restore import forget_when_over, restore
-
     done, failed = [], False
     root = windows_dir()
     for state_file in sorted(root.glob("*/state.json")) if root.is_dir() else []:
@@ -69,8 +67,14 @@ def _sweep(by: str) -> tuple[list[str], bool]:
             continue
         if reason is None:
             if state.restored and state.incumbent is not None:  # restored while its runner lived, which is gone now
+                from campaign.daily.restore import forget_when_over
+
                 forget_when_over(state.window)
             continue
+        # here, not above: every command sweeps, and the restore's imports (the engines' clients, docker) are
+        # half of a command's start; most sweeps restore nothing
+        from campaign.daily.restore import restore
+
         try:
             record = restore(state.window, reason=reason, by=by, if_needed=True)
             if record.get("event") == "skipped":
