@@ -66,6 +66,8 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     resolved = resolve_refs(lane)
     argv, executable = launch_command(resolved, adapter, model_path)
     scratch = lane_scratch(lane)
+    if lane.runtime == "process":
+        adapter.seed_scratch(lane, scratch)
     # one adapter and one engine env per boot: the launch, its log's redactor and its snapshot's share them
     engine_env = adapter.launch_env(lane, str(scratch))
     redactor = redactor_for(lane, engine_env)

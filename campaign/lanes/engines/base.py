@@ -10,6 +10,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -86,6 +87,12 @@ class EngineAdapter(ABC):
         """Variables that keep what the engine writes (temp files, caches) under ``scratch``, a folder
         the lane owns for one boot. The contract's own ``env`` overrides them."""
         return {}
+
+    def seed_scratch(self, lane: EffectiveLane, scratch: Path) -> None:
+        """Before a process lane starts: what of the engine's own cache may carry over from boot to boot into
+        ``scratch``. Nothing, unless the engine caches facts about its own code that no lane's numbers depend
+        on (vLLM's model-class facts): then every boot reads the same, and none pays again for them."""
+        return None
 
     async def count_chat_tokens(self, client: LaneClient, lane: EffectiveLane,
                                 messages: list[dict[str, Any]]) -> int:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 from campaign.contracts.resolve import EffectiveLane
@@ -46,6 +46,7 @@ from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, series, series_sum
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
 from campaign.lanes.engines.vllm_declared import OBSERVABLES
+from campaign.lanes.scratch import engine_facts_dir
 
 __all__ = ["SERVE_MODULE", "VllmAdapter"]
 
@@ -84,7 +85,8 @@ class VllmAdapter(EngineAdapter):
     def launch_env(self, lane: EffectiveLane, scratch: str) -> dict[str, str]:
         """Everything vLLM, torch and Hugging Face write goes under the lane's own scratch folder, fresh
         each boot, so no cache carries over from one lane to the next (a warm compile cache would
-        flatter whichever lane boots second) and nothing lands in the user's home. The model is a
+        flatter whichever lane boots second) and nothing lands in the user's home; the one exception,
+        facts about vLLM's own model classes, is ``seed_scratch``'s. The model is a
         local directory: offline mode turns a wrong path into a launch failure instead of a download
         attempt, and usage reporting is off so a lane talks to nobody but its clients."""
         return {
@@ -100,6 +102,23 @@ class VllmAdapter(EngineAdapter):
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         }
+
+    def seed_scratch(self, lane: EffectiveLane, scratch: Path) -> None:
+        """The one cache shared between boots: vLLM's facts about each model class (``modelinfos/``: which
+        interfaces the class implements, read from vLLM's own source). A cold one costs every boot a
+        subprocess that imports vLLM and torch again (10 s of a 36 s boot here,
+        ``_LazyRegisteredModel.inspect_model_cls`` in vllm/model_executor/models/registry.py, 0.32.0); each
+        entry carries the hash of the model module it was read from, and vLLM ignores one that is stale. A
+        process lane only: a container's scratch is a tmpfs of its own."""
+        if lane.runtime != "process":
+            return
+        try:
+            shared = engine_facts_dir("vllm-modelinfos")
+            cache = scratch / "vllm-cache"
+            cache.mkdir(exist_ok=True)
+            (cache / "modelinfos").symlink_to(shared, target_is_directory=True)
+        except OSError:  # a home without a writable cache: the boot reads the facts itself, as before
+            return
 
     # --- readiness and identity ----------------------------------------------------------------
 

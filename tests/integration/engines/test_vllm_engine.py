@@ -100,6 +100,10 @@ def test_engine_writes_stay_in_the_lane_scratch_folder(served: dict) -> None:
     assert env["TMPDIR"] == str(scratch)
     assert env["VLLM_CACHE_ROOT"].startswith(str(scratch)) and env["HF_HUB_OFFLINE"] == "1"
     assert any(scratch.iterdir())  # vLLM wrote its sockets and caches here, not in $HOME or /tmp
+    # the one thing shared between boots: vLLM's facts about its model classes (VllmAdapter.seed_scratch),
+    # written there by this boot or read from an earlier one
+    facts = scratch / "vllm-cache" / "modelinfos"
+    assert facts.is_symlink() and any(facts.resolve().glob("*-LlamaForCausalLM.json"))
 
 
 async def test_chat_and_completions_are_greedy_repeatable_and_counted_like_the_tokenizer(served: dict,
