@@ -15,8 +15,8 @@ import yaml
 if TYPE_CHECKING:
     from campaign.contracts.resolve import EffectiveLane
 
-__all__ = ["DEFAULT_PYTHON", "EXAMPLES", "MODEL", "MODEL_SHA256", "PROMPTS", "QUIET_ARGS", "REPO", "candidate",
-           "contract_yaml", "control", "demo_like", "free_port", "llama_server_lane", "process_defaults",
+__all__ = ["DEFAULT_PYTHON", "EXAMPLES", "MODEL", "MODEL_SHA256", "PROMPTS", "QUIET_ARGS", "REPO", "THINKING_TEMPLATE",
+           "candidate", "contract_yaml", "control", "demo_like", "free_port", "llama_server_lane", "process_defaults",
            "write_contract"]
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -162,3 +162,20 @@ def control(name: str = "base") -> dict[str, Any]:
 def candidate(name: str, axis: list[str], **changes: Any) -> dict[str, Any]:
     """A candidate lane: ``changes`` is its ``set`` (args, env, files, ...), ``axis`` the fields it declares."""
     return {"name": name, "role": "candidate", "axis": axis, "set": changes}
+
+
+# ChatML as SmolLM2 uses it, plus the branch a reasoning model's template has: a template that honours the
+# thinking switch (`enable_thinking`), served on llama-server (quality/test_ruler_thinking.py) and SGLang
+# (engines/test_sglang_window.py)
+THINKING_TEMPLATE = """\
+{%- for message in messages -%}
+<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking %}<think>
+Let me think step by step.
+{% endif -%}
+{%- endif -%}
+"""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import assert_exit_as_decided, campaign
+from tests.support.cli import assert_exit_as_decided, campaign, keys_and_freeze
 
 __all__ = ["window_bundle"]
 
@@ -20,9 +20,7 @@ def window_bundle(root: Path, contract: Path, *, allow: Path | None = None,
     trust = ["--allow-path", str(allow)] if allow is not None else []
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(contract), *trust)
-        assert frozen.returncode == 0, frozen.stderr
+        keys_and_freeze(contract, allow=allow)
         ran = campaign("run", str(contract), "--out", str(root / "runs"), *trust)
         assert ran.returncode in (0, 3), ran.stdout + ran.stderr  # completed: promotable or not
         bundle = next((root / "runs").iterdir())

@@ -19,7 +19,7 @@ import pytest
 
 from campaign.daily.state import WindowState
 from campaign.fsutil import read_jsonl
-from tests.support.cli import assert_exit_as_decided, campaign
+from tests.support.cli import assert_exit_as_decided, campaign, keys_and_freeze
 from tests.support.contracts import demo_like, free_port, write_contract
 from tests.support.daily import (
     disarm_windows,
@@ -63,8 +63,7 @@ def container_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_serve
         """)
     contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
                                                        ("sea", "Describe the sea.")])
-    assert campaign("keys", "init").returncode == 0
-    assert campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     yield {"root": tmp_path, "contract": contract, "port": port, "name": name,
            "id": inspect(name)["Id"], "image": image}
     disarm_windows(tmp_path / "state")

@@ -14,7 +14,7 @@ import pytest
 
 from campaign.contracts.hashing import sha256_file
 from campaign.fsutil import load_json_strict
-from tests.support.cli import assert_exit_as_decided, campaign, frozen_window
+from tests.support.cli import assert_exit_as_decided, campaign, frozen_window, keys_and_freeze
 from tests.support.contracts import REPO, candidate, contract_yaml, control, free_port, write_contract
 from tests.support.docker import (
     CACHE,
@@ -106,9 +106,7 @@ def failures(image_id: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
                                                    ("count", "Count from one to five.")])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(contract))
-        assert frozen.returncode == 0, frozen.stderr
+        keys_and_freeze(contract)
         ran = campaign("run", str(contract), "--out", str(root / "runs"), env=planted)
         assert ran.returncode in (0, 3), ran.stdout + ran.stderr  # completed: promotable or not
         bundle = next((root / "runs").iterdir())
@@ -165,8 +163,7 @@ def test_preflight_refuses_an_image_that_does_not_match_its_pin(image_id: str, t
     wrong = "sha256:" + "e" * 64
     contract = pinned_demo_docker(tmp_path, image_id, free_port())
     contract.write_text(contract.read_text().replace(image_id, wrong))
-    assert campaign("keys", "init").returncode == 0
-    assert campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     refused = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
     assert refused.returncode == 1
     assert f"image {wrong} is not on engine" in refused.stderr and "lane baseline" in refused.stderr

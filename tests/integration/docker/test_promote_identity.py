@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import campaign
+from tests.support.cli import campaign, keys_and_freeze
 from tests.support.contracts import candidate, contract_yaml, control, free_port, write_contract
 from tests.support.daily import disarm_windows, n_ctx
 from tests.support.docker import (
@@ -103,7 +103,7 @@ def test_a_promoted_container_daily_answers_where_the_daily_did_and_rollback_bri
     assert f"warning: lane small is measured at 127.0.0.1:{lane_port}" in validated.stderr
     assert f"promoted, small runs as container {name} with the daily's name, network, published ports" in \
         validated.stderr
-    assert campaign("keys", "init").returncode == 0 and campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     bundle = next((tmp_path / "runs").iterdir())

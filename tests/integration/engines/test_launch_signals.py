@@ -101,15 +101,14 @@ def test_exit_codes_are_described_by_signal_name() -> None:
 
 @pytest.mark.integration
 def test_window_with_a_sigill_candidate_is_inconclusive_with_the_cause(tmp_path: Path, llama_server: str) -> None:
-    from tests.support.cli import campaign
+    from tests.support.cli import campaign, keys_and_freeze
 
     exe = stand_in(tmp_path / "bin", "sigill", DIRECT["illegal_instruction"][0])
     body = demo_like(free_port()).replace(
         "axis: [args.spec-type, args.spec-draft-n-max]", "axis: [executable]").replace(
         'args: {--spec-type: ngram-simple, --spec-draft-n-max: "4"}', f"executable: {exe}")
     contract = write_contract(tmp_path, body)
-    assert campaign("keys", "init").returncode == 0
-    assert campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
     assert ran.returncode == 3, ran.stdout + ran.stderr  # completed, nothing promotable
     bundle = next((tmp_path / "runs").iterdir())

@@ -30,7 +30,15 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.contracts import EXAMPLES, candidate, contract_yaml, control, free_port, process_defaults
+from tests.support.contracts import (
+    EXAMPLES,
+    THINKING_TEMPLATE,
+    candidate,
+    contract_yaml,
+    control,
+    free_port,
+    process_defaults,
+)
 from tests.support.vllm import VLLM_MANIFEST, VLLM_MODEL
 from tests.support.windows import window_bundle
 
@@ -39,21 +47,6 @@ pytestmark = pytest.mark.integration
 SGLANG_VERSION = "0.5.23"
 SGLANG_ARGS = ["--device", "cpu", "--dtype", "float32", "--enable-metrics", "--max-total-tokens", "16384",
                "--random-seed", "0", "--disable-overlap-schedule", "--sleep-on-idle"]
-# ChatML as SmolLM2 uses it, plus the branch a reasoning model's template has (tests/integration/quality/
-# test_ruler_thinking.py serves the same on llama-server)
-THINKING_TEMPLATE = """\
-{%- for message in messages -%}
-<|im_start|>{{ message.role }}
-{{ message.content }}<|im_end|>
-{% endfor -%}
-{%- if add_generation_prompt -%}
-<|im_start|>assistant
-{% if enable_thinking is defined and enable_thinking %}<think>
-Let me think step by step.
-{% endif -%}
-{%- endif -%}
-"""
-
 
 def sglang_defaults(port: int, extra_args: list[str]) -> dict:
     if not shutil.which("sglang-cpu-python"):
@@ -61,8 +54,8 @@ def sglang_defaults(port: int, extra_args: list[str]) -> dict:
                     "installs SGLang and the wrapper)")
     if not (VLLM_MODEL / "config.json").exists():
         pytest.fail(f"{VLLM_MODEL} missing: run scripts/convert-model-hf.sh (`make vllm`)")
-    return process_defaults(port, engine="sglang", executable="sglang-cpu-python", args=[*SGLANG_ARGS, *extra_args], budget="300s",
-                            model={"path": VLLM_MODEL, "sha256_manifest": "smollm2-135m-hf.sha256",
+    return process_defaults(port, engine="sglang", executable="sglang-cpu-python", args=[*SGLANG_ARGS, *extra_args],
+                            budget="300s", model={"path": VLLM_MODEL, "sha256_manifest": "smollm2-135m-hf.sha256",
                                    "served_name": "smollm2"})
 
 

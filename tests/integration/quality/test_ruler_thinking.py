@@ -14,23 +14,17 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.contracts import candidate, contract_yaml, control, free_port, process_defaults, write_contract
+from tests.support.contracts import (
+    THINKING_TEMPLATE,
+    candidate,
+    contract_yaml,
+    control,
+    free_port,
+    process_defaults,
+    write_contract,
+)
 
 pytestmark = pytest.mark.integration
-
-# ChatML as SmolLM2 uses it, plus the branch a reasoning model's template has.
-THINKING_TEMPLATE = """\
-{%- for message in messages -%}
-<|im_start|>{{ message.role }}
-{{ message.content }}<|im_end|>
-{% endfor -%}
-{%- if add_generation_prompt -%}
-<|im_start|>assistant
-{% if enable_thinking is defined and enable_thinking %}<think>
-Let me think step by step.
-{% endif -%}
-{%- endif -%}
-"""
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.gates.result import Verdict
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.llamacpp import LlamaCppAdapter
-from tests.support.cli import campaign
+from tests.support.cli import campaign, keys_and_freeze
 from tests.support.contracts import free_port, write_contract
 from tests.support.speed import (
     SPEED_PROMPTS,
@@ -121,9 +121,7 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> dict:
         patch.setenv("XDG_CONFIG_HOME", str(root / "xdg"))
         contract = write_contract(root, speed_contract(free_port(), gate=gate))
         write_prompts(root / "prompts" / "p.jsonl")
-        assert campaign("keys", "init").returncode == 0
-        frozen = campaign("freeze", str(contract))
-        assert frozen.returncode == 0, frozen.stderr
+        keys_and_freeze(contract)
         outcome = run_window(contract, key=load_signing_key(), trusted=load_trusted(), out_dir=root / "runs")
         assert outcome.signed
         verified = campaign("verify", str(outcome.bundle))

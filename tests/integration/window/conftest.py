@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from campaign.daily.state import process_start_time
-from tests.support.cli import campaign
+from tests.support.cli import campaign, keys_and_freeze
 from tests.support.contracts import demo_like, free_port, write_contract
 from tests.support.daily import disarm_windows, serves
 
@@ -32,8 +32,7 @@ def daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_server: str):
         """)
     contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
                                                        ("sea", "Describe the sea.")])
-    assert campaign("keys", "init").returncode == 0
-    assert campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     started = campaign("daily", "start", str(contract), "--log", str(tmp_path / "daily.log"))
     assert started.returncode == 0, started.stderr
     assert serves(port)

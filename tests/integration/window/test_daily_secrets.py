@@ -21,7 +21,7 @@ import pytest
 
 from campaign.daily.state import WindowState
 from campaign.fsutil import read_jsonl
-from tests.support.cli import assert_exit_as_decided, campaign
+from tests.support.cli import assert_exit_as_decided, campaign, keys_and_freeze
 from tests.support.contracts import MODEL, demo_like, free_port, write_contract
 from tests.support.daily import kill_runner_and_watchdogs, runner_past_the_daily_stop
 
@@ -112,8 +112,7 @@ def test_hand_started_daily_key_never_reaches_bundle_or_archive(tmp_path: Path, 
     try:
         wait_serving(daily_port, DAILY_KEY)
         contract = keyed_contract(tmp_path, lane_port, daily_port=daily_port, api_key_env="DAILY_KEY")
-        assert campaign("keys", "init").returncode == 0
-        assert campaign("freeze", str(contract)).returncode == 0
+        keys_and_freeze(contract)
         ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
         assert ran.returncode in (0, 3), ran.stdout + ran.stderr  # completed: promotable or not
         bundle = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
@@ -205,7 +204,7 @@ def test_an_interrupted_window_forgets_the_daily_key_and_its_resume_reads_it_fro
         wait_serving(daily_port, DAILY_KEY)
         contract = keyed_contract(tmp_path, lane_port, daily_port=daily_port, api_key_env="DAILY_KEY")
         monkeypatch.setenv("HF_TOKEN", HF_SECRET)  # the lanes' env references it
-        assert campaign("keys", "init").returncode == 0 and campaign("freeze", str(contract)).returncode == 0
+        keys_and_freeze(contract)
         runner, window = runner_past_the_daily_stop(contract, tmp_path / "runs")
         runner.send_signal(signal.SIGINT)
         assert runner.wait(timeout=300) != 0

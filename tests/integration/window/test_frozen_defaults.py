@@ -22,7 +22,7 @@ from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.receipts.publish import publish
 from campaign.signing import init_keys, load_signing_key, load_trusted
 from campaign.window.run import run_window
-from tests.support.cli import campaign
+from tests.support.cli import campaign, keys_and_freeze
 from tests.support.contracts import demo_like, free_port, write_contract
 from tests.support.schema import patched_default
 
@@ -70,7 +70,7 @@ def test_a_resume_accepts_the_defaults_its_start_accepted_and_only_those(
     body = textwrap.dedent(demo_like(free_port(), rule='"2/2"')).replace("    max_tokens: 24\n", "")
     contract = write_contract(tmp_path, body, prompts=[("capital", "What is the capital of France?"),
                                                        ("sea", "Describe the sea in one sentence.")])
-    assert campaign("keys", "init").returncode == 0 and campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     runner = subprocess.Popen([sys.executable, "-c", _NEWER_TOOL, "run", str(contract), "--out",
                                str(tmp_path / "runs"), "--accept-tool-defaults"], env=env,

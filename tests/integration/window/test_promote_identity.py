@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import campaign
+from tests.support.cli import campaign, keys_and_freeze
 from tests.support.contracts import (
     MODEL,
     candidate,
@@ -76,7 +76,7 @@ def test_a_promoted_process_daily_keeps_its_endpoint_and_key_and_rolls_back(keye
     validated = campaign("validate", str(contract))
     assert f"warning: lane small is measured at 127.0.0.1:{lane_port} on this host" in validated.stderr
     assert "small runs as the process in daily.pid with the daily's name" in validated.stderr
-    assert campaign("keys", "init").returncode == 0 and campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     ran = campaign("run", str(contract), "--out", str(root / "runs"))
     assert ran.returncode == 0, ran.stdout + ran.stderr  # the lanes answered our client: it sent LLAMA_API_KEY's key
     bundle = next((root / "runs").iterdir())

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from campaign.fsutil import load_json_strict, read_jsonl
-from tests.support.cli import campaign
+from tests.support.cli import campaign, keys_and_freeze
 from tests.support.contracts import demo_like, free_port, write_contract
 from tests.support.windows import window_bundle
 
@@ -150,8 +150,7 @@ def test_launch_failure_is_inconclusive_not_a_finding(tmp_path: Path, llama_serv
     body = demo_like(free_port(), extra_candidate=', --no-such-flag: "1"').replace(
         "axis: [args.spec-type, args.spec-draft-n-max]", "axis: [args.spec-type, args.spec-draft-n-max, args.no-such-flag]")
     contract = write_contract(tmp_path, body)
-    assert campaign("keys", "init").returncode == 0
-    assert campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"))
     assert ran.returncode == 3, ran.stderr  # the window completed; its verdict is INCONCLUSIVE: nothing promotable
     bundle = next((tmp_path / "runs").iterdir())
@@ -166,8 +165,7 @@ def test_launch_failure_is_inconclusive_not_a_finding(tmp_path: Path, llama_serv
 
 def test_readiness_budget_spent_is_a_classified_launch_failure(tmp_path: Path, llama_server: str) -> None:
     contract = write_contract(tmp_path, demo_like(free_port(), budget="10ms"))
-    assert campaign("keys", "init").returncode == 0
-    assert campaign("freeze", str(contract)).returncode == 0
+    keys_and_freeze(contract)
     ran = campaign("run", str(contract), "--out", str(tmp_path / "runs"), "--exit-zero")
     assert ran.returncode == 0, ran.stderr  # nothing promotable, but --exit-zero: 0 for a completed window
     summary = json.loads(next((tmp_path / "runs").iterdir()).joinpath("SUMMARY.json").read_text())
