@@ -179,13 +179,18 @@ def headline(result: Mapping[str, Any]) -> str:
 
 
 def deciding_reason(result: Mapping[str, Any]) -> str:
-    """The reason that decided ``result``'s verdict, in full. A verdict a rule reached (PASS, FAIL) is never
+    """The reason that decided ``result``'s verdict, in full: the one its judge recorded (``deciding_reason``),
+    else read from its reasons. There, a verdict a rule reached (PASS, FAIL) is never
     the instrument's: its notes on checks it passed come first in some gates (teacher_forced's) and are
     skipped; a FAIL is the first rule sentence not met. Under an undecided result's instrument heading
     ("instrument: the speed numbers cannot be judged"), the line that says what went wrong."""
     reasons = [str(reason) for reason in result.get("reasons") or [] if str(reason).strip()]
     if not reasons:
         return "without a stated reason"
+    recorded = result.get("deciding_reason")
+    if isinstance(recorded, str) and recorded in reasons:  # the rule that reached the verdict said so when judged
+        return recorded
+    # a result that records none (an instrument's verdict, a bundle older than the record): read from its reasons
     if result.get("verdict") in ("PASS", "FAIL"):
         weighed = [reason for reason in reasons if not reason.startswith("instrument:")] or reasons
         if result.get("verdict") == "FAIL":

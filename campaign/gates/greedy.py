@@ -100,9 +100,8 @@ class GreedyGate(LiveGate):
             result.caveats.append(f"replies built on a cached prompt (the engine's own count): {said}; this "
                                   "bundle's requests did not keep the engine's prompt cache out")
             if result.verdict is Verdict.FAIL:
-                result.verdict = Verdict.INCONCLUSIVE
-                result.reasons.insert(0, f"instrument: replies were built on a cached prompt ({said}), so a "
-                                         "difference may be the cache's, not the candidate's")
+                result.overrule(Verdict.INCONCLUSIVE, f"instrument: replies were built on a cached prompt ({said}), "
+                                                      "so a difference may be the cache's, not the candidate's")
         return result
 
     def _cached_replies(self, lane: EffectiveLane) -> int:
@@ -181,31 +180,30 @@ class GreedyGate(LiveGate):
         n, got, baseline = len(candidate), sum(candidate), sum(control)
         need, of = parse_fraction(rule)
         if of != n:
-            result.reasons.append(f"rule {name} is written over {of} prompts but the input has {n}")
-            return Verdict.INCONCLUSIVE
+            return result.weigh(Verdict.INCONCLUSIVE,
+                                f"rule {name} is written over {of} prompts but the input has {n}")
         worse = sum(1 for c, b in zip(candidate, control, strict=True) if b and not c)
         better = sum(1 for c, b in zip(candidate, control, strict=True) if c and not b)
         p = sign_test_p(worse, better)
         result.details["paired"][name] = {"candidate": got, "control": baseline, "of": n, "worse": worse,
                                           "better": better, "sign_test_p": p, "fail_at_p": MARGIN_P}
         if got >= need:
-            result.reasons.append(f"{name} {got}/{n} >= required {need}/{of}")
-            return Verdict.PASS
+            return result.weigh(Verdict.PASS, f"{name} {got}/{n} >= required {need}/{of}")
         missed = f"{name} {got}/{n} < required {need}/{of}"
         paired = (f"diverges where the control does not on {worse} prompts, the reverse on {better} "
                   f"(sign test p={p:.3g})")
         if p <= MARGIN_P:
-            result.reasons.append(f"{missed}; the control's own is {baseline}/{n}, and the candidate {paired}")
-            return Verdict.FAIL
+            return result.weigh(Verdict.FAIL,
+                                f"{missed}; the control's own is {baseline}/{n}, and the candidate {paired}")
         if baseline < need:
-            result.reasons.append(f"the engine is not deterministic at this config (control {name.replace('_', '-')} "
-                                  f"{baseline}/{n}): greedy identity cannot separate the candidate ({missed}); use "
-                                  "teacher_forced margins")
-        else:
-            result.reasons.append(f"{missed}, but the control's own is {baseline}/{n} and the candidate {paired}: "
-                                  f"within the engine's own variation (FAIL needs p <= {MARGIN_P:g}); more prompts "
-                                  "would separate them")
-        return Verdict.INCONCLUSIVE
+            return result.weigh(Verdict.INCONCLUSIVE,
+                                f"the engine is not deterministic at this config (control {name.replace('_', '-')} "
+                                f"{baseline}/{n}): greedy identity cannot separate the candidate ({missed}); use "
+                                "teacher_forced margins")
+        return result.weigh(Verdict.INCONCLUSIVE,
+                            f"{missed}, but the control's own is {baseline}/{n} and the candidate {paired}: "
+                            f"within the engine's own variation (FAIL needs p <= {MARGIN_P:g}); more prompts "
+                            "would separate them")
 
 
 def sign_test_p(worse: int, better: int) -> float:

@@ -192,8 +192,7 @@ class KlGate(LiveGate):
                 continue
             resolved = (resolves[name], f"KL of {oracle.name} against itself booted again, {name}") if resolves else None
             verdict, reason = judge_bound(f"KL {name}", value, bound, resolved)
-            verdicts.append(verdict)
-            result.reasons.append(f"{reason} over {len(values)} tokens")
+            verdicts.append(result.weigh(verdict, f"{reason} over {len(values)} tokens"))
         result.verdict = combine(verdicts)  # the rule's validation guarantees at least one bound
         result.caveats.append("tail: " + TAIL_TREATMENT)
 

@@ -119,8 +119,8 @@ class LengthGate(Gate):
             "candidate_mean_tokens": Metric(value=estimate["candidate_mean"], unit="tokens")})
         words = (f"mean reply length {estimate['control_mean']:.1f} -> {estimate['candidate_mean']:.1f} tokens, "
                  f"{change:+.1%} [{rule.confidence:.0%} CI {low:+.1%}, {high:+.1%}] over {len(weighed)} items")
-        result.verdict, verdict_words = _verdict(low, high, bound, one_sided, sorted_items)
-        result.reasons = [f"{words}: {verdict_words}"]
+        verdict, verdict_words = _verdict(low, high, bound, one_sided, sorted_items)
+        result.verdict = result.weigh(verdict, f"{words}: {verdict_words}")
 
     @classmethod
     def present(cls, rule: LengthRule | None, result: dict[str, Any]) -> Presentation:

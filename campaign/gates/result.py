@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from campaign.presentation import Presentation
 from campaign.verdicts import VERDICT_RULE, combine_names
@@ -45,6 +45,11 @@ class GateResult(BaseModel):
     control: str
     verdict: Verdict
     reasons: list[str] = Field(default_factory=list, description="Why this verdict, in sentences.")
+    deciding_reason: str | None = Field(
+        None, description="The one of `reasons` that decided the verdict, recorded by the rule that reached it "
+                          "(the first rule whose verdict is the result's). None: no rule reached it (an "
+                          "instrument's verdict, a judge error) or a result written before results recorded it; "
+                          "then campaign.presentation.deciding_reason reads it from the reasons.")
     rule: dict[str, Any] = Field(default_factory=dict, description="The frozen rule that was applied.")
     metrics: dict[str, Metric] = Field(default_factory=dict)
     details: dict[str, Any] = Field(default_factory=dict, description="Per-item evidence.")
@@ -62,6 +67,29 @@ class GateResult(BaseModel):
     presentation: Presentation | None = Field(
         None, description="Headlines and plot data the gate built from its judging (None: a result written "
                           "before results carried them; the report derives them from the rest).")
+
+    # each rule's verdict with the sentence it wrote, in the order the rules weighed (``weigh``)
+    _weighed: list[tuple[Verdict, str]] = PrivateAttr(default_factory=list)
+
+    def weigh(self, verdict: Verdict, reason: str) -> Verdict:
+        """One rule's outcome: its sentence joins the reasons, and is what decided the result if the result
+        ends with this verdict and no rule before it reached the same (``settle``)."""
+        self.reasons.append(reason)
+        self._weighed.append((verdict, reason))
+        return verdict
+
+    def overrule(self, verdict: Verdict, reason: str) -> None:
+        """A finding that takes away the verdict the rules reached (a FAIL the instrument cannot stand
+        behind): the verdict becomes ``verdict`` and ``reason``, opening the reasons, is what decided it."""
+        self.verdict = verdict
+        self.reasons.insert(0, reason)
+        self._weighed.insert(0, (verdict, reason))
+
+    def settle(self) -> None:
+        """Record the deciding reason of the verdict as it now stands (the judge calls it once the verdict is
+        final): the first weighed rule that reached it, if its sentence is still among the reasons."""
+        self.deciding_reason = next((reason for verdict, reason in self._weighed
+                                     if verdict is self.verdict and reason in self.reasons), None)
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

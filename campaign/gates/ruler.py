@@ -285,8 +285,9 @@ class RulerGate(LiveGate):
                                "candidate's change stops the switch acting, so nothing measured with it means what "
                                "it says")
         if failures:  # what the candidate's own axis did: its findings, whatever the window's instrument
-            result.reasons = failures
-            result.verdict = Verdict.FAIL
+            result.reasons = []
+            for failure in failures:
+                result.verdict = result.weigh(Verdict.FAIL, failure)
             return result
         if "control" in inert:
             # the switch does nothing on the control either: the window's instrument (its template or engine), the
@@ -379,11 +380,11 @@ class RulerGate(LiveGate):
         if not acting:
             self._not_shown_acting(result, candidate, control, parsed, dormant, unavailable)
             return
-        result.reasons = [f"the axis shows acting on {', '.join(acting)}: "
-                          + "; ".join(f"{k}: {v}" for k, v in acting.items())]
+        result.reasons = []
+        result.verdict = result.weigh(Verdict.PASS, f"the axis shows acting on {', '.join(acting)}: "
+                                      + "; ".join(f"{k}: {v}" for k, v in acting.items()))
         if parsed:
             result.reasons.append("also parsed: " + "; ".join(f"{k}: {v}" for k, v in parsed.items()))
-        result.verdict = Verdict.PASS
 
     def _not_shown_acting(self, result: GateResult, candidate: EffectiveLane, control: EffectiveLane,
                           parsed: dict[str, str], dormant: list[str], unavailable: list[str]) -> None:
@@ -391,25 +392,27 @@ class RulerGate(LiveGate):
         if dormant:
             warning = (f"AXIS NOT EXERCISED: {candidate.name} ({', '.join(candidate.axis)}) has counters the "
                        f"control lacks ({', '.join(dormant[:4])}) that never moved during the probes")
-            result.reasons = [warning, "not exercised by these probes: add probes that exercise the axis "
-                                       "(ruler `exercise: [repetition]` for n-gram speculation)"]
-            result.verdict = Verdict.INCONCLUSIVE
+            result.reasons = []
+            result.verdict = result.weigh(Verdict.INCONCLUSIVE, warning)
+            result.reasons.append("not exercised by these probes: add probes that exercise the axis "
+                                  "(ruler `exercise: [repetition]` for n-gram speculation)")
         elif parsed:
             # parsed, not shown acting: a real axis these probes never exercised, or a flag that only logs
             watched = [o for o in rule.observe if o in ACTING and o not in unavailable]
             warning = (f"AXIS NOT SHOWN ACTING: {candidate.name} ({', '.join(candidate.axis)}) was parsed "
                        f"({'; '.join(f'{k}: {v}' for k, v in parsed.items())}) but changed nothing on "
                        f"{', '.join(watched) or 'no acting observable'}")
-            result.reasons = [warning, "not exercised by these probes, or inert: a boot-log line or an engine "
-                                       "property shows a flag was parsed, never that it acts; add probes that "
-                                       "exercise the axis (ruler `exercise`, or an input that does)"]
-            result.verdict = Verdict.INCONCLUSIVE
+            result.reasons = []
+            result.verdict = result.weigh(Verdict.INCONCLUSIVE, warning)
+            result.reasons.append("not exercised by these probes, or inert: a boot-log line or an engine "
+                                  "property shows a flag was parsed, never that it acts; add probes that "
+                                  "exercise the axis (ruler `exercise`, or an input that does)")
         else:
             warning = (f"AXIS MAY BE INERT: candidate {candidate.name} ({', '.join(candidate.axis)}) is "
                        f"indistinguishable from {control.name} on "
                        f"{', '.join(o for o in rule.observe if o not in unavailable)}")
-            result.reasons = [warning]
-            result.verdict = Verdict(rule.inert_verdict)
+            result.reasons = []
+            result.verdict = result.weigh(Verdict(rule.inert_verdict), warning)
         result.warnings.append(warning)
 
     def _speed_gate_evidence(self, candidate: EffectiveLane, control: EffectiveLane) -> str | None:

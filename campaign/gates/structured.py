@@ -198,13 +198,13 @@ class StructuredGate(LiveGate):
                 continue
             need, of = parse_fraction(text)
             if of != n:
-                result.reasons.append(f"rule {name} is written over {of} rows but the input has {n}")
-                verdicts.append(Verdict.INCONCLUSIVE)
+                verdicts.append(result.weigh(Verdict.INCONCLUSIVE,
+                                             f"rule {name} is written over {of} rows but the input has {n}"))
                 continue
             got = result.metrics[name].value
             assert got is not None  # for mypy: a count, set above
             ok = got >= need
-            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"{name} {got}/{n} {'>=' if ok else '<'} required {need}/{of}")
+            verdicts.append(result.weigh(Verdict.PASS if ok else Verdict.FAIL,
+                                         f"{name} {got}/{n} {'>=' if ok else '<'} required {need}/{of}"))
         result.verdict = combine(verdicts)  # never empty: the rule always has `correct`
         return result

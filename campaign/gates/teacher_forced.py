@@ -278,9 +278,9 @@ class TeacherForcedGate(LiveGate):
         result.details = details
         if not verdicts:
             # nothing was weighed: never a PASS over an empty set, unless the contract says so in words
-            result.reasons.append(f"nothing to weigh: no rule judged any site or token "
-                                  f"(rule.nothing_to_weigh: {self.spec.rule.nothing_to_weigh})")
-            result.verdict = Verdict(self.spec.rule.nothing_to_weigh)
+            result.verdict = result.weigh(Verdict(self.spec.rule.nothing_to_weigh),
+                                          f"nothing to weigh: no rule judged any site or token "
+                                          f"(rule.nothing_to_weigh: {self.spec.rule.nothing_to_weigh})")
             return result
         result.verdict = combine(verdicts)
         return result
@@ -394,16 +394,15 @@ class TeacherForcedGate(LiveGate):
         if rule.max_site_delta is not None and scored_sites:
             largest = max(s["delta_control_server"] for s in scored_sites)
             ok = largest <= rule.max_site_delta
-            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-            result.reasons.append(f"site |delta logprob| max {largest:.4f} {'<=' if ok else '>'} "
-                                  f"{rule.max_site_delta} nats over {len(scored_sites)} sites")
+            verdicts.append(result.weigh(Verdict.PASS if ok else Verdict.FAIL,
+                                         f"site |delta logprob| max {largest:.4f} {'<=' if ok else '>'} "
+                                         f"{rule.max_site_delta} nats over {len(scored_sites)} sites"))
         if rule.max_cross_server_delta is not None and scored_sites:
             # the same token on two servers: boot-to-boot and kernel rounding are all an A/A can show here
             largest = max(max(s["cross_server_control_token"], s["cross_server_candidate_token"]) for s in scored_sites)
             verdict, reason = judge_bound("cross-server |delta| max", largest, rule.max_cross_server_delta,
                                           resolution.get("max"))
-            verdicts.append(verdict)
-            result.reasons.append(f"{reason} over {len(scored_sites)} sites")
+            verdicts.append(result.weigh(verdict, f"{reason} over {len(scored_sites)} sites"))
         return verdicts
 
     def _self_fidelity(self, result: GateResult, control: InstrumentCheck,
@@ -417,8 +416,8 @@ class TeacherForcedGate(LiveGate):
             return []
         share = candidate.rank1_strict / candidate.tokens if candidate.tokens else 0.0
         ok = share >= bound
-        result.reasons.append(f"self-fidelity {candidate.rank1_strict}/{candidate.tokens} {'>=' if ok else '<'} {bound}")
-        return [Verdict.PASS if ok else Verdict.FAIL]
+        return [result.weigh(Verdict.PASS if ok else Verdict.FAIL,
+                             f"self-fidelity {candidate.rank1_strict}/{candidate.tokens} {'>=' if ok else '<'} {bound}")]
 
     def _reboot_caveat(self, result: GateResult, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
                        prompts: dict[str, Prepared], first: dict[str, Generation]) -> None:
@@ -552,9 +551,8 @@ class TeacherForcedGate(LiveGate):
         rows, deltas, censored, problems = references.rows, references.deltas, references.censored, references.problems
         details["references"] = rows
         if problems or not deltas:
-            result.reasons.append("noninferiority: reference texts could not be scored on both lanes: "
-                                  + "; ".join(problems[:5] or ["no tokens compared"]))
-            return [Verdict.INCONCLUSIVE]
+            return [result.weigh(Verdict.INCONCLUSIVE, "noninferiority: reference texts could not be scored on both "
+                                 "lanes: " + "; ".join(problems[:5] or ["no tokens compared"]))]
         total = sum(r["tokens"] for r in rows)
         result.metrics["noninferiority_max"] = Metric(value=round(max(deltas), 9), unit="nats", denominator=len(deltas),
                                                       note=f"max |delta logprob| over reference tokens, {len(rows)} texts")
@@ -569,8 +567,7 @@ class TeacherForcedGate(LiveGate):
             if bound is None:
                 continue
             verdict, reason = judge_bound(f"noninferiority {name} |delta|", value, bound, resolution.get(name))
-            verdicts.append(verdict)
-            result.reasons.append(f"{reason} over {len(deltas)} tokens")
+            verdicts.append(result.weigh(verdict, f"{reason} over {len(deltas)} tokens"))
         if censored and verdicts:
             result.caveats.append(f"{censored} reference tokens fell below a lane's top-{self.spec.top_k} and "
                                   "were not compared")

@@ -154,14 +154,16 @@ class ToolsGate(LiveGate):
             result.reasons = [f"rule passed is written over {of} episodes but the input has {n}"]
             return result
         ok = passed >= need
-        result.reasons.append(f"passed {passed}/{n} {'>=' if ok else '<'} required {need}/{of}")
+        verdict = result.weigh(Verdict.PASS if ok else Verdict.FAIL,
+                               f"passed {passed}/{n} {'>=' if ok else '<'} required {need}/{of}")
         control_passed = result.metrics["control_passed"].value
         if not ok and passed == 0 and control_passed == 0:
             # as a needle ladder that starts above the model: nothing here tells the lanes apart
             outcomes = sorted(Counter(v["outcome"] for v in judged[control.name].values()))
-            result.reasons.insert(0, f"neither lane completed a tool episode (0/{n} on both; the control's outcomes: "
-                                     f"{', '.join(outcomes)}): the model, or its engine's tool-call parser, cannot "
-                                     "do this task here, so it measured nothing about the candidate")
+            result.overrule(Verdict.INCONCLUSIVE, f"neither lane completed a tool episode (0/{n} on both; the "
+                                                  f"control's outcomes: {', '.join(outcomes)}): the model, or its "
+                                                  "engine's tool-call parser, cannot do this task here, so it "
+                                                  "measured nothing about the candidate")
             return result
-        result.verdict = Verdict.PASS if ok else Verdict.FAIL
+        result.verdict = verdict
         return result

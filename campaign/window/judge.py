@@ -106,6 +106,7 @@ def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: Effec
     if result.window_finding and result.verdict is Verdict.FAIL:
         # a finding about the window's instrument is the window's, reported once: never this candidate's loss
         result.verdict = Verdict.INCONCLUSIVE
+    result.settle()
     try:  # the verdict is final here: its headline opens with it (the kind's own words, else the deciding reason)
         own = gate.headline_words(gate.spec.rule, result.dump())
     except Exception:  # top level of the headline: a bug there costs the kind's words, never the verdict
@@ -247,6 +248,8 @@ def _candidates(loaded: LoadedContract, status: str, results: list[GateResult],
                                        "headline": headline(result.dump()), "reasons": result.reasons,
                                        "metrics": {k: m.model_dump(exclude_none=True)
                                                    for k, m in result.metrics.items()}}
+        if result.deciding_reason is not None:  # promote's next step reads it (receipts.decision)
+            entry["gates"][result.gate]["deciding_reason"] = result.deciding_reason
         if result.window_finding:
             entry["gates"][result.gate]["window_finding"] = result.window_finding
         if result.warnings:

@@ -220,16 +220,14 @@ class NeedleGate(LiveGate):
                               "ladder lower"]
             return result
         reach = self.spec.rule.reach or rungs[-1]
-        verdicts, reasons = [], []
         ok = cand_high >= reach
-        reasons.append(f"candidate passed rungs up to {cand_high} tokens ({passed_count}/{n} rungs); "
-                       f"required {reach}: {'met' if ok else 'not met'}")
-        verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
+        verdicts = [result.weigh(Verdict.PASS if ok else Verdict.FAIL,
+                                 f"candidate passed rungs up to {cand_high} tokens ({passed_count}/{n} rungs); "
+                                 f"required {reach}: {'met' if ok else 'not met'}")]
         if self.spec.rule.not_below_control:
             ok = cand_high >= ctrl_high
-            reasons.append(f"control reached {ctrl_high} tokens: candidate {'is not' if ok else 'is'} below it")
-            verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-        result.reasons = reasons
+            verdicts.append(result.weigh(Verdict.PASS if ok else Verdict.FAIL, f"control reached {ctrl_high} tokens: "
+                                         f"candidate {'is not' if ok else 'is'} below it"))
         result.verdict = combine(verdicts)
         return result
 

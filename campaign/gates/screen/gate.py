@@ -147,27 +147,33 @@ class ScreenGate(Screen):
             return result
         metrics = record.get("metrics") or {}
         result.metrics = {name: Metric(value=value, unit="") for name, value in metrics.items() if _finite_number(value)}
-        verdict, reasons = evaluate(self.spec.rule.require, metrics)
-        result.verdict, result.reasons = verdict, reasons + _sampling_words(record)
+        verdict, outcomes = evaluate(self.spec.rule.require, metrics)
+        for clause_verdict, sentence in outcomes:
+            result.weigh(clause_verdict, sentence)
+        result.verdict = verdict
+        result.reasons += _sampling_words(record)
         if verdict is Verdict.PASS and record.get("details", {}).get("exact") is False:
             result.caveats.append("a subsampled replay: not the exact replay of the trace")
         return result
 
 
-def evaluate(clauses: list[str], metrics: dict[str, Any]) -> tuple[Verdict, list[str]]:
+def evaluate(clauses: list[str], metrics: dict[str, Any]) -> tuple[Verdict, list[tuple[Verdict, str]]]:
     """PASS when every clause holds; FAIL when one does not; INCONCLUSIVE when a metric is missing or not a
-    finite number (the screen did not report what the rule weighs)."""
-    reasons, failed = [], False
+    finite number (the screen did not report what the rule weighs). With each clause's own verdict and sentence."""
+    outcomes: list[tuple[Verdict, str]] = []
+    failed = False
     for clause in clauses:
         name, op, bound = parse_clause(clause)
         value = metrics.get(name)
         if not _finite_number(value):
             shown = "not reported" if name not in metrics else f"{value!r}, not a number"
-            return Verdict.INCONCLUSIVE, [f"{name} was {shown} (reported: {', '.join(sorted(metrics)) or 'nothing'})"]
+            return Verdict.INCONCLUSIVE, [(Verdict.INCONCLUSIVE,
+                                           f"{name} was {shown} (reported: {', '.join(sorted(metrics)) or 'nothing'})")]
         holds = _OPS[op](value, bound)
         failed |= not holds
-        reasons.append(f"{name} {value:.4g} {op} {bound:g}: {'holds' if holds else 'does not hold'}")
-    return (Verdict.FAIL if failed else Verdict.PASS), reasons
+        outcomes.append((Verdict.PASS if holds else Verdict.FAIL,
+                         f"{name} {value:.4g} {op} {bound:g}: {'holds' if holds else 'does not hold'}"))
+    return (Verdict.FAIL if failed else Verdict.PASS), outcomes
 
 
 def _still_pinned(path: Path, sha256: str) -> None:

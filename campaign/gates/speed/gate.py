@@ -256,7 +256,9 @@ class SpeedGate(LiveGate):
             result.reasons = ["instrument: the speed numbers cannot be judged", *seq.problems[:20]]
             return result
         judged = self.spec.rule.levels or self.spec.loads
-        result.reasons = [levels[str(level)]["reason"] for level in judged]
+        for level in judged:  # each judged level's own verdict with its sentence
+            entry = levels[str(level)]
+            result.weigh(Verdict.__members__.get(str(entry.get("verdict")), Verdict.INCONCLUSIVE), entry["reason"])
         result.verdict = seq.verdict or Verdict.INCONCLUSIVE
         return result
 

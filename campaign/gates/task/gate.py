@@ -151,9 +151,9 @@ class TaskGate(LiveGate):
             return result
         conf, margin = self.spec.rule.confidence, self.spec.rule.max_loss_upper
         ok = upper < margin
-        result.verdict = Verdict.PASS if ok else Verdict.FAIL
-        result.reasons = [f"losses {losses}/{n} tasks (wins {wins}, ties {ties}); one-sided {conf:g} upper bound "
-                          f"{upper:.6g} {'<' if ok else '>='} margin {margin:g}"]
+        result.verdict = result.weigh(Verdict.PASS if ok else Verdict.FAIL,
+                                      f"losses {losses}/{n} tasks (wins {wins}, ties {ties}); one-sided {conf:g} "
+                                      f"upper bound {upper:.6g} {'<' if ok else '>='} margin {margin:g}")
         if control_solved < n:
             result.caveats.append(f"control solved {control_solved}/{n} tasks; a loss was possible only on those")
         weak = [c for c in containment if "none" in c]
