@@ -51,7 +51,7 @@ ENGINES: dict[str, EngineFacts] = {
                         draft_options=("--spec-model", "--speculative-config.model", "-sc.model"),
                         draft_json_keys=(("--speculative-config", "model"), ("-sc", "model")),
                         underscores_are_dashes=True),
-    "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",),
+    "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",), build_hint="make sglang",
                           # 0.5.23: --speculative-draft-model is its alias (srt/arg_groups/fields/spec.py L36-42)
                           draft_options=("--speculative-draft-model-path", "--speculative-draft-model",
                                          "--speculative-draft"),

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Union, get_args
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union, get_args
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -44,6 +44,8 @@ __all__ = ["BUNDLE_COPY", "GATE_SPECS", "ArithmeticTasks", "GateSpec", "GateSpec
 # Validation context key: a bundle's contract copy is being read to judge it again. Its value is a list that
 # collects how each field an older schema had was read in today's terms (``load_contract(bundle_copy=True)``).
 BUNDLE_COPY = "bundle_copy"
+
+_SINCE_0_3: dict[str, Any] = {"since": "0.3.0"}  # the reference's "since" column
 
 
 class LoadedContract(Protocol):
@@ -237,7 +239,8 @@ class TeacherForcedRule(StrictModel):
                                   "this engine and device and recorded, must stay within instrument_tolerance (or, "
                                   "left out, the rule's smallest margin), and each greedy token must be rank 1 "
                                   "within twice that drift (each of two tokens may move by it). For GPU engines, whose decode and prefill kernels "
-                                  "differ (llama-server with CUDA on an H200: up to 0.5 nats on SmolLM2-135M).")
+                                  "differ (llama-server with CUDA on an H200: up to 0.5 nats on SmolLM2-135M).",
+        json_schema_extra=_SINCE_0_3)
     instrument_tolerance: float | None = Field(
         None, ge=0, description="nats: the most a lane's own greedy token may move between its generation-time "
                                 "logprob and its teacher-forced score (and its rank-1 tie margin); beyond it the "
@@ -399,8 +402,6 @@ class RulerSpec(GateSpecBase):
     rule: RulerRule = Field(default_factory=RulerRule)
 
 
-_SINCE_0_3: dict[str, Any] = {"since": "0.3.0"}  # the reference's "since" column
-
 # Latency tails: a percentile of a boot's samples pooled over a row's requests (per prompt class), lower is better.
 # ttft: time to first token per request; itl: every gap between content chunks; e2e: each request's whole time.
 TAIL_METRICS = ("ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p95_s",
@@ -450,6 +451,8 @@ class Arrival(StrictModel):
     the prompt class (not the lane), so every boot of every lane gets the same one, and is kept in the raw
     records."""
 
+    SINCE: ClassVar[str] = "0.3.0"  # the reference's "since" column for each of its fields
+
     process: Literal["poisson", "constant"] = Field(
         "poisson", description="poisson: gaps drawn from an exponential at the rate (bursts, as users "
                                "arrive); constant: one request every 1/rate seconds.")
@@ -466,6 +469,8 @@ class Slo(StrictModel):
     """A latency SLO per request, as `vllm bench serve --goodput` states one: a request is good when it meets
     every bound given; goodput is good requests per second. Reported per lane and level, with the paired
     change in the good share and the highest level each lane serves with at least ``min_good_share`` good."""
+
+    SINCE: ClassVar[str] = "0.3.0"  # the reference's "since" column for each of its fields
 
     ttft_s: float | None = Field(None, gt=0.0, le=3600.0, description="Time to first token at most this.")
     tpot_s: float | None = Field(None, gt=0.0, le=60.0,
@@ -697,6 +702,8 @@ class LengthRule(StrictModel):
     items both answered: PASS when the whole CI of the relative change lies within +-max_mean_change, FAIL
     when it lies wholly beyond it, INCONCLUSIVE when it straddles a bound."""
 
+    SINCE: ClassVar[str] = "0.3.0"  # the reference's "since" column for each of its fields
+
     max_mean_change: float = Field(gt=0, le=10, description="Largest relative change of the mean reply length "
                                                             "(0.2: the candidate's replies are within 20% as "
                                                             "long as the control's).")
@@ -714,6 +721,8 @@ class LengthRule(StrictModel):
 
 class LengthSpec(GateSpecBase):
     """Reads the replies another gate gathered (its raw records, each lane's first boot) and sends nothing."""
+
+    SINCE: ClassVar[str] = "0.3.0"  # the reference's "since" column for each of its fields
 
     kind: Literal["length"]
     input: None = Field(None, description="None: the items are the source gate's.")

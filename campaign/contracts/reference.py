@@ -18,7 +18,9 @@ from campaign.contracts.units import parse_duration, parse_size
 __all__ = ["FIRST_VERSION", "contract_reference", "field_rows"]
 
 # Every field in the schema today shipped in this version, unless its json_schema_extra names a later one
-# ({"since": "0.2.0"}).
+# ({"since": "0.2.0"}) or its model arrived later (a ``SINCE`` class attribute: every field of the model is that
+# version's unless it names its own). tests/unit/contracts/test_field_versions.py checks each label against the
+# fields each release had (tests/fixtures/contract-fields.json), so a new field left unlabelled fails there.
 FIRST_VERSION = "0.1.0"
 
 _UNITS: dict[object, str] = {parse_duration: "seconds (write 30s, 10m, 2h)", parse_size: "bytes (write 16MiB, 2GiB)"}
@@ -77,7 +79,7 @@ def field_rows(model: type[BaseModel], found: list[type[BaseModel]]) -> list[dic
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         rows.append({"field": info.alias or name, "type": shown, "unit": unit or "", "default": _default(info),
                      "description": " ".join((info.description or "").split()),
-                     "since": str(extra.get("since", FIRST_VERSION))})
+                     "since": str(extra.get("since", getattr(model, "SINCE", FIRST_VERSION)))})
     return rows
 
 

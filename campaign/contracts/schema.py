@@ -282,7 +282,8 @@ class Lane(StrictModel):
                                         "in its own slot and measured as a candidate, never promoted. Its verdicts "
                                         "are the window's false-decision check: one that claims a difference from "
                                         "the control (a not-worse gate's FAIL, a speed PASS past a positive bar, a "
-                                        "ruler PASS) marks every other decision of the window suspect.")
+                                        "ruler PASS) marks every other decision of the window suspect.",
+                    json_schema_extra={"since": "0.3.0"})
 
 
 class InputSet(StrictModel):

@@ -5,6 +5,7 @@ the window's safety and the judges' verdicts live."""
 from __future__ import annotations
 
 import ast
+import re
 import typing
 from pathlib import Path
 
@@ -169,6 +170,16 @@ def test_every_gate_kind_has_a_spec_and_a_gate() -> None:
 
 def test_every_engine_kind_has_facts_and_an_adapter() -> None:
     assert set(typing.get_args(EngineKind)) == set(ENGINES) == set(ADAPTERS)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_every_engine_kind_declares_how_it_is_built_and_its_context(engine: str) -> None:
+    """The doctor's fix for a missing engine names the make target that builds it (SGLang's was empty, so its
+    doctor said only "install sglang-cpu-python"); the context checks need the option that sets the context."""
+    facts = ENGINES[engine]
+    targets = re.findall(r"^([a-z][a-z-]*):", (PACKAGE.parent / "Makefile").read_text(encoding="utf-8"), re.M)
+    assert facts.build_hint.startswith("make ") and facts.build_hint.removeprefix("make ") in targets, facts.build_hint
+    assert facts.context_options
 
 
 @pytest.mark.parametrize("part", ["gates", "daily", "failsafe", "promotion", "window"])
