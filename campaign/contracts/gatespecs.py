@@ -1,8 +1,8 @@
 """Gate specs: one pydantic model per gate kind, chosen by its ``kind`` field, each with its frozen rule
 and the checks that need the whole contract (run at validation, never at run time).
 
-Adding a gate kind: its spec here (and in ``GateSpec``'s union), its gate module under ``gates/``, and one
-line in ``gates/registry.py`` (ARCHITECTURE.md has the checklist).
+Adding a gate kind: its spec here (and in ``GateSpec``'s union) and its gate module under ``gates/``, its class
+under ``@register`` (ARCHITECTURE.md has the checklist).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence, get_type_hints
+from typing import Any, Callable, Sequence, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
@@ -25,8 +25,8 @@ from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Headline, Plot, Presentation
 
-__all__ = ["PAIRS_STOPPED", "Gate", "GateContext", "LiveGate", "Screen", "Visit", "each_plot", "live_gates",
-           "metric_headlines", "screens"]
+__all__ = ["GATES", "PAIRS_STOPPED", "Gate", "GateContext", "LiveGate", "Screen", "Visit", "each_plot", "live_gates",
+           "metric_headlines", "register", "screens"]
 
 
 # The journal step by which a window says it booted no more pairs before every pairing gate was done, and
@@ -143,6 +143,27 @@ class Gate(ABC):
         return {}
 
 
+# Gate kinds to gate classes, filled by ``register`` as each gate module is imported; ``gates.registry`` imports
+# every module of this package, so whoever reads the table through it sees every kind.
+GATES: dict[str, type[Gate]] = {}
+
+G = TypeVar("G", bound=type[Gate])
+
+
+def register(cls: G) -> G:
+    """Beside a gate class: the class of the kind its spec names (``spec: XSpec``, whose ``kind`` is a one-word
+    Literal). What the kind declares, it declares on the class (tests/unit/gates/test_declarations.py says what)."""
+    spec = get_type_hints(cls).get("spec")
+    kinds = get_args(spec.model_fields["kind"].annotation) if isinstance(spec, type) and issubclass(spec, BaseModel) \
+        else ()
+    if len(kinds) != 1:
+        raise TypeError(f"{cls.__name__}: a registered gate annotates `spec` with its kind's spec (one kind)")
+    if GATES.get(kinds[0], cls) is not cls:
+        raise TypeError(f"gate kind {kinds[0]!r} is registered twice: {GATES[kinds[0]].__name__} and {cls.__name__}")
+    GATES[kinds[0]] = cls
+    return cls
+
+
 class LiveGate(Gate):
     """A gate that collects from running lanes: every lane's first boot, and the visits it asks for."""
 
@@ -159,12 +180,15 @@ class LiveGate(Gate):
     def wants_pair(self, candidate: EffectiveLane, control: EffectiveLane, pairs_done: int) -> bool:
         return False
 
+    @abstractmethod
     def planned_requests(self, visit: Visit) -> int:
         """How many requests this gate sends on ``visit``, from its spec and the size of its input: what
-        `campaign plan` shows and sizes its estimate by. By default one per input row, times the spec's
-        repeats; a kind that sends otherwise says so."""
-        rows = self.input_rows(self.spec.input) if self.spec.input else 0
-        return rows * int(getattr(self.spec, "repeats", 1) or 1)
+        `campaign plan` shows and sizes its estimate by. Every kind says (``requests_per_row`` where it sends
+        one per input row, times its repeats)."""
+
+    def requests_per_row(self, repeats: int = 1) -> int:
+        """One request per row of the spec's input set, ``repeats`` times."""
+        return (self.input_rows(self.spec.input) if self.spec.input else 0) * repeats
 
     def input_rows(self, name: str) -> int:
         """Rows of an input set (its frozen copy in a window, the contract's file in a plan)."""

@@ -26,7 +26,7 @@ from campaign.contracts.gatespecs import GreedySpec
 from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit, metric_headlines
+from campaign.gates.base import LiveGate, Visit, metric_headlines, register
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.common.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict, combine
@@ -41,9 +41,13 @@ __all__ = ["MARGIN_P", "GreedyGate", "sign_test_p"]
 MARGIN_P = 0.01
 
 
+@register
 class GreedyGate(LiveGate):
     fail_claims = "worse than its control"
     spec: GreedySpec
+
+    def planned_requests(self, visit: Visit) -> int:
+        return self.requests_per_row(self.spec.repeats)
 
     @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:

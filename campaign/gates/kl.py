@@ -17,7 +17,7 @@ from campaign.contracts.gatespecs import KlRule, KlSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
+from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines, register
 from campaign.gates.common.resolution import judge_bound
 from campaign.gates.common.stats import percentile
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
@@ -60,9 +60,13 @@ def kl_topk(oracle: Position, lane: Position) -> tuple[float, int]:
     return max(kl, 0.0), missing
 
 
+@register
 class KlGate(LiveGate):
     fail_claims = "worse than its control"
     spec: KlSpec
+
+    def planned_requests(self, visit: Visit) -> int:
+        return self.requests_per_row()
 
     @classmethod
     def present(cls, rule: KlRule | None, result: dict[str, Any]) -> Presentation:

@@ -23,7 +23,7 @@ import numpy as np
 
 from campaign.contracts.gatespecs import LengthRule, LengthSpec
 from campaign.contracts.resolve import EffectiveLane
-from campaign.gates.base import Gate, each_plot
+from campaign.gates.base import Gate, each_plot, register
 from campaign.gates.common.replies import chat_reply
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.presentation import Bars, BarSeries, Bound, Headline, Interval, Intervals, Plot, Presentation
@@ -33,6 +33,7 @@ __all__ = ["LengthGate", "ratio_ci"]
 RESAMPLES = 10_000
 
 
+@register
 class LengthGate(Gate):
     fail_claims = "replies of another length than its control's"
     spec: LengthSpec

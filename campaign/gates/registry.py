@@ -1,39 +1,23 @@
-"""Gate kinds to gate classes: the one place a gate kind meets its implementation.
+"""Every gate kind, each registered beside its class (``gates.base.register``): importing this module imports
+every module of the gates package, so ``GATES`` holds every kind, and a new kind is its module (and its spec).
 
-A test keeps this in step with ``contracts.gatespecs.GATE_SPECS`` (every spec kind has a class here).
+A test keeps this in step with ``contracts.gatespecs.GATE_SPECS`` (every spec kind has a class here), and
+tests/unit/gates/test_declarations.py checks each kind declares what the window, the plan and the report read.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import campaign.gates
 from campaign.contracts.gatespecs import GateSpecBase
-from campaign.gates.base import Gate, GateContext
-from campaign.gates.greedy import GreedyGate
-from campaign.gates.kl import KlGate
-from campaign.gates.length import LengthGate
-from campaign.gates.needle.gate import NeedleGate
-from campaign.gates.ruler import RulerGate
-from campaign.gates.screen.gate import ScreenGate
-from campaign.gates.speed.gate import SpeedGate
-from campaign.gates.structured import StructuredGate
-from campaign.gates.task.gate import TaskGate
-from campaign.gates.teacher_forced import TeacherForcedGate
-from campaign.gates.tools import ToolsGate
+from campaign.gates.base import GATES, Gate, GateContext
 
 __all__ = ["GATES", "gate_for"]
 
-GATES: dict[str, type[Gate]] = {
-    "greedy": GreedyGate,
-    "task": TaskGate,
-    "needle": NeedleGate,
-    "teacher_forced": TeacherForcedGate,
-    "kl": KlGate,
-    "structured": StructuredGate,
-    "tools": ToolsGate,
-    "ruler": RulerGate,
-    "speed": SpeedGate,
-    "screen": ScreenGate,
-    "length": LengthGate,
-}
+for _module in pkgutil.walk_packages(campaign.gates.__path__, "campaign.gates."):
+    importlib.import_module(_module.name)  # a gate module registers its kind as it is imported
 
 
 def gate_for(spec: GateSpecBase, ctx: GateContext) -> Gate:

@@ -36,7 +36,7 @@ from campaign.contracts.gatespecs import RulerSpec, SpeedSpec
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit, metric_headlines
+from campaign.gates.base import LiveGate, Visit, metric_headlines, register
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.gate import SpeedGate
@@ -114,6 +114,7 @@ def normalize_boot_log(text: str) -> list[str]:
     return sorted(set(lines))
 
 
+@register
 class RulerGate(LiveGate):
     spec: RulerSpec
 

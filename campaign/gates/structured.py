@@ -20,7 +20,7 @@ from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit, metric_headlines
+from campaign.gates.base import LiveGate, Visit, metric_headlines, register
 from campaign.gates.common.inputs import load_rows
 from campaign.gates.result import GateResult, Metric, Verdict, combine
 from campaign.lanes.lanerun import LaneRun
@@ -115,8 +115,13 @@ def _value_note(value: Any, schema: dict[str, Any], answer: Any) -> str:
     return "the embedded JSON is the right answer" if value == answer else "the embedded JSON is a wrong answer"
 
 
+@register
 class StructuredGate(LiveGate):
+    fail_claims = None  # its rule counts the candidate's own answers: a FAIL claims no difference from the control
     spec: StructuredSpec
+
+    def planned_requests(self, visit: Visit) -> int:
+        return self.requests_per_row()
 
     @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:

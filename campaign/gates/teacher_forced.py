@@ -29,7 +29,7 @@ from campaign.contracts.gatespecs import TeacherForcedRule, TeacherForcedSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
+from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines, register
 from campaign.gates.common.resolution import judge_bound
 from campaign.gates.common.tokens import Prepared, prepared_on_control, read_prepared, score_texts
 from campaign.gates.records import VisitKey, select
@@ -128,6 +128,7 @@ def settle_measured(check: InstrumentCheck, cap: float) -> None:
     check.pending.clear()
 
 
+@register
 class TeacherForcedGate(LiveGate):
     fail_claims = "worse than its control"
     spec: TeacherForcedSpec

@@ -15,7 +15,7 @@ from campaign.contracts.model import parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit, metric_headlines
+from campaign.gates.base import LiveGate, Visit, metric_headlines, register
 from campaign.gates.common.inputs import load_rows
 from campaign.gates.records import select
 from campaign.gates.result import GateResult, Metric, Verdict
@@ -80,8 +80,17 @@ def judge_episode(row: dict[str, Any], records: list[dict[str, Any]]) -> dict[st
     return {"outcome": "passed", "detail": None}
 
 
+@register
 class ToolsGate(LiveGate):
+    fail_claims = None  # its rule counts the candidate's own episodes: a FAIL claims no difference from the control
     spec: ToolsSpec
+
+    def planned_requests(self, visit: Visit) -> int:
+        """At most one request per call turn of each episode and one for its answer (an episode whose model
+        stops calling ends sooner)."""
+        if self.spec.input not in self.ctx.input_paths:
+            return 0
+        return sum(len(row["expect"]) + 1 for row in self.episodes())
 
     @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:

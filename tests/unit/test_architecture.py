@@ -196,12 +196,12 @@ def test_no_function_over_60_lines(part: str) -> None:
 # --- a gate kind's name is used as a kind only where the kind lives -------------------------------------
 
 def _kind_homes(kind: str) -> set[str]:
-    """Modules that may name ``kind`` as a kind: the registry, the specs, and the kind's own gate (its
-    sub-package when it spans files)."""
+    """Modules that may name ``kind`` as a kind: the specs and the kind's own gate (its sub-package when it
+    spans files)."""
     module = GATES[kind].__module__
     package = module.rsplit(".", 1)[0]
     own = package if package != "campaign.gates" else module
-    return {"campaign.gates.registry", "campaign.contracts.gatespecs", own}
+    return {"campaign.contracts.gatespecs", own}
 
 
 def _is_kind(node: ast.AST) -> bool:
@@ -247,8 +247,8 @@ def kind_uses(source: str, kinds: set[str]) -> list[tuple[int, str]]:
     return found
 
 
-def test_a_gate_kind_is_named_as_a_kind_only_in_the_registry_the_specs_and_its_own_gate() -> None:
-    """So a new kind is three files: no table elsewhere keyed by kind names (a report's headlines, its
+def test_a_gate_kind_is_named_as_a_kind_only_in_its_spec_and_its_own_gate() -> None:
+    """So a new kind is two files: no table elsewhere keyed by kind names (a report's headlines, its
     plots) and no dispatch on a kind's name (a screen, a speed gate) that a new kind would silently miss."""
     kinds = set(GATES)
     wrong = sorted(f"{name}:{line} uses the kind {kind!r}" for name, path in _modules().items()

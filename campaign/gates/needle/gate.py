@@ -22,7 +22,7 @@ from campaign.contracts.gatespecs import NeedleRule, NeedleSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines
+from campaign.gates.base import LiveGate, Visit, each_plot, metric_headlines, register
 from campaign.gates.common.streams import streamed_text
 from campaign.gates.needle.prompts import VARIANTS, NeedleCase, build_case, case_seed, check_reply
 from campaign.gates.result import GateResult, Metric, Verdict, combine
@@ -36,7 +36,11 @@ MAX_SIZING_ROUNDS = 12
 ATTEMPTS = 2  # the first try and one retry with a fresh seed
 
 
+@register
 class NeedleGate(LiveGate):
+    # a FAIL by `reach` weighs the candidate alone; one by `not_below_control` claims it below its control, but
+    # the A/A check sees only the verdict, not which rule reached it: a needle FAIL on an A/A lane is not counted
+    fail_claims = None
     spec: NeedleSpec
 
     @classmethod

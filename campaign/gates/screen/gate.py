@@ -25,9 +25,10 @@ from campaign.contracts.hashing import sha256_file
 from campaign.contracts.resolve import FILE_REF, EffectiveLane
 from campaign.errors import CampaignError, InputError
 from campaign.fsutil import JsonlAppender, read_bounded
-from campaign.gates.base import Screen
+from campaign.gates.base import Screen, metric_headlines, register
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.task.sandbox import SandboxLimits, run_python
+from campaign.presentation import Presentation
 
 __all__ = ["ScreenGate", "evaluate"]
 
@@ -36,8 +37,21 @@ _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt
 SCRIPT_BYTES = 4 << 20
 
 
+@register
 class ScreenGate(Screen):
+    fail_claims = None  # its rule weighs the candidate's own files, never against the control's
     spec: ScreenSpec
+
+    @classmethod
+    def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
+        """The metrics its rule's clauses weigh, as the screen reported them."""
+        names = []
+        for clause in getattr(rule, "require", None) or []:
+            try:
+                names.append(parse_clause(clause)[0])
+            except ValueError:  # a clause an older tool accepted: its metric is still in the result's table
+                continue
+        return Presentation(headlines=metric_headlines(result, tuple(names)))
 
     def screen(self, candidate: EffectiveLane, control: EffectiveLane, sink: JsonlAppender) -> dict[str, Any]:
         """Run the screen for one candidate; its one record goes to ``sink`` (the raw file) and is returned."""

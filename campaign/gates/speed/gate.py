@@ -28,7 +28,7 @@ from campaign.contracts.gatespecs import Level, SpeedRule, SpeedSpec, level_tag,
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import LiveGate, Visit
+from campaign.gates.base import LiveGate, Visit, register
 from campaign.gates.common.inputs import Prompt, load_prompts
 from campaign.gates.records import VisitKey
 from campaign.gates.result import GateResult, Metric, Verdict
@@ -96,6 +96,7 @@ class _Sequence:
     levels: dict[Level, list[dict[str, Any]]] = field(default_factory=dict)  # level -> its looks
 
 
+@register
 class SpeedGate(LiveGate):
     spec: SpeedSpec
 

@@ -23,7 +23,7 @@ from campaign.contracts.gatespecs import TaskRule, TaskSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
-from campaign.gates.base import GateContext, LiveGate, Visit, each_plot, metric_headlines
+from campaign.gates.base import GateContext, LiveGate, Visit, each_plot, metric_headlines, register
 from campaign.gates.common.replies import chat_reply
 from campaign.gates.common.stats import clopper_pearson_upper
 from campaign.gates.result import GateResult, Metric, Verdict
@@ -35,6 +35,7 @@ from campaign.presentation import Bars, BarSeries, Bound, Plot, Presentation
 __all__ = ["TaskGate"]
 
 
+@register
 class TaskGate(LiveGate):
     fail_claims = "worse than its control"
     spec: TaskSpec
