@@ -1,8 +1,8 @@
 """Engine kinds and the facts about each that a contract is checked against: the one place an engine
 kind is declared (its adapter is registered in ``lanes.engines.registry``, which a test keeps in step).
 
-Adding an engine kind: an ``EngineFacts`` entry here, its adapter module under ``lanes/engines/``, and
-one line in ``lanes/engines/registry.py``.
+Adding an engine kind: an ``EngineFacts`` entry here (and the kind in ``EngineKind``) and its adapter module
+under ``lanes/engines/``, its class under ``@register``.
 """
 
 from __future__ import annotations

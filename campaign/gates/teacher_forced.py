@@ -417,8 +417,8 @@ class TeacherForcedGate(LiveGate):
             return []
         share = candidate.rank1_strict / candidate.tokens if candidate.tokens else 0.0
         ok = share >= bound
-        return [result.weigh(Verdict.PASS if ok else Verdict.FAIL,
-                             f"self-fidelity {candidate.rank1_strict}/{candidate.tokens} {'>=' if ok else '<'} {bound}")]
+        said = f"self-fidelity {candidate.rank1_strict}/{candidate.tokens} {'>=' if ok else '<'} {bound}"
+        return [result.weigh(Verdict.PASS if ok else Verdict.FAIL, said)]
 
     def _reboot_caveat(self, result: GateResult, records: dict[str, list[dict[str, Any]]], control: EffectiveLane,
                        prompts: dict[str, Prepared], first: dict[str, Generation]) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -23,7 +23,7 @@ from campaign.lanes.engines.declared import Evidence, Finding, Observable, check
 from campaign.lanes.engines.prometheus import Samples
 from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 
-__all__ = ["EngineAdapter", "Readiness", "fresh_cache_salt"]
+__all__ = ["ADAPTERS", "EngineAdapter", "Readiness", "fresh_cache_salt", "register"]
 
 
 def fresh_cache_salt() -> str:
@@ -207,3 +207,25 @@ class EngineAdapter(ABC):
         generated_tokens, spec_drafts, spec_draft_tokens, spec_accepted_tokens,
         spec_accepted_per_position); a name is absent when the engine does not export it."""
         return {}
+
+
+# Engine kinds to adapters, filled by ``register`` as each adapter module is imported; ``lanes.engines.registry``
+# imports every module of this package, so whoever reads the table through it sees every kind.
+ADAPTERS: dict[str, type[EngineAdapter]] = {}
+
+A = TypeVar("A", bound=type[EngineAdapter])
+
+
+def register(cls: A) -> A:
+    """Beside an adapter class: the adapter of the engine kind its ``name`` says (one of
+    ``contracts.engines.ENGINES``, where the kind's facts for the contract checks live)."""
+    from campaign.contracts.engines import ENGINES
+
+    name = vars(cls).get("name")
+    if name not in ENGINES:
+        raise TypeError(f"{cls.__name__}: a registered adapter names its engine kind (`name`, one of "
+                        f"{sorted(ENGINES)})")
+    if ADAPTERS.get(name, cls) is not cls:
+        raise TypeError(f"engine kind {name!r} is registered twice: {ADAPTERS[name].__name__} and {cls.__name__}")
+    ADAPTERS[name] = cls
+    return cls

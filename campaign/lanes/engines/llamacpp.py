@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
-from campaign.lanes.engines.base import EngineAdapter, Readiness
+from campaign.lanes.engines.base import EngineAdapter, Readiness, register
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.llamacpp_declared import OBSERVABLES
 from campaign.lanes.engines.prometheus import Samples
@@ -37,6 +37,7 @@ from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, 
 __all__ = ["LlamaCppAdapter"]
 
 
+@register
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     api_key_env = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY"), comma-separated

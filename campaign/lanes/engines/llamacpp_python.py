@@ -22,7 +22,7 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
-from campaign.lanes.engines.base import EngineAdapter, Readiness
+from campaign.lanes.engines.base import EngineAdapter, Readiness, register
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq
 
@@ -31,6 +31,7 @@ __all__ = ["GREEDY", "LlamaCppPythonAdapter"]
 GREEDY = {"repeat_penalty": 1.0}  # the server's own default is 1.1: not greedy at temperature 0
 
 
+@register
 class LlamaCppPythonAdapter(EngineAdapter):
     name = "llama-cpp-python"
     api_key_option = "--api_key"  # llama_cpp/server/cli.py: one option per settings field, by its own name

@@ -1,23 +1,20 @@
-"""Engine kinds to adapters: the one place an engine kind meets its adapter. The kinds themselves and the
-facts the contract checks use live in ``contracts.engines``; a test keeps the two in step."""
+"""Every engine kind's adapter, each registered beside its class (``lanes.engines.base.register``): importing
+this module imports every module of the engines package, so ``ADAPTERS`` holds every kind. The kinds themselves
+and the facts the contract checks use live in ``contracts.engines``; a test keeps the two in step."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import campaign.lanes.engines
 from campaign.errors import PreflightError
-from campaign.lanes.engines.base import EngineAdapter
-from campaign.lanes.engines.llamacpp import LlamaCppAdapter
-from campaign.lanes.engines.llamacpp_python import LlamaCppPythonAdapter
-from campaign.lanes.engines.sglang import SGLangAdapter
-from campaign.lanes.engines.vllm import VllmAdapter
+from campaign.lanes.engines.base import ADAPTERS, EngineAdapter
 
 __all__ = ["ADAPTERS", "adapter_for"]
 
-ADAPTERS: dict[str, type[EngineAdapter]] = {
-    "llamacpp": LlamaCppAdapter,
-    "llama-cpp-python": LlamaCppPythonAdapter,
-    "sglang": SGLangAdapter,
-    "vllm": VllmAdapter,
-}
+for _module in pkgutil.walk_packages(campaign.lanes.engines.__path__, "campaign.lanes.engines."):
+    importlib.import_module(_module.name)  # an adapter module registers its kind as it is imported
 
 
 def adapter_for(engine: str) -> EngineAdapter:

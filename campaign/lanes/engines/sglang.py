@@ -61,7 +61,7 @@ from typing import Any
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
-from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt
+from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt, register
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, parse_prometheus, series_sum, totals
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
@@ -98,6 +98,7 @@ METRIC_TYPES = {  # as each is declared there (Counter / Gauge / Histogram)
 }
 
 
+@register
 class SGLangAdapter(EngineAdapter):
     name = "sglang"
     reasoning_field = "reasoning_content"

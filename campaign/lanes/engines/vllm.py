@@ -41,7 +41,7 @@ from typing import Any, cast
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
-from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt
+from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt, register
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, series, series_sum
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
@@ -55,6 +55,7 @@ _PYTHON = re.compile(r"(^|[-_.])python(\d+(\.\d+)*)?$")  # python, python3.11, v
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 
+@register
 class VllmAdapter(EngineAdapter):
     name = "vllm"
     declared_observables = OBSERVABLES  # a speculative depth, by the per-position acceptance counters
