@@ -12,9 +12,11 @@ user's path and what is wrong with it.
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -28,8 +30,8 @@ from campaign.errors import InputError
 
 __all__ = ["MAX_JSON_BYTES", "DuplicateKeyError", "JsonlAppender", "UnreadableFile",
            "atomic_write_bytes", "atomic_write_json", "describe_mode", "fsync_dir", "hash_regular_file", "jsonl_line",
-           "load_json_strict", "loads_strict", "MAX_JSONL_BYTES", "open_regular", "read_bounded", "read_jsonl",
-           "read_text_bounded"]
+           "load_json_strict", "loads_strict", "MAX_JSONL_BYTES", "open_regular", "private_tempdir", "read_bounded",
+           "read_jsonl", "read_text_bounded"]
 
 # A bundle's JSON files (SUMMARY, gate results, specs, inspect snapshots) are kilobytes to a few MB; raw
 # record files are read line by line elsewhere. The cap keeps a hostile file from costing memory.
@@ -339,3 +341,24 @@ def read_jsonl(path: Path, *, limit: int = MAX_JSONL_BYTES, what: str = "record 
                 raise InputError(f"{path}:{number}: a record must be a JSON object")
             records.append(record)
     return records
+
+
+@contextmanager
+def private_tempdir(prefix: str) -> Iterator[Path]:
+    """A private temporary folder (``{tmp}/{prefix}{pid}-{random}``, mode 0700), removed when the block ends.
+    A process killed inside the block (SIGKILL, the OOM killer) cannot remove its own, so each use first
+    removes this user's folders of the same prefix whose process is gone: a killed promotion leaves its
+    bundle copy behind until the next one, never for good."""
+    root = Path(tempfile.gettempdir())
+    for left in root.glob(f"{glob.escape(prefix)}*-*"):
+        pid = left.name[len(prefix):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or int(pid) == os.getpid() or left.is_symlink() or left.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)  # alive (or another user's): its folder is its own
+        except ProcessLookupError:
+            shutil.rmtree(left, ignore_errors=True)
+        except OSError:  # gone between the glob and the stat, or a process we may not signal: not ours to remove
+            continue
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as made:
+        yield Path(made)

@@ -14,7 +14,6 @@ smoke rolls back automatically.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from campaign.daily.launchrefs import to_references
 from campaign.daily.ledger import Ledger, shown_argv
 from campaign.errors import CampaignError, InputError, PreflightError, RunError, VerifyError
 from campaign.faults import crash_point
-from campaign.fsutil import load_json_strict
+from campaign.fsutil import load_json_strict, private_tempdir
 from campaign.promotion.candidate import candidate_launch, smoke_candidate
 from campaign.promotion.identity import KEPT, promoted_daily_summary
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, verify_bundle
@@ -153,9 +152,9 @@ def _check_freeze(copy: Path, summary: dict[str, Any], trusted: TrustedKeys, dec
 def promote(bundle: Path, *, key: SigningKey | None, trusted: TrustedKeys, candidate: str | None = None,
             dry_run: bool = False, ledger: Ledger | None = None) -> tuple[Decision, list[str], dict[str, Any] | None]:
     # the private copy is removed whatever happens: a promotion reads it, nothing keeps it
-    with tempfile.TemporaryDirectory(prefix="campaign-promote-") as private, \
-            errors_named_as(Path(private) / "bundle", bundle):  # the copy is gone when the error is read
-        return _promote(bundle, Path(private), key=key, trusted=trusted, candidate=candidate, dry_run=dry_run,
+    with private_tempdir("campaign-promote-") as private, \
+            errors_named_as(private / "bundle", bundle):  # the copy is gone when the error is read
+        return _promote(bundle, private, key=key, trusted=trusted, candidate=candidate, dry_run=dry_run,
                         ledger=ledger)
 
 

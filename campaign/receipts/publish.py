@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 from jinja2 import Environment, PackageLoader
 
 from campaign.errors import InputError, VerifyError
-from campaign.fsutil import atomic_write_bytes, fsync_dir, load_json_strict, open_regular
+from campaign.fsutil import atomic_write_bytes, fsync_dir, load_json_strict, open_regular, private_tempdir
 from campaign.presentation import headline, quantity
 from campaign.receipts.bundle import (
     MAX_BUNDLE_BYTES,
@@ -297,8 +297,7 @@ def unpacked_archive(archive: Path) -> Iterator[Path]:
     all (a declared size over the cap is refused without reading the data). Errors raised while the
     unpacked bundle is used name ``<archive>/<folder>``, not the temporary folder."""
     with open_regular(archive, what="archive") as fd, open(fd, "rb", closefd=False) as raw, \
-            tempfile.TemporaryDirectory(prefix="campaign-verify-") as tmp:
-        target = Path(tmp)
+            private_tempdir("campaign-verify-") as target:
         try:
             stream = _Counted(_decompressed(raw), MAX_UNPACKED_BYTES + STREAM_OVERHEAD)
             tar = _GuardedTar.open(fileobj=stream, mode="r|")

@@ -14,7 +14,6 @@ import os
 import shutil
 import socket
 import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 from campaign.contracts.engines import ENGINES
 from campaign.contracts.load import LoadedContract
 from campaign.errors import CampaignError
-from campaign.fsutil import JsonlAppender
+from campaign.fsutil import JsonlAppender, private_tempdir
 from campaign.window.doctorcheck import Check
 from campaign.window.doctordaily import daily_checks
 
@@ -272,9 +271,9 @@ def _smoke(name: str, lane: EffectiveLane, model: str) -> Check:
     from campaign.lanes.session import boot_lane
 
     trial = lane.model_copy(update={"port": _free_port()})
-    with tempfile.TemporaryDirectory(prefix="campaign-doctor-") as tmp:
-        log = Path(tmp) / "boot.log"
-        sink = JsonlAppender(Path(tmp) / "warm.jsonl")
+    with private_tempdir("campaign-doctor-") as tmp:
+        log = tmp / "boot.log"
+        sink = JsonlAppender(tmp / "warm.jsonl")
         started = time.monotonic()
 
         async def once() -> None:

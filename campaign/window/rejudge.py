@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from campaign.contracts.hashing import canonical_sha256, sha256_file
 from campaign.contracts.load import LoadedContract, load_contract
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import InputError, VerifyError
-from campaign.fsutil import atomic_write_json, load_json_strict
+from campaign.fsutil import atomic_write_json, load_json_strict, private_tempdir
 from campaign.receipts.bundle import ENVELOPE, copy_bundle, errors_named_as, sign_bundle, verify_bundle
 from campaign.signing import SigningKey, TrustedKeys
 from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
@@ -87,8 +86,8 @@ class Rejudged:
 def rejudge(source: Path, *, key: SigningKey, trusted: TrustedKeys, out_dir: Path | None = None,
             with_current_defaults: bool = False) -> Rejudged:
     # verified and read from one private copy: a source changed after its check is never judged and signed
-    with tempfile.TemporaryDirectory(prefix="campaign-rejudge-") as private:
-        copy = Path(private) / "bundle"
+    with private_tempdir("campaign-rejudge-") as private:
+        copy = private / "bundle"
         with errors_named_as(copy, source):
             copy_bundle(source, copy)
             try:
@@ -151,11 +150,10 @@ def _build(copy: Path, source: Path, bundle: Path, before: dict[str, Any], key: 
     lanes = _lane_outcomes(before)
     other: dict[tuple[str, str], str] = {}
     if changes:  # judged again in a scratch copy by the rules not signed, to say what they would decide
-        with tempfile.TemporaryDirectory(prefix="campaign-rejudge-other-") as scratch:
-            _copy_measurement(copy, Path(scratch) / "b")
+        with private_tempdir("campaign-rejudge-other-") as scratch:
+            _copy_measurement(copy, scratch / "b")
             other = {(r.gate, r.candidate): r.verdict.value
-                     for r in judge_bundle(other_rules, build_gates(other_rules, Path(scratch) / "b"), lanes,
-                                           Path(scratch) / "b")}
+                     for r in judge_bundle(other_rules, build_gates(other_rules, scratch / "b"), lanes, scratch / "b")}
     results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
     document = read_document(bundle / "contract") or {}
     accepted = list(document.get("accepted_tool_defaults") or [])
