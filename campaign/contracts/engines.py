@@ -1,5 +1,6 @@
 """Engine kinds and the facts about each that a contract is checked against: the one place an engine
-kind is declared (its adapter is registered in ``lanes.engines.registry``, which a test keeps in step).
+kind is declared (its adapter registers itself beside its class, ``lanes.engines.base.register``; a test keeps
+the two in step).
 
 Adding an engine kind: an ``EngineFacts`` entry here (and the kind in ``EngineKind``) and its adapter module
 under ``lanes/engines/``, its class under ``@register``.

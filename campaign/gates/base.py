@@ -25,7 +25,7 @@ from campaign.gates.result import GateResult, Verdict
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Headline, Plot, Presentation
 
-__all__ = ["GATES", "PAIRS_STOPPED", "Gate", "GateContext", "LiveGate", "Screen", "Visit", "each_plot", "live_gates",
+__all__ = ["PAIRS_STOPPED", "Gate", "GateContext", "LiveGate", "Screen", "Visit", "each_plot", "live_gates",
            "metric_headlines", "register", "screens"]
 
 
@@ -143,8 +143,8 @@ class Gate(ABC):
         return {}
 
 
-# Gate kinds to gate classes, filled by ``register`` as each gate module is imported; ``gates.registry`` imports
-# every module of this package, so whoever reads the table through it sees every kind.
+# Gate kinds to gate classes, filled by ``register`` as each gate module is imported. Read it as
+# ``gates.registry.GATES``: that module imports every module of this package first, so it holds every kind.
 GATES: dict[str, type[Gate]] = {}
 
 G = TypeVar("G", bound=type[Gate])

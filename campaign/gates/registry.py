@@ -17,7 +17,8 @@ from campaign.gates.base import GATES, Gate, GateContext
 __all__ = ["GATES", "gate_for"]
 
 for _module in pkgutil.walk_packages(campaign.gates.__path__, "campaign.gates."):
-    importlib.import_module(_module.name)  # a gate module registers its kind as it is imported
+    if not _module.name.rsplit(".", 1)[1].startswith("_"):  # a private module (a sandbox's child) is no kind's
+        importlib.import_module(_module.name)  # a gate module registers its kind as it is imported
 
 
 def gate_for(spec: GateSpecBase, ctx: GateContext) -> Gate:

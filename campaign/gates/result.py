@@ -47,9 +47,10 @@ class GateResult(BaseModel):
     reasons: list[str] = Field(default_factory=list, description="Why this verdict, in sentences.")
     deciding_reason: str | None = Field(
         None, description="The one of `reasons` that decided the verdict, recorded by the rule that reached it "
-                          "(the first rule whose verdict is the result's). None: no rule reached it (an "
-                          "instrument's verdict, a judge error) or a result written before results recorded it; "
-                          "then campaign.presentation.deciding_reason reads it from the reasons.")
+                          "(the first rule whose verdict is the result's), or the finding that overruled it. None: "
+                          "no rule reached it (an instrument that could not measure, a judge error) or a result "
+                          "written before results recorded it; then campaign.presentation.deciding_reason reads it "
+                          "from the reasons.")
     rule: dict[str, Any] = Field(default_factory=dict, description="The frozen rule that was applied.")
     metrics: dict[str, Metric] = Field(default_factory=dict)
     details: dict[str, Any] = Field(default_factory=dict, description="Per-item evidence.")

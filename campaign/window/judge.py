@@ -105,7 +105,7 @@ def judge_one(bundle: Path, gate: Gate, candidate: EffectiveLane, control: Effec
         return _result(gate, candidate, control, [_error_reason(exc)])
     if result.window_finding and result.verdict is Verdict.FAIL:
         # a finding about the window's instrument is the window's, reported once: never this candidate's loss
-        result.verdict = Verdict.INCONCLUSIVE
+        result.overrule(Verdict.INCONCLUSIVE, f"instrument: {result.window_finding}")
     result.settle()
     try:  # the verdict is final here: its headline opens with it (the kind's own words, else the deciding reason)
         own = gate.headline_words(gate.spec.rule, result.dump())

@@ -259,7 +259,7 @@ class SpeedGate(LiveGate):
         judged = self.spec.rule.levels or self.spec.loads
         for level in judged:  # each judged level's own verdict with its sentence
             entry = levels[str(level)]
-            result.weigh(Verdict.__members__.get(str(entry.get("verdict")), Verdict.INCONCLUSIVE), entry["reason"])
+            result.weigh(Verdict(entry.get("verdict") or "INCONCLUSIVE"), entry["reason"])
         result.verdict = seq.verdict or Verdict.INCONCLUSIVE
         return result
 

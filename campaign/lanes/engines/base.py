@@ -23,7 +23,7 @@ from campaign.lanes.engines.declared import Evidence, Finding, Observable, check
 from campaign.lanes.engines.prometheus import Samples
 from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 
-__all__ = ["ADAPTERS", "EngineAdapter", "Readiness", "fresh_cache_salt", "register"]
+__all__ = ["EngineAdapter", "Readiness", "fresh_cache_salt", "register"]
 
 
 def fresh_cache_salt() -> str:
@@ -209,8 +209,8 @@ class EngineAdapter(ABC):
         return {}
 
 
-# Engine kinds to adapters, filled by ``register`` as each adapter module is imported; ``lanes.engines.registry``
-# imports every module of this package, so whoever reads the table through it sees every kind.
+# Engine kinds to adapters, filled by ``register`` as each adapter module is imported. Read it as
+# ``lanes.engines.registry.ADAPTERS``: that module imports every module of this package first.
 ADAPTERS: dict[str, type[EngineAdapter]] = {}
 
 A = TypeVar("A", bound=type[EngineAdapter])

@@ -14,7 +14,8 @@ from campaign.lanes.engines.base import ADAPTERS, EngineAdapter
 __all__ = ["ADAPTERS", "adapter_for"]
 
 for _module in pkgutil.walk_packages(campaign.lanes.engines.__path__, "campaign.lanes.engines."):
-    importlib.import_module(_module.name)  # an adapter module registers its kind as it is imported
+    if not _module.name.rsplit(".", 1)[1].startswith("_"):  # a private module (a sandbox's child) is no kind's
+        importlib.import_module(_module.name)  # an adapter module registers its kind as it is imported
 
 
 def adapter_for(engine: str) -> EngineAdapter:

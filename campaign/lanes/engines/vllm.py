@@ -34,7 +34,9 @@ counters, per position included, exist only when speculating.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shutil
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
@@ -108,13 +110,18 @@ class VllmAdapter(EngineAdapter):
         """The one cache shared between boots: vLLM's facts about each model class (``modelinfos/``: which
         interfaces the class implements, read from vLLM's own source). A cold one costs every boot a
         subprocess that imports vLLM and torch again (10 s of a 36 s boot here,
-        ``_LazyRegisteredModel.inspect_model_cls`` in vllm/model_executor/models/registry.py, 0.32.0); each
-        entry carries the hash of the model module it was read from, and vLLM ignores one that is stale. A
-        process lane only: a container's scratch is a tmpfs of its own."""
-        if lane.runtime != "process":
+        ``_LazyRegisteredModel.inspect_model_cls`` in vllm/model_executor/models/registry.py, 0.32.0). An
+        entry carries only the hash of the model's own module, not of the vLLM code that computed it, so the
+        facts are kept per install: one folder per executable file (its real path, size and change time), and a
+        candidate on another vLLM never reads the control's. A process lane only: a container's scratch is a
+        tmpfs of its own."""
+        if lane.runtime != "process" or not lane.executable:
             return
         try:
-            shared = engine_facts_dir("vllm-modelinfos")
+            executable = Path(shutil.which(lane.executable) or lane.executable).resolve(strict=True)
+            seen = executable.stat()
+            install = hashlib.sha256(f"{executable}\0{seen.st_size}\0{seen.st_mtime_ns}".encode()).hexdigest()[:16]
+            shared = engine_facts_dir(f"vllm-modelinfos-{install}")
             cache = scratch / "vllm-cache"
             cache.mkdir(exist_ok=True)
             (cache / "modelinfos").symlink_to(shared, target_is_directory=True)

@@ -12,9 +12,10 @@ import re
 from campaign.contracts.reference import contract_reference
 from tests.support.contracts import REPO
 
-RELEASES = {version: set(entry["fields"]) for version, entry in
-            json.loads((REPO / "tests" / "fixtures" / "contract-fields.json").read_text(encoding="utf-8")).items()
-            if not version.startswith("_")}
+_RECORDED = json.loads((REPO / "tests" / "fixtures" / "contract-fields.json").read_text(encoding="utf-8"))
+RELEASES = {version: set(_RECORDED[version]["fields"])  # oldest first: a field's first release is the one it arrived in
+            for version in sorted((v for v in _RECORDED if not v.startswith("_")),
+                                  key=lambda v: tuple(int(part) for part in v.split(".")))}
 
 
 def _labels(reference: str) -> dict[str, str]:

@@ -237,6 +237,7 @@ def test_each_gate_counts_the_requests_it_sends_on_a_visit() -> None:
     assert counts["teacher_forced"] == 2 * 4 + 2  # each prompt generated and scored, each reference scored
     assert counts["ruler"] == 2 + 1  # 2 probes and the default exercise
     assert counts["thinking-switch"] == 2 + 1 + 2 * 2  # and each probe with the switch on and off
+    assert counts["tools"] == 2 * (1 + 1)  # 2 episodes of one call each: the call turn and the answer after it
     # per level and class (2 classes of 2 prompts): a warmup wave of `level` users, then 2 reps of
     # max(prompts, level) requests: C1 (1 + 2 x 2) x 2 + C4 (4 + 2 x 4) x 2
     assert counts["speed"] == 10 + 24

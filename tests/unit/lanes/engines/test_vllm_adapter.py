@@ -58,29 +58,44 @@ def test_launch_env_keeps_every_write_under_the_scratch_folder() -> None:
 
 
 def test_only_the_model_class_facts_carry_over_between_boots(tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    """vLLM's modelinfos (facts read from its own source, each keyed by its module's hash) are the one thing
-    shared: a link from the boot's fresh scratch to one folder under the user's cache, which outlives the
-    scratch; the rest of the scratch starts empty. A docker lane's scratch is the container's: nothing."""
+    """vLLM's modelinfos (facts read from its own source, each keyed by its model module's hash only) are the
+    one thing shared: a link from the boot's fresh scratch to one folder per vLLM install under the user's
+    cache, which outlives the scratch; the rest of the scratch starts empty. Another install (a candidate on
+    another vLLM) gets a folder of its own. A docker lane's scratch is the container's: nothing."""
     import shutil
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    shared = tmp_path / "cache" / "campaign" / "engine-facts" / "vllm-modelinfos"
+    facts = tmp_path / "cache" / "campaign" / "engine-facts"
+    installs = [tmp_path / "vllm-a" / "python", tmp_path / "vllm-b" / "python"]
+    for executable in installs:
+        executable.parent.mkdir()
+        executable.write_text("#!/bin/sh\n")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    VllmAdapter().seed_scratch(lane(), scratch)
+    VllmAdapter().seed_scratch(lane(executable=str(installs[0])), scratch)
+    (shared,) = facts.iterdir()
+    assert shared.name.startswith("vllm-modelinfos-")
     link = scratch / "vllm-cache" / "modelinfos"
     assert link.is_symlink() and link.resolve() == shared.resolve() and shared.stat().st_mode & 0o777 == 0o700
     assert [p.name for p in scratch.rglob("*")] == ["vllm-cache", "modelinfos"]
     (link / "vllm-model_executor-models-llama-LlamaForCausalLM.json").write_text("{}")  # as vLLM writes it
     shutil.rmtree(scratch)  # the lane's stop
     assert [p.name for p in shared.iterdir()] == ["vllm-model_executor-models-llama-LlamaForCausalLM.json"]
+    again = tmp_path / "again"
+    again.mkdir()
+    VllmAdapter().seed_scratch(lane(executable=str(installs[0])), again)  # the same install's next boot
+    assert (again / "vllm-cache" / "modelinfos").resolve() == shared.resolve()
+    other = tmp_path / "other"
+    other.mkdir()
+    VllmAdapter().seed_scratch(lane(executable=str(installs[1])), other)
+    assert (other / "vllm-cache" / "modelinfos").resolve() != shared.resolve() and len(list(facts.iterdir())) == 2
     docker = tmp_path / "docker-scratch"
     docker.mkdir()
     VllmAdapter().seed_scratch(lane(runtime="docker", executable=None), docker)
     assert list(docker.iterdir()) == []
     (tmp_path / "not-a-folder").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-folder"))  # no cache to keep them in
-    VllmAdapter().seed_scratch(lane(), docker)
+    VllmAdapter().seed_scratch(lane(executable=str(installs[0])), docker)
     assert list(docker.iterdir()) == []  # the boot reads them itself, as before
 
 
