@@ -160,7 +160,7 @@ class ToolsGate(LiveGate):
                                         "control": judged[control.name][row["id"]]} for row in episodes]}
         need, of = parse_fraction(self.spec.rule.passed)
         if of != n:
-            result.reasons = [f"rule passed is written over {of} episodes but the input has {n}"]
+            result.weigh(Verdict.INCONCLUSIVE, f"rule passed is written over {of} episodes but the input has {n}")
             return result
         ok = passed >= need
         verdict = result.weigh(Verdict.PASS if ok else Verdict.FAIL,

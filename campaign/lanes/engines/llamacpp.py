@@ -24,12 +24,14 @@ and prompt token counters are what tell another client's traffic apart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness, register
 from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.engines.declared import Observable
 from campaign.lanes.engines.llamacpp_declared import OBSERVABLES
 from campaign.lanes.engines.prometheus import Samples
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq, one_record
@@ -40,8 +42,9 @@ __all__ = ["LlamaCppAdapter"]
 @register
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
-    api_key_env = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY"), comma-separated
-    declared_observables = OBSERVABLES  # what bounds each flag's value, and where the server shows it
+    # typed as the base types them, so an adapter built on this one may set None or another table
+    api_key_env: str | None = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY"), comma-separated
+    declared_observables: Mapping[str, Observable] = OBSERVABLES  # what bounds each flag's value, and where the server shows it
 
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
         args = ["-m", model_path, "--host", lane.host, "--port", str(lane.port)]
