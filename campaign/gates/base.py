@@ -22,6 +22,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
 from campaign.gates.records import VisitKey, raw_path, read_records
 from campaign.gates.result import GateResult, Verdict
+from campaign.kinds import add_kind
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Headline, Plot, Presentation
 
@@ -158,9 +159,7 @@ def register(cls: G) -> G:
         else ()
     if len(kinds) != 1:
         raise TypeError(f"{cls.__name__}: a registered gate annotates `spec` with its kind's spec (one kind)")
-    if GATES.get(kinds[0], cls) is not cls:
-        raise TypeError(f"gate kind {kinds[0]!r} is registered twice: {GATES[kinds[0]].__name__} and {cls.__name__}")
-    GATES[kinds[0]] = cls
+    add_kind(GATES, kinds[0], cls)
     return cls
 
 

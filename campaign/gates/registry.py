@@ -7,18 +7,14 @@ tests/unit/gates/test_declarations.py checks each kind declares what the window,
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 import campaign.gates
 from campaign.contracts.gatespecs import GateSpecBase
 from campaign.gates.base import GATES, Gate, GateContext
+from campaign.kinds import import_every_module
 
 __all__ = ["GATES", "gate_for"]
 
-for _module in pkgutil.walk_packages(campaign.gates.__path__, "campaign.gates."):
-    if not _module.name.rsplit(".", 1)[1].startswith("_"):  # a private module (a sandbox's child) is no kind's
-        importlib.import_module(_module.name)  # a gate module registers its kind as it is imported
+import_every_module(campaign.gates)  # a gate module registers its kind as it is imported
 
 
 def gate_for(spec: GateSpecBase, ctx: GateContext) -> Gate:

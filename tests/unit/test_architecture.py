@@ -24,13 +24,14 @@ MAY_IMPORT = {
     "errors": {"terminal"},
     "fsutil": {"errors"},
     "faults": set(),
+    "kinds": set(),  # a table of kinds that fills itself: gates and engine adapters register through it
     "signing": {"errors", "fsutil"},
     "presentation": set(),  # the typed headlines and plot data gates build and receipts draw
     "verdicts": set(),  # how verdicts combine: the gates judge by it and the receipts read older bundles by it
     "contracts": {"errors", "fsutil", "signing", "__init__"},
-    "lanes": {"errors", "fsutil", "signing", "contracts"},
+    "lanes": {"errors", "fsutil", "signing", "contracts", "kinds"},
     "receipts": {"errors", "fsutil", "signing", "contracts", "presentation", "verdicts"},
-    "gates": {"errors", "fsutil", "signing", "contracts", "lanes", "presentation", "verdicts"},
+    "gates": {"errors", "fsutil", "signing", "contracts", "lanes", "kinds", "presentation", "verdicts"},
     # the rooms of a window: the daily below the failsafe, promotion and the window; none imports a room above
     "daily": {"errors", "fsutil", "signing", "contracts", "lanes"},
     "failsafe": {"errors", "fsutil", "contracts", "lanes", "daily"},

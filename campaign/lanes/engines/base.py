@@ -18,6 +18,7 @@ import httpx
 
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import CapabilityError, EngineError
+from campaign.kinds import add_kind
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.declared import Evidence, Finding, Observable, check_declared
 from campaign.lanes.engines.prometheus import Samples
@@ -225,7 +226,5 @@ def register(cls: A) -> A:
     if name not in ENGINES:
         raise TypeError(f"{cls.__name__}: a registered adapter names its engine kind (`name`, one of "
                         f"{sorted(ENGINES)})")
-    if ADAPTERS.get(name, cls) is not cls:
-        raise TypeError(f"engine kind {name!r} is registered twice: {ADAPTERS[name].__name__} and {cls.__name__}")
-    ADAPTERS[name] = cls
+    add_kind(ADAPTERS, name, cls)
     return cls

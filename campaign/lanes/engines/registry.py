@@ -4,18 +4,14 @@ and the facts the contract checks use live in ``contracts.engines``; a test keep
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 import campaign.lanes.engines
 from campaign.errors import PreflightError
+from campaign.kinds import import_every_module
 from campaign.lanes.engines.base import ADAPTERS, EngineAdapter
 
 __all__ = ["ADAPTERS", "adapter_for"]
 
-for _module in pkgutil.walk_packages(campaign.lanes.engines.__path__, "campaign.lanes.engines."):
-    if not _module.name.rsplit(".", 1)[1].startswith("_"):  # a private module (a sandbox's child) is no kind's
-        importlib.import_module(_module.name)  # an adapter module registers its kind as it is imported
+import_every_module(campaign.lanes.engines)  # an adapter module registers its kind as it is imported
 
 
 def adapter_for(engine: str) -> EngineAdapter:
