@@ -20,6 +20,7 @@ from campaign.daily.state import EXIT_WAIT_S, WindowState, process_start_time, w
 from campaign.errors import DockerNotFound, DockerRefused, RunError
 from campaign.fsutil import JsonlAppender
 from campaign.lanes.redact import launch_secrets
+from campaign.lanes.scratch import remove_scratch
 
 __all__ = ["forget_credentials", "forget_when_over", "restore", "stop_window_lanes"]
 
@@ -57,29 +58,39 @@ def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> 
     return True
 
 
+def _stop_process(lane: Any, grace: float) -> bool:
+    """A process lane stopped, fenced by its pid and start time: True when this call stopped it."""
+    if lane.pid is None or lane.start_time is None or process_start_time(lane.pid) != lane.start_time:
+        return False  # gone, or the pid now belongs to someone else
+    try:
+        os.killpg(lane.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    if not wait_gone(lane.pid, grace):
+        try:
+            os.killpg(lane.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        wait_gone(lane.pid, EXIT_WAIT_S)
+    return True
+
+
 def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> tuple[list[str], list[str]]:
     """This window's lanes stopped (fenced: pid and start time, or the container's window label): the visits
-    stopped, and each lane that could not be (its engine did not answer) with why."""
+    stopped, and each lane that could not be (its engine did not answer) with why. A lane's scratch folder
+    goes with it (the whole folder for a lane stopped here, an empty one for a lane already gone); a lane that
+    could not be stopped keeps its folder."""
     stopped: list[str] = []
     not_stopped: list[str] = []
     for lane in state.lanes:
         if lane.container is not None:
-            if _remove_container(state, lane, not_stopped):
-                stopped.append(lane.visit)
-            continue
-        if lane.pid is None or lane.start_time is None or process_start_time(lane.pid) != lane.start_time:
-            continue  # gone, or the pid now belongs to someone else
-        try:
-            os.killpg(lane.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        if not wait_gone(lane.pid, grace):
-            try:
-                os.killpg(lane.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            wait_gone(lane.pid, EXIT_WAIT_S)
-        stopped.append(lane.visit)
+            stopped_here = _remove_container(state, lane, not_stopped)
+        else:
+            stopped_here = _stop_process(lane, grace)
+        if stopped_here:
+            stopped.append(lane.visit)
+        if lane.scratch is not None and not any(said.startswith(f"{lane.visit}:") for said in not_stopped):
+            remove_scratch(lane.scratch, stopped_here=stopped_here)
     # a process lane started in the instant before the runner could record it (killed in between)
     from campaign.lanes.runtimes.process import marked_processes
 

@@ -105,10 +105,11 @@ class Gate(ABC):
     fail_claims: str | None = None
 
     @classmethod
-    def aa_claims(cls, rule: Any, verdict: str) -> str | None:
-        """The difference from its control that ``verdict`` claims, or None: on an A/A lane (the control
-        again, where no difference can be) a claim is a false decision, the window's instrument check."""
-        return cls.fail_claims if verdict == "FAIL" else None
+    def aa_claims(cls, rule: Any, result: dict[str, Any]) -> str | None:
+        """The difference from its control that ``result`` (SUMMARY.json's entry: its verdict and metrics)
+        claims, or None: on an A/A lane (the control again, where no difference can be) a claim is a false
+        decision, the window's instrument check."""
+        return cls.fail_claims if result.get("verdict") == "FAIL" else None
 
     @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:

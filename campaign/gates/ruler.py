@@ -119,9 +119,9 @@ class RulerGate(LiveGate):
     spec: RulerSpec
 
     @classmethod
-    def aa_claims(cls, rule: Any, verdict: str) -> str | None:
+    def aa_claims(cls, rule: Any, result: dict[str, Any]) -> str | None:
         # an A/A changes nothing: "axis may be inert" is its right answer, and a PASS a false one
-        return "an axis acting on what the engine computes" if verdict == "PASS" else None
+        return "an axis acting on what the engine computes" if result.get("verdict") == "PASS" else None
 
     @classmethod
     def present(cls, rule: Any, result: dict[str, Any]) -> Presentation:
@@ -286,7 +286,6 @@ class RulerGate(LiveGate):
                                "candidate's change stops the switch acting, so nothing measured with it means what "
                                "it says")
         if failures:  # what the candidate's own axis did: its findings, whatever the window's instrument
-            result.reasons = []
             for failure in failures:
                 result.verdict = result.weigh(Verdict.FAIL, failure)
             return result
@@ -381,7 +380,6 @@ class RulerGate(LiveGate):
         if not acting:
             self._not_shown_acting(result, candidate, control, parsed, dormant, unavailable)
             return
-        result.reasons = []
         result.verdict = result.weigh(Verdict.PASS, f"the axis shows acting on {', '.join(acting)}: "
                                       + "; ".join(f"{k}: {v}" for k, v in acting.items()))
         if parsed:
@@ -393,7 +391,6 @@ class RulerGate(LiveGate):
         if dormant:
             warning = (f"AXIS NOT EXERCISED: {candidate.name} ({', '.join(candidate.axis)}) has counters the "
                        f"control lacks ({', '.join(dormant[:4])}) that never moved during the probes")
-            result.reasons = []
             result.verdict = result.weigh(Verdict.INCONCLUSIVE, warning)
             result.reasons.append("not exercised by these probes: add probes that exercise the axis "
                                   "(ruler `exercise: [repetition]` for n-gram speculation)")
@@ -403,7 +400,6 @@ class RulerGate(LiveGate):
             warning = (f"AXIS NOT SHOWN ACTING: {candidate.name} ({', '.join(candidate.axis)}) was parsed "
                        f"({'; '.join(f'{k}: {v}' for k, v in parsed.items())}) but changed nothing on "
                        f"{', '.join(watched) or 'no acting observable'}")
-            result.reasons = []
             result.verdict = result.weigh(Verdict.INCONCLUSIVE, warning)
             result.reasons.append("not exercised by these probes, or inert: a boot-log line or an engine "
                                   "property shows a flag was parsed, never that it acts; add probes that "
@@ -412,7 +408,6 @@ class RulerGate(LiveGate):
             warning = (f"AXIS MAY BE INERT: candidate {candidate.name} ({', '.join(candidate.axis)}) is "
                        f"indistinguishable from {control.name} on "
                        f"{', '.join(o for o in rule.observe if o not in unavailable)}")
-            result.reasons = []
             result.verdict = result.weigh(Verdict(rule.inert_verdict), warning)
         result.warnings.append(warning)
 

@@ -233,7 +233,7 @@ def aa_check(loaded: LoadedContract, candidates: dict[str, Any]) -> dict[str, An
         entry["aa"] = True
         for gate, result in (entry.get("gates") or {}).items():
             spec = specs.get(gate)
-            claim = GATES[spec.kind].aa_claims(getattr(spec, "rule", None), result["verdict"]) if spec else None
+            claim = GATES[spec.kind].aa_claims(getattr(spec, "rule", None), result) if spec else None
             if claim:
                 found.append({"lane": lane, "gate": gate, "verdict": result["verdict"], "claims": claim})
     return {"lanes": aa, "false_decisions": found}

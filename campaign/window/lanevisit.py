@@ -10,6 +10,7 @@ from campaign.daily.state import LaneProcess, process_start_time
 from campaign.errors import LaunchError
 from campaign.fsutil import JsonlAppender, atomic_write_bytes
 from campaign.gates.base import LiveGate, Visit
+from campaign.lanes.scratch import scratch_path
 from campaign.lanes.session import boot_lane
 from campaign.window.context import Window, set_aside
 from campaign.window.identity import record_inspect
@@ -77,6 +78,7 @@ def _track_lane(w: Window, visit: Visit, running: Any) -> None:
     with w.state.locked():
         state = w.state.reload()
         state.lanes.append(LaneProcess(visit=str(visit.key), pid=pid, start_time=process_start_time(pid) if pid else None,
-                                       container=container, docker_host=host))
+                                       container=container, docker_host=host,
+                                       scratch=str(scratch_path(visit.lane))))
         state.save()
         w.state = state

@@ -38,10 +38,20 @@ ATTEMPTS = 2  # the first try and one retry with a fresh seed
 
 @register
 class NeedleGate(LiveGate):
-    # a FAIL by `reach` weighs the candidate alone; one by `not_below_control` claims it below its control, but
-    # the A/A check sees only the verdict, not which rule reached it: a needle FAIL on an A/A lane is not counted
-    fail_claims = None
     spec: NeedleSpec
+
+    @classmethod
+    def aa_claims(cls, rule: Any, result: dict[str, Any]) -> str | None:
+        """A FAIL by ``reach`` weighs the candidate alone; with ``not_below_control`` and the candidate's highest
+        rung below the control's, the FAIL claims it below its control (read from the metrics, not the words)."""
+        if result.get("verdict") != "FAIL" or not getattr(rule, "not_below_control", False):
+            return None
+        metrics = result.get("metrics") or {}
+        ours, theirs = ((metrics.get(key) or {}).get("value")
+                        for key in ("highest_rung_passed", "control_highest_rung_passed"))
+        if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)) and ours < theirs:
+            return "reaching less far than its control"
+        return None
 
     @classmethod
     def present(cls, rule: NeedleRule | None, result: dict[str, Any]) -> Presentation:

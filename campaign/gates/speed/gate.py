@@ -101,9 +101,10 @@ class SpeedGate(LiveGate):
     spec: SpeedSpec
 
     @classmethod
-    def aa_claims(cls, rule: Any, verdict: str) -> str | None:
+    def aa_claims(cls, rule: Any, result: dict[str, Any]) -> str | None:
         """A change of exactly zero meets the bar or misses it by the rule alone (a +5% bar: FAIL is the right
         answer for an A/A); a verdict the other way claims a change that is not there."""
+        verdict = result.get("verdict")
         if not isinstance(rule, SpeedRule) or verdict not in ("PASS", "FAIL"):
             return None
         if verdict == "PASS" and not (0.0 > rule.ci_lower_above and 0.0 >= rule.min_mean_change):

@@ -107,6 +107,7 @@ def test_kill_at_each_kind_of_journal_step_leaves_the_daily_serving(daily: dict)
         assert serves(daily["port"]), f"daily not serving after kill at record {k}"
         for lane in state.lanes:
             assert lane.pid is None or process_start_time(lane.pid) != lane.start_time, (k, lane)
+            assert lane.scratch is not None and not Path(lane.scratch).exists(), (k, lane)  # nothing left in /tmp
         records = read_jsonl(bundle / "journal.jsonl")
         stops = [i for i, r in enumerate(records) if r["step"] == "incumbent.stop"]
         if stops:  # the daily was touched: a proven restore is recorded after that, by runner or failsafe

@@ -163,3 +163,65 @@ def test_a_window_restored_while_its_runner_lived_forgets_the_dailys_credentials
     assert kept.incumbent_api_key is None and kept.incumbent is not None
     assert kept.incumbent["argv"] == ["llama-server", "--api-key", "${env:DAILY_KEY}", "--port", "9"]
     assert kept.incumbent["env"] == {"HF_TOKEN": "${env:HF_TOKEN}", "PATH": "/usr/bin"}
+
+
+@pytest.fixture
+def scratch_root(tmp_path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
+    """The lanes' scratch root under this test's own temp folder (tempfile.gettempdir() reads tempfile.tempdir)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = tmp_path / f"campaign-{os.getuid()}"
+    root.mkdir(mode=0o700)
+    return root
+
+
+def _scratch(root, name: str, *, with_file: bool):  # noqa: ANN001, ANN202
+    folder = root / name
+    folder.mkdir()
+    if with_file:
+        (folder / "engine-temp").write_text("x")
+    return folder
+
+
+def test_a_lane_stopped_by_the_restore_takes_its_scratch_folder_with_it(scratch_root) -> None:  # noqa: ANN001
+    """A runner killed mid-visit never reached the lane's own stop, which removes its folder: the restore does."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    folder = _scratch(scratch_root, "lane-127.0.0.1-4001", with_file=True)
+    try:
+        lane = LaneProcess(visit="spec", pid=child.pid, start_time=process_start_time(child.pid), scratch=str(folder))
+        assert stop_window_lanes(_state("w-scratch", [lane]), grace=0.5) == (["spec"], [])
+        assert not folder.exists()
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_lane_already_gone_leaves_only_an_empty_folder_to_remove(scratch_root) -> None:  # noqa: ANN001
+    """Gone before the restore: another lane may hold its address and folder by now, so only an empty one goes."""
+    empty = _scratch(scratch_root, "lane-127.0.0.1-4002", with_file=False)
+    busy = _scratch(scratch_root, "lane-127.0.0.1-4003", with_file=True)
+    gone = [LaneProcess(visit="a", pid=None, scratch=str(empty)), LaneProcess(visit="b", pid=None, scratch=str(busy))]
+    assert stop_window_lanes(_state("w-gone", gone), grace=0.5) == ([], [])
+    assert not empty.exists() and (busy / "engine-temp").exists()
+
+
+def test_a_recorded_scratch_outside_the_root_or_a_link_is_never_removed(scratch_root, tmp_path) -> None:  # noqa: ANN001
+    elsewhere = tmp_path / "lane-elsewhere"
+    elsewhere.mkdir()
+    target = _scratch(tmp_path, "keep", with_file=False)
+    link = scratch_root / "lane-127.0.0.1-4004"
+    link.symlink_to(target, target_is_directory=True)
+    lanes = [LaneProcess(visit="a", pid=None, scratch=str(elsewhere)),
+             LaneProcess(visit="b", pid=None, scratch=str(link)),
+             LaneProcess(visit="c", pid=None, scratch=str(scratch_root / "x" / ".." / "lane-127.0.0.1-4005"))]
+    stop_window_lanes(_state("w-outside", lanes), grace=0.5)
+    assert elsewhere.is_dir() and link.is_symlink() and target.is_dir()
+
+
+def test_a_lane_that_could_not_be_stopped_keeps_its_folder(scratch_root) -> None:  # noqa: ANN001
+    folder = _scratch(scratch_root, "lane-127.0.0.1-4006", with_file=False)
+    lane = LaneProcess(visit="spec", container="0" * 64, docker_host={"url": f"tcp://127.0.0.1:{_free_port()}"},
+                       scratch=str(folder))
+    stopped, (said,) = stop_window_lanes(_state("w-unstoppable", [lane]))
+    assert stopped == [] and said.startswith("spec:") and folder.is_dir()

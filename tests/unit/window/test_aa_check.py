@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from campaign.contracts.gatespecs import RulerRule, SpeedRule
+from campaign.contracts.gatespecs import NeedleRule, RulerRule, SpeedRule
 from campaign.contracts.load import load_contract
 from campaign.fsutil import JsonlAppender, atomic_write_json
 from campaign.gates.registry import GATES
@@ -93,4 +93,22 @@ def test_an_a_a_that_fails_makes_every_decision_suspect_and_none_promotable(tmp_
 ])
 def test_each_gate_says_which_of_its_verdicts_claims_a_difference(kind: str, rule: object, verdict: str,
                                                                   claims: str | None) -> None:
-    assert GATES[kind].aa_claims(rule, verdict) == claims
+    assert GATES[kind].aa_claims(rule, {"verdict": verdict}) == claims
+
+
+def _needle_entry(verdict: str, ours: int, theirs: int) -> dict:
+    return {"verdict": verdict, "metrics": {"highest_rung_passed": {"value": ours},
+                                            "control_highest_rung_passed": {"value": theirs}}}
+
+
+@pytest.mark.parametrize(("rule", "entry", "claims"), [
+    (NeedleRule(reach=4096, not_below_control=True), _needle_entry("FAIL", 1024, 2048),
+     "reaching less far than its control"),
+    (NeedleRule(reach=4096, not_below_control=True), _needle_entry("FAIL", 2048, 2048), None),  # by reach alone
+    (NeedleRule(reach=4096, not_below_control=False), _needle_entry("FAIL", 1024, 2048), None),  # weighs it alone
+    (NeedleRule(reach=1024, not_below_control=True), _needle_entry("PASS", 2048, 2048), None),
+    (NeedleRule(not_below_control=True), {"verdict": "FAIL", "metrics": {}}, None),  # an older entry
+])
+def test_a_needle_fail_claims_a_difference_only_when_it_is_below_its_control(rule: object, entry: dict,
+                                                                               claims: str | None) -> None:
+    assert GATES["needle"].aa_claims(rule, entry) == claims
