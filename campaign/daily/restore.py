@@ -75,22 +75,28 @@ def _stop_process(lane: Any, grace: float) -> bool:
     return True
 
 
-def stop_window_lanes(state: WindowState, *, grace: float = 10.0) -> tuple[list[str], list[str]]:
+def stop_window_lanes(state: WindowState, *, grace: float = 10.0,
+                      leftovers: list[tuple[str, bool]] | None = None) -> tuple[list[str], list[str]]:
     """This window's lanes stopped (fenced: pid and start time, or the container's window label): the visits
     stopped, and each lane that could not be (its engine did not answer) with why. A lane's scratch folder
     goes with it (the whole folder for a lane stopped here, an empty one for a lane already gone); a lane that
-    could not be stopped keeps its folder."""
+    could not be stopped keeps its folder. ``leftovers`` collects the folders instead, for the restore to
+    remove once the daily serves again (a large folder must not keep it down)."""
     stopped: list[str] = []
     not_stopped: list[str] = []
     for lane in state.lanes:
+        unanswered = len(not_stopped)
         if lane.container is not None:
             stopped_here = _remove_container(state, lane, not_stopped)
         else:
             stopped_here = _stop_process(lane, grace)
         if stopped_here:
             stopped.append(lane.visit)
-        if lane.scratch is not None and not any(said.startswith(f"{lane.visit}:") for said in not_stopped):
-            remove_scratch(lane.scratch, stopped_here=stopped_here)
+        if lane.scratch is not None and len(not_stopped) == unanswered:  # a lane not stopped keeps its folder
+            if leftovers is None:
+                remove_scratch(lane.scratch, stopped_here=stopped_here)
+            else:
+                leftovers.append((lane.scratch, stopped_here))
     # a process lane started in the instant before the runner could record it (killed in between)
     from campaign.lanes.runtimes.process import marked_processes
 
@@ -168,10 +174,11 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
         journal = JsonlAppender(Path(state.bundle) / "journal.jsonl") if Path(state.bundle).is_dir() else None
         record: dict[str, Any] = {"t": time.time(), "step": "incumbent.restore", "by": by, "reason": reason,
                                   "pid": os.getpid()}
+        leftovers: list[tuple[str, bool]] = []
         try:
             if journal:
                 journal.append({**record, "event": "intent"})
-            record["stopped_lanes"], not_stopped = stop_window_lanes(state, grace=grace)
+            record["stopped_lanes"], not_stopped = stop_window_lanes(state, grace=grace, leftovers=leftovers)
             if not_stopped:
                 record["lanes_not_stopped"] = not_stopped
             # a window that ended removed the daily's credentials from its state: this environment's, if any
@@ -190,7 +197,7 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
                         # The daily died at once: a lane the dead runner had forked but not yet exec'd (so not
                         # yet marked) can take the daily's port in that instant. Marked by now: stop it, again.
                         time.sleep(0.5)
-                        record["stopped_lanes"] += stop_window_lanes(state, grace=grace)[0]
+                        record["stopped_lanes"] += stop_window_lanes(state, grace=grace, leftovers=leftovers)[0]
                         record["retried"] = True
             state.restored, state.incumbent_stopped = True, False
             state.save()
@@ -202,6 +209,8 @@ def restore(window: str, *, reason: str, by: str, grace: float = 10.0, if_needed
             record["event"], record["error"] = "failed", f"{type(exc).__name__}: {exc}"
             raise RunError(f"restore failed: {exc}") from exc
         finally:
+            for folder, stopped_here in leftovers:  # after the daily's start: removing never raises
+                remove_scratch(folder, stopped_here=stopped_here)
             if journal:
                 journal.append(record)
                 journal.close()

@@ -6,13 +6,18 @@ Its name is known before the lane starts, so the redactor (which names it in the
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 from campaign.contracts.resolve import EffectiveLane
 
 __all__ = ["engine_facts_dir", "remove_scratch", "scratch_path"]
+
+
+_ROOT_NAME = re.compile(r"campaign-(\d{1,10})")
 
 
 def _scratch_root() -> Path:
@@ -24,13 +29,30 @@ def scratch_path(lane: EffectiveLane) -> Path:
     return _scratch_root() / f"lane-{lane.host}-{lane.port}"
 
 
+def _is_scratch_folder(path: Path) -> bool:
+    """A lane's folder as ``scratch_path`` names it, checked by its shape, not by this process's temp folder
+    (the systemd timer's restore runs with another TMPDIR than the runner had): ``campaign-<uid>/lane-...``,
+    both real folders (never a link) owned by that uid, the root private to it."""
+    root = path.parent
+    owner = _ROOT_NAME.fullmatch(root.name)
+    if not path.is_absolute() or ".." in path.parts or owner is None or not path.name.startswith("lane-"):
+        return False
+    try:
+        root_stat, own_stat = os.lstat(root), os.lstat(path)
+    except OSError:
+        return False
+    uid = int(owner.group(1))
+    return (stat.S_ISDIR(root_stat.st_mode) and stat.S_ISDIR(own_stat.st_mode) and root_stat.st_uid == uid
+            and own_stat.st_uid == uid and not root_stat.st_mode & 0o077)
+
+
 def remove_scratch(recorded: str, *, stopped_here: bool) -> None:
     """A recorded lane's scratch folder removed after its runner died: whole when the caller has just stopped the
     lane (it held the address until now, so no other lane can be using the folder), else only when empty (the
-    lane was already gone, and another lane may hold its address by now). Only a real folder of this user's
-    scratch root, never a link or a path a state file names elsewhere."""
+    lane was already gone, and another lane may hold its address by now). Only a lane's folder by its shape
+    (``_is_scratch_folder``), never a link or a path a state file names elsewhere."""
     path = Path(recorded)
-    if path.parent != _scratch_root() or not path.name.startswith("lane-") or path.is_symlink() or not path.is_dir():
+    if not _is_scratch_folder(path):
         return
     if stopped_here:
         shutil.rmtree(path, ignore_errors=True)

@@ -206,17 +206,40 @@ def test_a_lane_already_gone_leaves_only_an_empty_folder_to_remove(scratch_root)
     assert not empty.exists() and (busy / "engine-temp").exists()
 
 
-def test_a_recorded_scratch_outside_the_root_or_a_link_is_never_removed(scratch_root, tmp_path) -> None:  # noqa: ANN001
-    elsewhere = tmp_path / "lane-elsewhere"
-    elsewhere.mkdir()
-    target = _scratch(tmp_path, "keep", with_file=False)
+def test_a_recorded_scratch_outside_a_lane_folder_or_a_link_is_never_removed(scratch_root, tmp_path) -> None:  # noqa: ANN001
+    """Removed as if its lane had just been stopped (the whole folder): only a lane's folder by its shape goes."""
+    from campaign.lanes.scratch import remove_scratch
+
+    elsewhere = _scratch(tmp_path, "lane-elsewhere", with_file=True)  # not under campaign-<uid>
+    target = _scratch(tmp_path, "keep", with_file=True)
     link = scratch_root / "lane-127.0.0.1-4004"
     link.symlink_to(target, target_is_directory=True)
-    lanes = [LaneProcess(visit="a", pid=None, scratch=str(elsewhere)),
-             LaneProcess(visit="b", pid=None, scratch=str(link)),
-             LaneProcess(visit="c", pid=None, scratch=str(scratch_root / "x" / ".." / "lane-127.0.0.1-4005"))]
-    stop_window_lanes(_state("w-outside", lanes), grace=0.5)
-    assert elsewhere.is_dir() and link.is_symlink() and target.is_dir()
+    climbing = _scratch(scratch_root, "lane-127.0.0.1-4005", with_file=True)
+    (scratch_root / "x").mkdir()
+    shared_root = tmp_path / "shared" / f"campaign-{os.getuid()}"
+    shared_root.mkdir(parents=True, mode=0o755)  # a root others may read: not this user's private one
+    shared = _scratch(shared_root, "lane-127.0.0.1-4006", with_file=True)
+    for recorded in (elsewhere, link, scratch_root / "x" / ".." / climbing.name, shared):
+        remove_scratch(str(recorded), stopped_here=True)
+    assert (elsewhere / "engine-temp").exists() and link.is_symlink() and (target / "engine-temp").exists()
+    assert (climbing / "engine-temp").exists() and (shared / "engine-temp").exists()
+    remove_scratch(str(climbing), stopped_here=True)
+    assert not climbing.exists()  # the same folder, named as scratch_path names it
+
+
+def test_a_restore_with_another_temp_folder_than_the_runner_still_removes_the_lanes_folder(tmp_path) -> None:  # noqa: ANN001
+    """The systemd timer's restore runs without the runner's TMPDIR: the folder is known by its shape."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    root = tmp_path / "runner-tmp" / f"campaign-{os.getuid()}"
+    root.mkdir(parents=True, mode=0o700)
+    folder = _scratch(root, "lane-127.0.0.1-4007", with_file=True)
+    try:
+        lane = LaneProcess(visit="spec", pid=child.pid, start_time=process_start_time(child.pid), scratch=str(folder))
+        assert stop_window_lanes(_state("w-other-tmp", [lane]), grace=0.5) == (["spec"], [])
+        assert not folder.exists()
+    finally:
+        if child.poll() is None:
+            child.kill()
 
 
 def test_a_lane_that_could_not_be_stopped_keeps_its_folder(scratch_root) -> None:  # noqa: ANN001
