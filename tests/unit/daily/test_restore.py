@@ -184,10 +184,18 @@ def _scratch(root, name: str, *, with_file: bool):  # noqa: ANN001, ANN202
     return folder
 
 
-def test_a_lane_stopped_by_the_restore_takes_its_scratch_folder_with_it(scratch_root) -> None:  # noqa: ANN001
-    """A runner killed mid-visit never reached the lane's own stop, which removes its folder: the restore does."""
+@pytest.mark.parametrize("runner_tmp", [False, True], ids=["same-temp-folder", "another-temp-folder"])
+def test_a_lane_stopped_by_the_restore_takes_its_scratch_folder_with_it(scratch_root, tmp_path,  # noqa: ANN001
+                                                                        runner_tmp: bool) -> None:
+    """A runner killed mid-visit never reached the lane's own stop, which removes its folder: the restore does,
+    also when it runs with another TMPDIR than the runner had (the systemd timer's): the folder is known by its
+    shape."""
+    root = scratch_root
+    if runner_tmp:
+        root = tmp_path / "runner-tmp" / f"campaign-{os.getuid()}"
+        root.mkdir(parents=True, mode=0o700)
     child = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    folder = _scratch(scratch_root, "lane-127.0.0.1-4001", with_file=True)
+    folder = _scratch(root, "lane-127.0.0.1-4001", with_file=True)
     try:
         lane = LaneProcess(visit="spec", pid=child.pid, start_time=process_start_time(child.pid), scratch=str(folder))
         assert stop_window_lanes(_state("w-scratch", [lane]), grace=0.5) == (["spec"], [])
@@ -225,21 +233,6 @@ def test_a_recorded_scratch_outside_a_lane_folder_or_a_link_is_never_removed(scr
     assert (climbing / "engine-temp").exists() and (shared / "engine-temp").exists()
     remove_scratch(str(climbing), stopped_here=True)
     assert not climbing.exists()  # the same folder, named as scratch_path names it
-
-
-def test_a_restore_with_another_temp_folder_than_the_runner_still_removes_the_lanes_folder(tmp_path) -> None:  # noqa: ANN001
-    """The systemd timer's restore runs without the runner's TMPDIR: the folder is known by its shape."""
-    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    root = tmp_path / "runner-tmp" / f"campaign-{os.getuid()}"
-    root.mkdir(parents=True, mode=0o700)
-    folder = _scratch(root, "lane-127.0.0.1-4007", with_file=True)
-    try:
-        lane = LaneProcess(visit="spec", pid=child.pid, start_time=process_start_time(child.pid), scratch=str(folder))
-        assert stop_window_lanes(_state("w-other-tmp", [lane]), grace=0.5) == (["spec"], [])
-        assert not folder.exists()
-    finally:
-        if child.poll() is None:
-            child.kill()
 
 
 def test_a_lane_that_could_not_be_stopped_keeps_its_folder(scratch_root) -> None:  # noqa: ANN001
