@@ -65,9 +65,11 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
     adapter = adapter_for(lane.engine)
     resolved = resolve_refs(lane)
     argv, executable = launch_command(resolved, adapter, model_path)
-    scratch = lane_scratch(lane)
     if lane.runtime == "process":
+        scratch = lane_scratch(lane)
         adapter.seed_scratch(lane, scratch)
+    else:  # a container's scratch is a tmpfs at this path inside it: nothing of it on this machine to leave behind
+        scratch = scratch_path(lane)
     # one adapter and one engine env per boot: the launch, its log's redactor and its snapshot's share them
     engine_env = adapter.launch_env(lane, str(scratch))
     redactor = redactor_for(lane, engine_env)
