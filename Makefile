@@ -104,16 +104,26 @@ demo-vllm: venv vllm keys
 
 
 # CI (CAMPAIGN_REQUIRE_DOCKER=1) also needs the Docker engine and the test image; elsewhere docker tests skip.
+# Two runs: the unit and fuzz tests on every core (pytest-xdist; CPU-bound, they share nothing), then the
+# integration tests and the `quiet` ones one at a time, since a second worker would share the engines' cores
+# and be the load the speed gates and the host-load tests measure. Both run; the first failure sets the exit code.
+UNIT_WORKERS ?= auto
+UNIT_RUN = -m "not integration and not quiet" -n $(UNIT_WORKERS)
 test: venv lint engine engine-python model vllm sglang $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
 	@bin_dir="$$(scripts/build-llama-server.sh --where)/bin"; \
 	lcp_python="$$(scripts/build-llama-cpp-python.sh --where)"; \
 	test -x "$$bin_dir/llama-server" && test -x "$$lcp_python" || \
 	  { echo "make: an engine build is missing ($$bin_dir, $$lcp_python): run make engine engine-python"; exit 1; }; \
-	echo "make: test"; \
-	PATH="$$bin_dir:$(VLLM_BIN):$(SGLANG_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python" $(VENV)/bin/python -m pytest -q -rs --durations=15
+	export PATH="$$bin_dir:$(VLLM_BIN):$(SGLANG_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python"; \
+	echo "make: test: unit and fuzz tests, $(UNIT_WORKERS) workers"; \
+	$(VENV)/bin/python -m pytest -q -rs --durations=5 $(UNIT_RUN); unit=$$?; \
+	echo "make: test: integration and quiet tests, one at a time"; \
+	$(VENV)/bin/python -m pytest -q -rs --durations=15 -m "integration or quiet"; rest=$$?; \
+	[ $$unit -eq 0 ] && exit $$rest || exit $$unit
 
 test-unit: venv
-	$(VENV)/bin/python -m pytest -q -m "not integration"
+	$(VENV)/bin/python -m pytest -q $(UNIT_RUN)
+	$(VENV)/bin/python -m pytest -q -m "quiet"
 
 # The fuzz tests (tests/fuzz) at length: thousands of random examples per property instead of CI's fixed few
 # (`make test` runs those). Failures are kept in $(CAMPAIGN_CACHE)/hypothesis and replayed first next time;

@@ -2,11 +2,13 @@
 the corpus the JSON Schema test (tests/unit/contracts/test_json_schema.py) checks, whatever test wrote the
 document and however.
 
-Two ways. In a session that runs the whole contract folder (``make test`` does), the documents are kept in
-``SESSION_CORPUS`` as the tests load them and the JSON Schema test runs after the folder's last test, on
-what it kept. Otherwise (that test alone, or a selection) it runs the folder's tests in a subprocess with this
-module as a plugin (``-p tests.support.schemacorpus``) and CAMPAIGN_SCHEMA_CORPUS naming the file to write,
-one JSON line a document."""
+Two ways. In a process that ran the whole contract folder before the JSON Schema test (serial ``pytest`` over
+the folder or more), the documents are kept in ``SESSION_CORPUS`` as the tests load them and that test runs
+after the folder's last test, on what it kept. Otherwise (that test alone, a selection, or a pytest-xdist worker
+that ran only part of the folder: ``make test`` runs the unit tests on two) it runs the folder's tests in a
+subprocess with this module as a plugin (``-p tests.support.schemacorpus``) and CAMPAIGN_SCHEMA_CORPUS naming the
+file to write, one JSON line a document. pytest-xdist's ``loadgroup``, which could keep the folder on one worker,
+groups nothing under pytest 9.2 (it renames ``item._nodeid``, which ``nodeid`` no longer reads)."""
 
 from __future__ import annotations
 
@@ -23,13 +25,15 @@ __all__ = ["CONTRACT_TESTS", "SESSION_CORPUS", "session_corpus"]
 CONTRACT_TESTS = Path(__file__).resolve().parents[1] / "unit" / "contracts"
 CORPUS_TEST = CONTRACT_TESTS / "test_json_schema.py"
 SESSION_CORPUS: list[dict[str, Any]] = []
-_state = {"recording": False, "complete": False}
+_state = {"recording": False, "complete": False, "deselected": False}
+_folder: dict[str, set[str]] = {"collected": set(), "ran": set()}
 
 
 def session_corpus() -> list[dict[str, Any]] | None:
     """The documents this session's contract tests loaded, or None when the session did not run them all
     before the caller (then only a subprocess gives the whole corpus)."""
-    return list(SESSION_CORPUS) if _state["complete"] else None
+    whole = _state["complete"] and _folder["ran"] == _folder["collected"]
+    return list(SESSION_CORPUS) if whole else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,14 +77,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[last + 1:last + 1] = corpus
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    # -k, -m, --deselect and --lf all come through here: a folder missing a test keeps no whole corpus
+    if any(_in_folder(item) for item in items):
+        _state["deselected"] = True
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # the whole folder, nothing deselected: else the kept corpus would be a part of it
-    option = session.config.option
-    selected = bool(getattr(option, "keyword", "") or getattr(option, "markexpr", "")
-                    or getattr(option, "deselect", None) or getattr(option, "lf", False))
     files = {item.path for item in session.items if _in_folder(item)}
     wanted = {path for path in CONTRACT_TESTS.glob("test_*.py") if path != CORPUS_TEST}
-    _state["complete"] = not os.environ.get("CAMPAIGN_SCHEMA_CORPUS") and not selected and files == wanted
+    _folder["collected"] = {item.nodeid for item in session.items if _in_folder(item)}
+    _state["complete"] = not os.environ.get("CAMPAIGN_SCHEMA_CORPUS") and not _state["deselected"] and files == wanted
 
 
 @pytest.hookimpl(wrapper=True)
@@ -90,3 +98,5 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         return (yield)
     finally:
         _state["recording"] = False
+        if _in_folder(item):  # this process ran it (a worker may run only some of the folder)
+            _folder["ran"].add(item.nodeid)
