@@ -16,7 +16,7 @@ from typing import Any
 
 from campaign.daily import incumbent
 from campaign.daily.secretstate import forget, resolve
-from campaign.daily.state import EXIT_WAIT_S, WindowState, process_start_time, wait_gone
+from campaign.daily.state import EXIT_WAIT_S, LaneProcess, WindowState, process_start_time, wait_gone
 from campaign.errors import DockerNotFound, DockerRefused, RunError
 from campaign.fsutil import JsonlAppender
 from campaign.lanes.redact import launch_secrets
@@ -25,8 +25,8 @@ from campaign.lanes.scratch import remove_scratch
 __all__ = ["forget_credentials", "forget_when_over", "restore", "stop_window_lanes"]
 
 
-def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> bool:
-    """Only a container that still carries this window's label is removed (fenced by label, not name):
+def _remove_container(state: WindowState, lane: LaneProcess, container: str, not_stopped: list[str]) -> bool:
+    """Only ``lane``'s container that still carries this window's label is removed (fenced by label, not name):
     True when it was. Only the engine saying "no such container" is "gone"; an engine that cannot be asked
     (unreachable, TLS, refused, its ssh tunnel or TLS files gone) never is: the lane is named in
     ``not_stopped`` with why, and the restore carries on (the daily may be on another engine; the record,
@@ -39,11 +39,11 @@ def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> 
     try:
         host = DockerHost.model_validate(lane.docker_host) if lane.docker_host else None
         client = client_for(host)
-        with docker_errors(f"inspecting lane container {lane.container[:12]}", describe(host)):
-            labels = client.api.inspect_container(lane.container)["Config"].get("Labels") or {}
+        with docker_errors(f"inspecting lane container {container[:12]}", describe(host)):
+            labels = client.api.inspect_container(container)["Config"].get("Labels") or {}
         if labels.get(LABEL_WINDOW) != state.window:
             return False
-        remove_container(client, lane.container)
+        remove_container(client, container)
     except DockerNotFound:
         return False  # the engine says it is gone: nothing of ours to stop
     except DockerRefused as exc:  # the engine answered and said no
@@ -58,7 +58,7 @@ def _remove_container(state: WindowState, lane: Any, not_stopped: list[str]) -> 
     return True
 
 
-def _stop_process(lane: Any, grace: float) -> bool:
+def _stop_process(lane: LaneProcess, grace: float) -> bool:
     """A process lane stopped, fenced by its pid and start time: True when this call stopped it."""
     if lane.pid is None or lane.start_time is None or process_start_time(lane.pid) != lane.start_time:
         return False  # gone, or the pid now belongs to someone else
@@ -87,7 +87,7 @@ def stop_window_lanes(state: WindowState, *, grace: float = 10.0,
     for lane in state.lanes:
         unanswered = len(not_stopped)
         if lane.container is not None:
-            stopped_here = _remove_container(state, lane, not_stopped)
+            stopped_here = _remove_container(state, lane, lane.container, not_stopped)
         else:
             stopped_here = _stop_process(lane, grace)
         if stopped_here:

@@ -20,13 +20,9 @@ __all__ = ["engine_facts_dir", "remove_scratch", "scratch_path"]
 _ROOT_NAME = re.compile(r"campaign-(\d{1,10})")
 
 
-def _scratch_root() -> Path:
-    return Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}"
-
-
 def scratch_path(lane: EffectiveLane) -> Path:
     """Where a lane's scratch folder is, without touching it (the redactor needs the name, not the folder)."""
-    return _scratch_root() / f"lane-{lane.host}-{lane.port}"
+    return Path(tempfile.gettempdir()) / f"campaign-{os.getuid()}" / f"lane-{lane.host}-{lane.port}"
 
 
 def _is_scratch_folder(path: Path) -> bool:

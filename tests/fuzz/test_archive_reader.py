@@ -23,7 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.harness import check_outcome, run_bounded, scratch
-from tests.fuzz.test_bundle_verifier import make_bundle
+from tests.fuzz.samples import make_bundle
 
 MIB = 1 << 20
 _ZERO_MIB_GZ = gzip.compress(bytes(MIB), compresslevel=9)  # ~1 KB; gzip members concatenate

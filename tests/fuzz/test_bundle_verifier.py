@@ -22,29 +22,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.harness import check_outcome, make_chain, run_bounded, scratch
+from tests.fuzz.samples import make_bundle
 from tests.fuzz.strategies import file_names, hostile_texts, json_values, walk_paths
-
-FILES = {
-    "SUMMARY.json": b'{"status": "complete", "window": "w1"}\n',
-    "contract/contract.yaml": b"contract: demo\nversion: 1\n",
-    "gates/greedy/spec.json": b'{"verdict": "PASS", "metrics": {"x": 1}}\n',
-    "lanes/spec/inspect.json": b'{"argv": ["llama-server", "--threads", "2"]}\n',
-    "raw/greedy/spec.jsonl": b'{"prompt": "a", "text": "b"}\n{"prompt": "c", "text": "d"}\n',
-    "lanes/spec/launch_failure.txt": b"readiness_timeout: <script>alert(1)</script>\n",
-}
-
-
-def make_bundle(parent: Path) -> Path:
-    from campaign.receipts.bundle import sign_bundle
-    from campaign.signing import init_keys, load_signing_key
-
-    init_keys()  # once per test (the key folder is the test's own); kept after
-    root = parent / "20261129T000000Z-demo-v1-abcd"
-    for name, data in FILES.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(data)
-    sign_bundle(root, load_signing_key(), {"window": root.name})
-    return root
 
 
 def verify(bundle: Path) -> Callable[[], Any]:

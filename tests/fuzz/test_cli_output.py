@@ -22,9 +22,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.fuzz.harness import bad_terminal_chars, finding, run_bounded, scratch, where_raised
+from tests.fuzz.samples import MINIMAL, make_bundle
 from tests.fuzz.strategies import file_names, hostile_texts, json_values, to_yaml, yaml_quoted
-from tests.fuzz.test_bundle_verifier import make_bundle
-from tests.fuzz.test_contract_loader import MINIMAL
 from tests.support.contracts import EXAMPLES
 
 # Characters the tool itself may print beyond ASCII: table borders, arrows, dashes, ellipses, signs.

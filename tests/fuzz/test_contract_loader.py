@@ -20,6 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.harness import check_outcome, finding, run_bounded, scratch
+from tests.fuzz.samples import MINIMAL
 from tests.fuzz.strategies import (
     RAW_YAML_TOKENS,
     SPECIAL_PATHS,
@@ -34,15 +35,6 @@ from tests.fuzz.strategies import (
 from tests.support.contracts import EXAMPLES
 
 # The examples a user starts from, plus the smallest contract that loads; each is mutated in place.
-MINIMAL = {
-    "contract": "h", "version": 1,
-    "lane_defaults": {"runtime": "process", "engine": "llamacpp", "executable": "llama-server", "port": 18999,
-                      "model": {"path": "/m.gguf"}},
-    "lanes": [{"name": "base", "role": "control"},
-              {"name": "cand", "role": "candidate", "axis": ["args.threads"], "set": {"args": {"--threads": "2"}}}],
-    "inputs": {"p": {"file": "prompts/greedy8.jsonl"}},
-    "gates": [{"kind": "greedy", "input": "p", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "8/8"}}],
-}
 BASES = {"minimal": MINIMAL, **{name: yaml.safe_load((EXAMPLES / name).read_text())
                                 for name in ("demo.yaml", "demo-vllm.yaml", "demo-docker.yaml")}}
 

@@ -116,3 +116,27 @@ def write_boots(gate, control: list[dict[str, float]], candidate: list[dict[str,
                     **(kwargs if j == 0 else {}))
 
 
+JUDGE_LANES = """\
+- {name: base, role: control}
+- name: cand
+  role: candidate
+  axis: [args.spec-type]
+  set: {args: {--spec-type: ngram-simple}}
+"""
+
+
+def judge_contract(rule: str = "{}", levels: str = "[1, 2]", pairs: int = 3) -> str:
+    return speed_contract(JUDGE_LANES, f"""\
+        - kind: speed
+          input: p
+          concurrency: {levels}
+          max_tokens: {TOKENS}
+          reps: 2
+          max_boot_pairs: {pairs}
+          rule: {rule}
+        """)
+
+
+def judge_gate(tmp_path: Path, rule: str = "{}", pairs: int = 3):
+    loaded, gates = load_gates(tmp_path, judge_contract(rule, pairs=pairs))
+    return gates[0], loaded.lanes["cand"], loaded.lanes["base"]

@@ -307,3 +307,31 @@ def test_a_broad_except_only_at_a_documented_top_level(part: str) -> None:
                 if "top level" not in said:
                     undocumented.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert undocumented == []
+
+
+TESTS = PACKAGE.parent / "tests"
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """The test modules (``test_*.py`` under tests/) that ``path`` imports, at any depth of its code."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+            [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        found += [name for name in names if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")]
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """A helper two test modules share lives in tests/support (or tests/fuzz's own helpers): a test module that
+    another imports runs its module-level set-up twice and is one rename away from breaking its importer."""
+    importing = {str(path.relative_to(TESTS)): names for path in sorted(TESTS.rglob("*.py"))
+                 if (names := _test_module_imports(path))}
+    assert importing == {}, importing
+
+
+def test_the_test_import_check_sees_an_import_of_a_test_module(tmp_path: Path) -> None:
+    module = tmp_path / "test_x.py"
+    module.write_text("from tests.unit.window.test_judge import x\nimport tests.support.cli\n"
+                      "def f():\n    import tests.fuzz.test_cli_output\n")
+    assert _test_module_imports(module) == ["tests.unit.window.test_judge", "tests.fuzz.test_cli_output"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from campaign.contracts.freeze import freeze_record
 from campaign.contracts.load import load_contract
 from campaign.errors import ContractError
-from tests.unit.contracts.test_served_model import KINDS, make
+from tests.support.specialfiles import SPECIAL_KINDS, make_special
 
 BODY = """\
 contract: t-paths
@@ -51,7 +51,7 @@ def contract(folder: Path, bad: str | None = None, kind: str | None = None) -> t
         data = b'{"id": "a", "prompt": "x"}\n' if place == "prompts" else place.encode()
         fields[place], fields[f"{place}_sha"] = name, hashlib.sha256(data).hexdigest()
         if place == bad:
-            words = make(kind or "", folder / name)
+            words = make_special(kind or "", folder / name)
         else:
             (folder / name).write_bytes(data)
     body = BODY.format(**{k: v for k, v in fields.items() if k != "prompts_sha"})
@@ -65,7 +65,7 @@ def test_the_contract_with_every_place_a_regular_file_freezes(tmp_path: Path) ->
     assert set(freeze_record(load_contract(path))["files"]) >= {"map.bin", "p.jsonl"}
 
 
-@given(kind=st.sampled_from(KINDS), place=st.sampled_from(sorted(PLACES)))
+@given(kind=st.sampled_from(SPECIAL_KINDS), place=st.sampled_from(sorted(PLACES)))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_kind_of_not_a_file_at_any_place_is_refused_at_its_line(tmp_path_factory: pytest.TempPathFactory,
                                                                      kind: str, place: str) -> None:

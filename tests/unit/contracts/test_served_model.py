@@ -5,8 +5,6 @@ another box's engine serves that box's path, so nothing of it is looked at here.
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from campaign.contracts.load import load_contract
 from campaign.errors import ContractError
 from tests.support.cli import campaign
 from tests.support.contracts import MODEL, write_contract
+from tests.support.specialfiles import SPECIAL_KINDS, make_special
 
 PIN = "0" * 64
 CONTRACT = """\
@@ -41,33 +40,6 @@ inputs:
 """
 
 
-def make(kind: str, path: Path) -> str:
-    """``path`` made into ``kind``; the words the refusal must hold."""
-    if kind == "device":
-        path.symlink_to("/dev/zero")
-        return "is a device, not a regular file"
-    if kind == "fifo":
-        os.mkfifo(path)
-        return "is a FIFO (named pipe), not a regular file"
-    if kind == "socket":
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.bind(str(path))
-        return "is a socket"
-    if kind == "folder":
-        path.mkdir()
-        return "is a directory, not a regular file (a directory is pinned by sha256_manifest)"
-    if kind == "loop":
-        path.symlink_to(path.name)
-        return "symlink loop"
-    if kind == "dangling":
-        path.symlink_to("gone.gguf")
-        return "a symlink to nothing"
-    raise AssertionError(kind)
-
-
-KINDS = ["device", "fifo", "socket", "folder", "loop", "dangling"]
-
-
 def contract(folder: Path, *, defaults_path: str = str(MODEL), candidate_path: str = str(MODEL),
              runtime: str = "process", pin: str = f", sha256: '{PIN}'") -> Path:
     if candidate_path == defaults_path:  # the same file, spelled otherwise: the candidate's one axis is model.path
@@ -79,9 +51,9 @@ def contract(folder: Path, *, defaults_path: str = str(MODEL), candidate_path: s
                                                   candidate_path=candidate_path, pin=pin))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
 def test_validate_refuses_a_served_model_that_is_no_model_at_its_line(tmp_path: Path, kind: str) -> None:
-    words = make(kind, tmp_path / "m.gguf")
+    words = make_special(kind, tmp_path / "m.gguf")
     path = contract(tmp_path, defaults_path="m.gguf")
     done = campaign("validate", str(path))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -90,7 +62,7 @@ def test_validate_refuses_a_served_model_that_is_no_model_at_its_line(tmp_path: 
 
 
 def test_a_lane_of_its_own_model_is_refused_at_its_set(tmp_path: Path) -> None:
-    make("fifo", tmp_path / "m.gguf")
+    make_special("fifo", tmp_path / "m.gguf")
     with pytest.raises(ContractError, match=r"lanes\[1\]\.set\.model\.path: 'm.gguf': model is a FIFO"):
         load_contract(contract(tmp_path, candidate_path="m.gguf"))
 
@@ -108,17 +80,17 @@ def test_a_folder_is_a_served_model_when_unpinned_or_pinned_by_manifest_and_a_fi
 
 def test_a_model_not_there_yet_is_the_preflights_and_another_boxs_path_is_not_looked_at(tmp_path: Path) -> None:
     load_contract(contract(tmp_path, defaults_path="fetched-later.gguf", candidate_path="fetched-later.gguf"))
-    make("fifo", tmp_path / "m.gguf")  # here a FIFO; on the GPU box, whatever that box has at this path
+    make_special("fifo", tmp_path / "m.gguf")  # here a FIFO; on the GPU box, whatever that box has at this path
     load_contract(contract(tmp_path, defaults_path="m.gguf", candidate_path="m.gguf", runtime="docker"))
 
 
-@given(kind=st.sampled_from(KINDS), place=st.sampled_from(["defaults", "candidate", "both"]),
+@given(kind=st.sampled_from(SPECIAL_KINDS), place=st.sampled_from(["defaults", "candidate", "both"]),
        pinned=st.booleans())
 @settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_special_kind_in_any_place_is_refused_whatever_the_pin(tmp_path_factory: pytest.TempPathFactory,
                                                                      kind: str, place: str, pinned: bool) -> None:
     folder = tmp_path_factory.mktemp("served")
-    words = make(kind, folder / "m.gguf")
+    words = make_special(kind, folder / "m.gguf")
     if kind == "folder" and not pinned:
         words = ""  # an unpinned folder is a folder model (vLLM's): accepted, checked by the pre-flight
     paths = {"defaults_path": "m.gguf" if place != "candidate" else str(MODEL),

@@ -9,7 +9,7 @@ from pathlib import Path
 from campaign.gates.result import GateResult, Verdict, combine
 from campaign.presentation import deciding_reason, headline
 from campaign.window.judge import judge_one
-from tests.unit.gates.test_greedy_judge import _gate
+from tests.support.greedyrecords import greedy_gate
 
 
 def _result() -> GateResult:
@@ -57,13 +57,13 @@ def test_an_overruled_verdict_is_decided_by_the_finding_and_a_dropped_sentence_d
 def test_a_real_judge_records_the_rule_that_failed(tmp_path: Path) -> None:
     base = {f"p{i}": [f"Reply {i}.", f"Reply {i}."] for i in range(8)}
     spec = {f"p{i}": [f"Reply {i}.", f"Reply {i}!"] for i in range(7)} | {"p7": ["Reply 7.", "Reply 7."]}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"')
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"')
     result = judge_one(tmp_path / "bundle", gate, cand, ctrl)
     assert result.verdict is Verdict.FAIL
     assert result.deciding_reason is not None and result.deciding_reason.startswith("self_identical 1/8 < required")
     assert result.headline is not None and result.headline.startswith("FAIL self_identical 1/8 < required 8/8")
     (tmp_path / "cached").mkdir()
-    gate, cand, ctrl = _gate(tmp_path / "cached", {"base": base, "spec": spec}, rule='"8/8"', cached=6)
+    gate, cand, ctrl = greedy_gate(tmp_path / "cached", {"base": base, "spec": spec}, rule='"8/8"', cached=6)
     overruled = judge_one(tmp_path / "cached" / "bundle", gate, cand, ctrl)
     assert overruled.verdict is Verdict.INCONCLUSIVE
     assert overruled.deciding_reason is not None and overruled.deciding_reason.startswith("instrument: replies were")

@@ -8,38 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from campaign.contracts.load import load_contract
-from campaign.fsutil import JsonlAppender
-from campaign.gates.base import GateContext
 from campaign.gates.greedy import MARGIN_P, sign_test_p
-from campaign.gates.registry import gate_for
 from campaign.gates.result import Verdict
-from tests.support.contracts import demo_like, write_contract
-
-
-def _gate(tmp_path: Path, replies: dict[str, dict[str, list[str]]], rule: str = '"3/3"', cached: int = 0):
-    prompts = [(pid, f"Say something about {pid}.") for pid in next(iter(replies.values()))]
-    contract = load_contract(write_contract(tmp_path, demo_like(18000, rule=rule), prompts=prompts))
-    ctx = GateContext(bundle=tmp_path / "bundle", contract=contract,
-                      input_paths={"p": tmp_path / "prompts" / "p.jsonl"})
-    gate = gate_for(contract.contract.gates[0], ctx)
-    for lane, table in replies.items():
-        with JsonlAppender(ctx.raw_path("greedy", lane)) as sink:
-            for pid, texts in table.items():
-                for repeat, text in enumerate(texts):
-                    sink.append({"tags": {"prompt": pid, "repeat": repeat}, "status": 200,
-                                 "response": {"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
-                                              "usage": {"completion_tokens": 5},
-                                              # llama-server's own count of prompt tokens taken from its cache
-                                              "timings": {"prompt_n": 9 - (cached if repeat else 0),
-                                                          "cache_n": cached if repeat else 0}}})
-    return gate, contract.lanes["spec"], contract.lanes["base"]
+from tests.support.greedyrecords import greedy_gate
 
 
 def test_identical_repeats_pass_and_cross_identity_is_counted(tmp_path: Path) -> None:
     base = {"capital": ["Paris.", "Paris."], "haiku": ["Waves.", "Waves."], "fib": ["def f", "def f"]}
     spec = {"capital": ["Paris.", "Paris."], "haiku": ["Tides.", "Tides."], "fib": ["def f", "def f"]}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec})
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec})
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.PASS
     assert result.metrics["self_identical"].value == 3
@@ -50,7 +27,7 @@ def test_identical_repeats_pass_and_cross_identity_is_counted(tmp_path: Path) ->
 def test_a_candidate_that_diverges_where_a_deterministic_control_does_not_fails(tmp_path: Path) -> None:
     base = {f"p{i}": [f"Reply {i}.", f"Reply {i}."] for i in range(8)}
     spec = {f"p{i}": [f"Reply {i}.", f"Reply {i}!"] for i in range(7)} | {"p7": ["Reply 7.", "Reply 7."]}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"')
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"')
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.FAIL
     assert result.reasons[0].startswith("self_identical 1/8 < required 8/8; the control's own is 8/8")
@@ -62,7 +39,7 @@ def test_a_miss_within_the_controls_own_variation_is_inconclusive_not_fail(tmp_p
     """Two prompts apart on eight is what two equally deterministic lanes give now and then."""
     base = {f"p{i}": [f"Reply {i}.", f"Reply {i}."] for i in range(8)}
     spec = {**base, "p0": ["Reply 0.", "Reply 0!"], "p1": ["Reply 1.", "Reply 1!"]}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"')
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"')
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert "self_identical 6/8 < required 8/8, but the control's own is 8/8" in result.reasons[0]
@@ -76,7 +53,7 @@ def test_an_engine_that_is_not_deterministic_cannot_fail_an_a_a(tmp_path: Path) 
     steady = {i: [f"Reply {i}.", f"Reply {i}."] for i in range(8)}
     base = {f"p{i}": (steady if i in (0, 1, 2) else drift)[i] for i in range(8)}
     same_again = {f"p{i}": (steady if i in (2, 3, 4, 5) else drift)[i] for i in range(8)}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": same_again}, rule='"8/8"')
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": same_again}, rule='"8/8"')
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert result.reasons[0].startswith("the engine is not deterministic at this config (control self-identical "
@@ -89,7 +66,7 @@ def test_cross_identity_is_weighed_against_the_controls_own_repeats(tmp_path: Pa
     base = {f"p{i}": [f"Reply {i}.", f"Reply {i}."] for i in range(8)}
     spec = {f"p{i}": [f"Other {i}.", f"Other {i}."] for i in range(8)}
     contract_rule = '"8/8", cross_identical: "8/8"'
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec}, rule=contract_rule)
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec}, rule=contract_rule)
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.FAIL  # the control repeats itself on every prompt; the candidate never matches it
     assert any(r.startswith("cross_identical 0/8 < required 8/8; the control's own is 8/8") for r in result.reasons)
@@ -113,7 +90,7 @@ def test_an_a_a_fails_at_most_at_the_margin_for_any_number_of_discordant_prompts
 def test_a_lane_that_answers_nothing_cannot_pass(tmp_path: Path) -> None:
     base = {"capital": ["Paris.", "Paris."], "haiku": ["Waves.", "Waves."], "fib": ["def f", "def f"]}
     spec = {"capital": ["", ""], "haiku": ["", ""], "fib": ["", ""]}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec})
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec})
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert "empty reply" in " ".join(result.reasons)
@@ -122,7 +99,7 @@ def test_a_lane_that_answers_nothing_cannot_pass(tmp_path: Path) -> None:
 def test_the_same_reply_to_every_prompt_is_an_instrument_failure(tmp_path: Path) -> None:
     base = {"capital": ["Paris.", "Paris."], "haiku": ["Waves.", "Waves."], "fib": ["def f", "def f"]}
     spec = {pid: ["OK", "OK"] for pid in base}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec})
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec})
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert "same reply to all 3 prompts" in result.reasons[0]
@@ -131,7 +108,7 @@ def test_the_same_reply_to_every_prompt_is_an_instrument_failure(tmp_path: Path)
 def test_missing_records_are_inconclusive(tmp_path: Path) -> None:
     base = {"capital": ["Paris.", "Paris."], "haiku": ["Waves.", "Waves."], "fib": ["def f", "def f"]}
     spec = {"capital": ["Paris.", "Paris."], "haiku": ["Waves."]}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec})
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec})
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert any("no valid reply for repeats [1]" in r for r in result.reasons)
@@ -142,12 +119,12 @@ def test_a_reply_built_on_a_cached_prompt_can_blame_no_one(tmp_path: Path) -> No
     cache_prompt: false) ran other kernels: a miss may be the cache's, so it is no FAIL; identity despite it holds."""
     base = {f"p{i}": [f"Reply {i}.", f"Reply {i}."] for i in range(8)}
     spec = {f"p{i}": [f"Reply {i}.", f"Reply {i}!"] for i in range(7)} | {"p7": ["Reply 7.", "Reply 7."]}
-    gate, cand, ctrl = _gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"', cached=6)
+    gate, cand, ctrl = greedy_gate(tmp_path, {"base": base, "spec": spec}, rule='"8/8"', cached=6)
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert result.reasons[0] == ("instrument: replies were built on a cached prompt (base 8, spec 8), so a difference "
                                  "may be the cache's, not the candidate's")
     (tmp_path / "same").mkdir()
-    same, cand, ctrl = _gate(tmp_path / "same", {"base": base, "spec": base}, rule='"8/8"', cached=6)
+    same, cand, ctrl = greedy_gate(tmp_path / "same", {"base": base, "spec": base}, rule='"8/8"', cached=6)
     passed = same.judge(cand, ctrl)
     assert passed.verdict is Verdict.PASS and any("cached prompt" in c for c in passed.caveats)

@@ -116,11 +116,11 @@ def test_a_change_of_what_bundles_and_records_hold_comes_with_its_fixture(tmp_pa
     from campaign import __version__
     from campaign.contracts.freeze import freeze_record
     from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, summarize
-    from tests.unit.window.test_judge import window_bundle
+    from tests.support.judging import unjudged_bundle
 
     newest = f"v{__version__}"
     assert newest in VERSIONS, f"no fixture of this version ({__version__}): make one with make.sh"
-    bundle, loaded = window_bundle(tmp_path)
+    bundle, loaded = unjudged_bundle(tmp_path)
     lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
     summary = summarize(loaded, {}, bundle.name, 0.0, "complete", lanes,
                         judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle))

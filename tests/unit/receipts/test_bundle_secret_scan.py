@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from campaign.errors import RunError
 from campaign.receipts.bundle import ENVELOPE, find_secrets, sign_bundle
 from campaign.signing import init_keys, load_signing_key
-from tests.unit.contracts.test_secret_rules import SHAPES
+from tests.support.secretshapes import SHAPES
 
 LAUNCH_FILES = ["lanes/base/boot.log", "lanes/base/inspect.json", "lanes/cand/launch_failure.txt",
                 "incumbent/snapshot.json", "contract/c.yaml", "journal.jsonl"]

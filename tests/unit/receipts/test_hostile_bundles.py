@@ -465,9 +465,9 @@ def test_rejudge_errors_name_the_source_bundle_not_the_partial_copy(tmp_path: Pa
     import shutil
 
     from campaign.window.rejudge import rejudge
-    from tests.unit.window.test_rejudge import _signed_window
+    from tests.support.judging import signed_window
 
-    source = _signed_window(tmp_path)
+    source = signed_window(tmp_path)
     broken = tmp_path / "copy" / source.name
     shutil.copytree(source, broken)
     (broken / "lanes" / "base" / "spec.json").unlink()

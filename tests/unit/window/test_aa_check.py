@@ -17,7 +17,7 @@ from campaign.receipts.decision import decisions
 from campaign.receipts.publish import render_html, render_markdown
 from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, summarize
 from tests.support.contracts import demo_like, write_contract
-from tests.unit.window.test_judge import SPEC_ARGS, _inspect
+from tests.support.judging import SPEC_ARGS, lane_inspect
 
 PROMPTS = [(f"p{i}", f"Say something about the number {i}.") for i in range(8)]
 STEADY = {pid: [f"Reply {pid}.", f"Reply {pid}."] for pid, _ in PROMPTS}
@@ -35,7 +35,7 @@ def _summary(tmp_path: Path, again: dict[str, list[str]]) -> dict:
     argv = ["/usr/bin/llama-server", "--port", "18000"]
     for lane, table, ran in (("base", STEADY, argv), ("spec", STEADY, argv + SPEC_ARGS), ("again", again, argv)):
         atomic_write_json(bundle / "lanes" / lane / "spec.json", loaded.lanes[lane].model_dump(mode="json"))
-        atomic_write_json(bundle / "lanes" / lane / "inspect.json", _inspect(ran))
+        atomic_write_json(bundle / "lanes" / lane / "inspect.json", lane_inspect(ran))
         with JsonlAppender(bundle / "raw" / "greedy" / f"{lane}.jsonl") as sink:
             for pid, texts in table.items():
                 for repeat, text in enumerate(texts):

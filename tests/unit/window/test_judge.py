@@ -12,50 +12,15 @@ import json
 import shutil
 from pathlib import Path
 
-from campaign.contracts.freeze import freeze
-from campaign.contracts.load import LoadedContract, load_contract
-from campaign.fsutil import JsonlAppender, atomic_write_json
+from campaign.contracts.load import load_contract
+from campaign.fsutil import atomic_write_json
 from campaign.gates.greedy import GreedyGate
 from campaign.gates.result import GateResult, Verdict
 from campaign.receipts.bundle import sign_bundle, verify_bundle
-from campaign.signing import init_keys, load_signing_key, load_trusted
-from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, predicate, summarize
+from campaign.signing import load_signing_key, load_trusted
+from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
 from tests.support.contracts import demo_like, write_contract
-
-REPLIES = {"capital": "Paris.", "haiku": "Waves on the shore.", "fib": "def fib(n): ..."}
-SPEC_ARGS = ["--spec-type", "ngram-simple", "--spec-draft-n-max", "4"]
-
-
-def _inspect(argv: list[str]) -> dict:
-    return {"runtime": "process", "argv": argv, "env": {}, "launched_argv": argv, "launched_env": {},
-            "executable_sha256": "ab" * 32}
-
-
-def window_bundle(tmp_path: Path) -> tuple[Path, LoadedContract]:
-    """A bundle as a window leaves it before judging: contract copy and freeze record, input copies, lane
-    specs and snapshots differing exactly on the axis, greedy records (2 repeats, identical replies)."""
-    init_keys()
-    contract = write_contract(tmp_path, demo_like(18000))
-    record, _ = freeze(load_contract(contract), load_signing_key())
-    loaded = load_contract(contract)
-    bundle = tmp_path / "20261201T000000Z-t-demo-v1-abcd1234"
-    (bundle / "contract" / "inputs").mkdir(parents=True)
-    shutil.copyfile(contract, bundle / "contract" / contract.name)
-    shutil.copyfile(record, bundle / "contract" / "freeze.json")
-    for name, copy in input_copies(loaded, bundle).items():
-        shutil.copyfile(loaded.resolve(loaded.contract.inputs[name].file), copy)
-    base_argv = ["/usr/bin/llama-server", "--port", "18000"]
-    for lane, argv in (("base", base_argv), ("spec", base_argv + SPEC_ARGS)):
-        atomic_write_json(bundle / "lanes" / lane / "spec.json", loaded.lanes[lane].model_dump(mode="json"))
-        atomic_write_json(bundle / "lanes" / lane / "inspect.json", _inspect(argv))
-        with JsonlAppender(bundle / "raw" / "greedy" / f"{lane}.jsonl") as sink:
-            for repeat in range(2):
-                for pid, text in REPLIES.items():
-                    sink.append({"tags": {"prompt": pid, "repeat": repeat}, "status": 200,
-                                 "request": {"temperature": 0},
-                                 "response": {"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
-                                              "usage": {"completion_tokens": 5}}})
-    return bundle, loaded
+from tests.support.judging import unjudged_bundle
 
 
 class BrokenJudge(GreedyGate):
@@ -66,7 +31,7 @@ class BrokenJudge(GreedyGate):
 
 
 def test_a_judge_that_raises_costs_only_its_own_verdict(tmp_path: Path) -> None:
-    bundle, loaded = window_bundle(tmp_path)
+    bundle, loaded = unjudged_bundle(tmp_path)
     greedy = build_gates(loaded, bundle)[0]
     broken = BrokenJudge(greedy.spec.model_copy(update={"id": "broken"}), greedy.ctx)
     lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
@@ -97,7 +62,7 @@ class BrokenPresentation(GreedyGate):
 
 
 def test_every_result_carries_its_gate_s_presentation_and_a_bug_there_costs_no_verdict(tmp_path: Path) -> None:
-    bundle, loaded = window_bundle(tmp_path)
+    bundle, loaded = unjudged_bundle(tmp_path)
     greedy = build_gates(loaded, bundle)[0]
     broken = BrokenPresentation(greedy.spec.model_copy(update={"id": "broken"}), greedy.ctx)
     shutil.copytree(bundle / "raw" / "greedy", bundle / "raw" / "broken")  # the same records, its own gate id
@@ -113,7 +78,7 @@ def test_every_result_carries_its_gate_s_presentation_and_a_bug_there_costs_no_v
 
 
 def test_a_lane_that_did_not_launch_blocks_every_gate_without_a_judge_error(tmp_path: Path) -> None:
-    bundle, loaded = window_bundle(tmp_path)
+    bundle, loaded = unjudged_bundle(tmp_path)
     lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="launch_failed", cause="bad_argument")}
     (result,) = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
     assert result.verdict is Verdict.INCONCLUSIVE
@@ -122,7 +87,7 @@ def test_a_lane_that_did_not_launch_blocks_every_gate_without_a_judge_error(tmp_
 
 
 def test_an_unreadable_snapshot_is_a_judge_error_of_each_gate(tmp_path: Path) -> None:
-    bundle, loaded = window_bundle(tmp_path)
+    bundle, loaded = unjudged_bundle(tmp_path)
     (bundle / "lanes" / "spec" / "inspect.json").write_text('{"argv": [], "argv": []}')  # duplicate key
     lanes = {"base": LaneOutcome(status="ran"), "spec": LaneOutcome(status="ran")}
     (result,) = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)

@@ -21,25 +21,7 @@ from campaign.signing import init_keys, load_signing_key, load_trusted
 from campaign.window.judge import LaneOutcome, build_gates, judge_bundle, predicate, summarize
 from campaign.window.rejudge import rejudge
 from tests.support.cli import campaign
-from tests.unit.window.test_judge import window_bundle
-
-
-def _signed_window(tmp_path: Path, *, old_verdict: str | None = None) -> Path:
-    """A complete window's bundle; ``old_verdict`` stands for what an older judge said about greedy/spec."""
-    bundle, loaded = window_bundle(tmp_path)
-    lanes = {"base": LaneOutcome(status="ran", boot_seconds=1.25), "spec": LaneOutcome(status="ran")}
-    results = judge_bundle(loaded, build_gates(loaded, bundle), lanes, bundle)
-    summary = summarize(loaded, {}, bundle.name, 0.0, "complete", lanes, results)
-    summary["restore"] = {"incumbent": None}
-    if old_verdict:
-        summary["candidates"]["spec"]["gates"]["greedy"]["verdict"] = old_verdict
-        result = load_json_strict(bundle / "gates" / "greedy" / "spec.json")
-        atomic_write_json(bundle / "gates" / "greedy" / "spec.json", {**result, "verdict": old_verdict})
-    atomic_write_json(bundle / "SUMMARY.json", summary)
-    atomic_write_json(bundle / "journal.jsonl", {"not": "read by a rejudge"})
-    atomic_write_json(bundle / "incumbent" / "snapshot.json", {"runtime": "process", "argv": ["srv"]})
-    sign_bundle(bundle, load_signing_key(), predicate(loaded, bundle.name))
-    return bundle
+from tests.support.judging import signed_window, unjudged_bundle
 
 
 def _tree(folder: Path) -> dict[str, str]:
@@ -68,7 +50,7 @@ def test_an_unsigned_folder_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_changed_verdict_is_reported_and_the_new_bundle_names_its_source(tmp_path: Path) -> None:
-    source = _signed_window(tmp_path, old_verdict="FAIL")
+    source = signed_window(tmp_path, old_verdict="FAIL")
     before = _tree(source)
     done = campaign("rejudge", str(source), "--out", str(tmp_path / "rejudged"))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -97,7 +79,7 @@ def test_a_changed_verdict_is_reported_and_the_new_bundle_names_its_source(tmp_p
 
 
 def test_rejudging_with_the_same_code_changes_nothing(tmp_path: Path) -> None:
-    source = _signed_window(tmp_path)
+    source = signed_window(tmp_path)
     done = campaign("rejudge", str(source))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "greedy/spec: PASS" in done.stdout and "changed:" not in done.stdout
@@ -111,7 +93,7 @@ def test_rejudging_with_the_same_code_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_bundle_without_lane_specs_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
-    source = _signed_window(tmp_path)
+    source = signed_window(tmp_path)
     broken = tmp_path / "copy" / source.name
     shutil.copytree(source, broken)
     (broken / "lanes" / "base" / "spec.json").unlink()
@@ -127,7 +109,7 @@ def _window_whose_lanes_differ(tmp_path: Path) -> Path:
     no rule on cross-identity was written, so under the frozen default (none) greedy passes."""
     from campaign.fsutil import JsonlAppender
 
-    bundle, loaded = window_bundle(tmp_path)
+    bundle, loaded = unjudged_bundle(tmp_path)
     (bundle / "raw" / "greedy" / "spec.jsonl").unlink()
     with JsonlAppender(bundle / "raw" / "greedy" / "spec.jsonl") as sink:
         for repeat in range(2):

@@ -15,8 +15,7 @@ import pytest
 from campaign.contracts.gatespecs import SpeedSpec
 from campaign.fsutil import JsonlAppender
 from campaign.gates.speed.run import SpeedMeasurement
-from tests.support.speedrecords import rates, write_boots
-from tests.unit.gates.speed.test_speed_judge import make_gate
+from tests.support.speedrecords import judge_gate, rates, write_boots
 
 BURN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
 
@@ -63,7 +62,7 @@ def test_no_wait_at_zero_the_old_rule() -> None:
 
 
 def test_the_judge_says_what_the_wait_saw(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(1.01), rates(0.995)], [rates(1.10), rates(1.11)])
     with JsonlAppender(gate.ctx.raw_path(gate.gate_id, "cand")) as sink:
         sink.append({"kind": "host_wait", "level": 1, "class": "prose", "attempt": 1, "waited_s": 30.0,

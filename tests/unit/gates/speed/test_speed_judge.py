@@ -16,32 +16,7 @@ from campaign.fsutil import JsonlAppender
 from campaign.gates.result import Verdict
 from campaign.gates.speed.rows import spread
 from tests.support.contracts import write_contract
-from tests.support.speedrecords import TOKENS, load_gates, rates, speed_contract, write_boots, write_visit
-
-LANES = """\
-- {name: base, role: control}
-- name: cand
-  role: candidate
-  axis: [args.spec-type]
-  set: {args: {--spec-type: ngram-simple}}
-"""
-
-
-def contract_body(rule: str = "{}", levels: str = "[1, 2]", pairs: int = 3) -> str:
-    return speed_contract(LANES, f"""\
-        - kind: speed
-          input: p
-          concurrency: {levels}
-          max_tokens: {TOKENS}
-          reps: 2
-          max_boot_pairs: {pairs}
-          rule: {rule}
-        """)
-
-
-def make_gate(tmp_path: Path, rule: str = "{}", pairs: int = 3):
-    loaded, gates = load_gates(tmp_path, contract_body(rule, pairs=pairs))
-    return gates[0], loaded.lanes["cand"], loaded.lanes["base"]
+from tests.support.speedrecords import TOKENS, judge_contract, judge_gate, rates, write_boots, write_visit
 
 
 def test_spread_is_max_minus_min_over_mean() -> None:
@@ -50,7 +25,7 @@ def test_spread_is_max_minus_min_over_mean() -> None:
 
 
 def test_a_real_speedup_passes_at_the_first_look_and_asks_for_no_more_boots(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(1.01), rates(0.995)], [rates(1.10, wobble=0.01), rates(1.11, wobble=-0.01)])
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.PASS, result.reasons
@@ -76,7 +51,7 @@ def test_identical_lanes_under_boot_luck_never_pass_and_say_what_could_be_detect
     """The run that opened the boot-noise work: an identical lane measured +8% over prompts (8/8 wins)
     while the control's own boots differed by 4%. Every prompt of one boot shares its luck."""
     # futility off: every pair the contract allows is booted
-    gate, cand, ctrl = make_gate(tmp_path, rule="{futility: none}")
+    gate, cand, ctrl = judge_gate(tmp_path, rule="{futility: none}")
     write_boots(gate, [rates(1.02, wobble=0.004), rates(0.98), rates(1.01), rates(0.97)],
                 [rates(1.08, wobble=0.004), rates(0.96), rates(1.03)])
     for pairs in (1, 2):
@@ -99,7 +74,7 @@ def test_identical_lanes_under_boot_luck_never_pass_and_say_what_could_be_detect
 
 
 def test_a_small_change_confidently_under_the_bar_fails_early(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(1.001), rates(0.999)], [rates(1.02), rates(1.021)])
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.FAIL, result.reasons
@@ -112,7 +87,7 @@ def test_a_change_that_varies_by_prompt_beyond_any_pairs_reach_stops_pairing(tmp
     """n-gram speculation on the demo: a prompt that repeats its input gets faster, the others slower;
     after two pairs the spread over prompts alone keeps the bar and zero inside the CI, so pairs three
     and four would have been booted for nothing."""
-    gate, cand, ctrl = make_gate(tmp_path, pairs=4)
+    gate, cand, ctrl = judge_gate(tmp_path, pairs=4)
     mixed = [1.3, 0.75, 1.3, 0.75, 1.3, 0.75]
 
     def candidate(scale: float) -> dict[str, float]:
@@ -126,7 +101,7 @@ def test_a_change_that_varies_by_prompt_beyond_any_pairs_reach_stops_pairing(tmp
            "continuations (under min_conditional_power 5%)" in result.reasons[0]
     assert "is out of reach (80% of windows) within 20 boot pairs at this noise: more prompts" in result.reasons[0]
     # the rule of tools before 0.3 (a frozen contract of that time reads as it): the same stop, its own words
-    gate, cand, ctrl = make_gate(tmp_path / "reach", rule="{futility: reach}", pairs=4)
+    gate, cand, ctrl = judge_gate(tmp_path / "reach", rule="{futility: reach}", pairs=4)
     write_boots(gate, [rates(), rates(1.01), rates(0.99)], [candidate(1.0), candidate(1.01)])
     assert not gate.wants_pair(cand, ctrl, 2)
     assert "however small the boot-to-boot noise got" in gate.judge(cand, ctrl).reasons[0]
@@ -135,7 +110,7 @@ def test_a_change_that_varies_by_prompt_beyond_any_pairs_reach_stops_pairing(tmp
 def test_a_window_that_ran_every_pair_is_judged_on_all_of_them_never_as_a_futility_stop(tmp_path: Path) -> None:
     """The identical lane under boot luck with the default futility: measured to max_boot_pairs, it is judged
     on every pair (the stop is a live saving, never a reason to drop boots measured) and never said futile."""
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(1.02, wobble=0.004), rates(0.98), rates(1.01), rates(0.97)],
                 [rates(1.08, wobble=0.004), rates(0.96), rates(1.03)])
     result = gate.judge(cand, ctrl)
@@ -145,7 +120,7 @@ def test_a_window_that_ran_every_pair_is_judged_on_all_of_them_never_as_a_futili
 
 def test_conditional_power_keeps_pairing_a_change_more_pairs_can_decide(tmp_path: Path) -> None:
     """A +12% change measured through boot luck: undecided after two pairs, likely decided by more."""
-    gate, cand, ctrl = make_gate(tmp_path, pairs=6)
+    gate, cand, ctrl = judge_gate(tmp_path, pairs=6)
     write_boots(gate, [rates(), rates(1.06), rates(0.95)], [rates(1.12), rates(1.10)])
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE and result.details["schedule"]["stopped_at_pairs"] is None
@@ -156,9 +131,9 @@ def test_a_fail_at_one_of_two_levels_stands_only_at_its_share(tmp_path: Path) ->
     """A change just under the bar at both levels: each level alone would FAIL it; sharing the FAIL side over
     the two (Holm) needs more than one level's own evidence."""
     boots_ = ([rates(), rates(1.004), rates(0.996)], [rates(1.020, wobble=0.004), rates(1.024, wobble=-0.004)])
-    alone, cand, ctrl = make_gate(tmp_path / "each", rule="{fail_levels: each, futility: none}")
+    alone, cand, ctrl = judge_gate(tmp_path / "each", rule="{fail_levels: each, futility: none}")
     write_boots(alone, *boots_)
-    shared, _, _ = make_gate(tmp_path / "holm", rule="{futility: none}")
+    shared, _, _ = judge_gate(tmp_path / "holm", rule="{futility: none}")
     write_boots(shared, *boots_)
     first, second = alone.judge(cand, ctrl), shared.judge(cand, ctrl)
     assert first.verdict is Verdict.FAIL, first.reasons
@@ -170,7 +145,7 @@ def test_a_steady_drift_across_the_window_is_taken_out(tmp_path: Path) -> None:
     """The host warms up through the window: every boot 2% faster than the one before. The candidate is
     the control's twin; without the drift term its boots (always later than the control's before them)
     would look faster."""
-    gate, cand, ctrl = make_gate(tmp_path, rule="{min_mean_change: 0.01}")
+    gate, cand, ctrl = judge_gate(tmp_path, rule="{min_mean_change: 0.01}")
     steps = [rates(1.02 ** position, wobble=0.002 * (-1) ** position) for position in range(7)]
     write_boots(gate, steps[0::2], steps[1::2])
     result = gate.judge(cand, ctrl)
@@ -180,7 +155,7 @@ def test_a_steady_drift_across_the_window_is_taken_out(tmp_path: Path) -> None:
 
 
 def test_a_boot_whose_row_stayed_void_does_not_count_and_the_rest_decide(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(1.01), rates(0.995), rates(1.0)],
                 [rates(1.5), rates(1.2), rates(1.21)], always_void=True)
     result = gate.judge(cand, ctrl)
@@ -194,7 +169,7 @@ def test_a_boot_whose_row_stayed_void_does_not_count_and_the_rest_decide(tmp_pat
 
 
 def test_void_rows_rerun_then_count_and_stay_in_the_table(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(), rates()], [rates(1.2), rates(1.2)], void_attempts=1)
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.PASS
@@ -205,7 +180,7 @@ def test_void_rows_rerun_then_count_and_stay_in_the_table(tmp_path: Path) -> Non
 
 
 def test_cut_streams_void_the_row_and_never_count(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path, pairs=2)
+    gate, cand, ctrl = judge_gate(tmp_path, pairs=2)
     write_boots(gate, [rates(), rates(), rates()], [rates(1.5), rates(1.5)], cut_level=2)
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE  # at C2 one candidate boot is left: no scatter to weigh
@@ -213,14 +188,14 @@ def test_cut_streams_void_the_row_and_never_count(tmp_path: Path) -> None:
     assert result.reasons[0].endswith(": met")  # C1 counts the boot whose C2 row was cut
     assert result.reasons[1].startswith("C2: ") and "the comparison needs 2 pairs" in result.reasons[1]
     # with a tolerated error the row counts, and the cut stream's tokens are not throughput
-    gate, cand, ctrl = make_gate(tmp_path / "tolerant", rule="{max_errors: 3, max_spread: 5.0}")
+    gate, cand, ctrl = judge_gate(tmp_path / "tolerant", rule="{max_errors: 3, max_spread: 5.0}")
     write_visit(gate, "cand", rates(1.5), cut_level=2)
     row = gate.view("cand").chosen((2, "code"))
     assert row.valid and len(row.errors) == 3 and sum(r["output_tokens"] for r in row.rep_rows) == 3 * TOKENS
 
 
 def test_a_control_that_jumps_between_boots_is_inconclusive(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(1.32), rates(1.32)], [rates(1.5), rates(1.5)])
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
@@ -229,7 +204,7 @@ def test_a_control_that_jumps_between_boots_is_inconclusive(tmp_path: Path) -> N
 
 
 def test_one_pair_is_not_enough_and_asks_for_another(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path, rule="{max_control_drift: null}")
+    gate, cand, ctrl = judge_gate(tmp_path, rule="{max_control_drift: null}")
     write_boots(gate, [rates(), rates(1.01)], [rates(1.3)])
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
@@ -240,7 +215,7 @@ def test_one_pair_is_not_enough_and_asks_for_another(tmp_path: Path) -> None:
 def test_a_comparison_cut_short_by_the_windows_time_budget_says_so(tmp_path: Path) -> None:
     from campaign.gates.base import PAIRS_STOPPED
 
-    gate, cand, ctrl = make_gate(tmp_path, pairs=4)
+    gate, cand, ctrl = judge_gate(tmp_path, pairs=4)
     write_boots(gate, [rates(), rates(1.01), rates(0.99)], [rates(1.03, wobble=0.04), rates(1.02, wobble=-0.04)])
     undecided = gate.judge(cand, ctrl)
     assert undecided.verdict is Verdict.INCONCLUSIVE and "booted no more pairs" not in undecided.reasons[0]
@@ -254,7 +229,7 @@ def test_a_comparison_cut_short_by_the_windows_time_budget_says_so(tmp_path: Pat
 
 
 def test_min_wins_is_part_of_the_bar(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path, rule="{min_wins: '6/6'}")
+    gate, cand, ctrl = judge_gate(tmp_path, rule="{min_wins: '6/6'}")
     mixed = {**rates(1.3), "p1": 49.0}  # one prompt a little slower
     write_boots(gate, [rates(), rates(1.001), rates(0.999), rates()], [mixed, mixed, mixed])
     result = gate.judge(cand, ctrl)
@@ -263,7 +238,7 @@ def test_min_wins_is_part_of_the_bar(tmp_path: Path) -> None:
 
 
 def test_the_same_reply_to_every_prompt_is_an_instrument_failure(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(), rates()], [rates(2.0), rates(2.0)], text="OK")
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.INCONCLUSIVE
@@ -275,7 +250,7 @@ def test_replaced_fields_are_refused_with_what_replaced_them(tmp_path: Path) -> 
     from campaign.errors import ContractError
 
     tmp_path.mkdir(parents=True, exist_ok=True)
-    body = contract_body().replace("max_boot_pairs: 3", "control_boots: 3")
+    body = judge_contract().replace("max_boot_pairs: 3", "control_boots: 3")
     with pytest.raises(ContractError, match=r"control_boots was replaced by max_boot_pairs"):
         load_contract(write_contract(tmp_path, body))
 
@@ -283,18 +258,18 @@ def test_replaced_fields_are_refused_with_what_replaced_them(tmp_path: Path) -> 
 def test_a_bundle_copy_with_replaced_fields_is_read_in_todays_terms_and_says_so(tmp_path: Path) -> None:
     """A bundle's copy (rejudge, promote) of a contract from before boots interleaved: one boot pair, reported
     and never decided, and each replaced field named in ``read_as``; a contract to run is still refused."""
-    body = contract_body().replace("max_boot_pairs: 3", "control_boots: 3\n    resamples: 500")
+    body = judge_contract().replace("max_boot_pairs: 3", "control_boots: 3\n    resamples: 500")
     loaded = load_contract(write_contract(tmp_path, body), check_files=False, bundle_copy=True)
     (speed,) = loaded.contract.gates
     assert speed.max_boot_pairs == 1
     assert loaded.read_as == ["speed: control_boots: 3 read as max_boot_pairs: 1 (that window booted each candidate "
                               "once; one boot pair is reported, never decided)",
                               "speed: resamples dropped (nothing: the speed CI is fitted over boots, not bootstrapped)"]
-    assert load_contract(write_contract(tmp_path, contract_body()), check_files=False, bundle_copy=True).read_as == []
+    assert load_contract(write_contract(tmp_path, judge_contract()), check_files=False, bundle_copy=True).read_as == []
 
 
 def test_a_void_row_on_a_level_that_is_only_reported_does_not_block(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path, rule="{levels: [1]}")
+    gate, cand, ctrl = judge_gate(tmp_path, rule="{levels: [1]}")
     write_boots(gate, [rates(), rates(), rates()], [rates(1.2), rates(1.2)], cut_level=2)
     result = gate.judge(cand, ctrl)
     assert result.verdict is Verdict.PASS
@@ -303,7 +278,7 @@ def test_a_void_row_on_a_level_that_is_only_reported_does_not_block(tmp_path: Pa
 
 
 def test_foreign_traffic_in_engine_counters_voids_the_row(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_visit(gate, "cand", rates())
     records = gate.ctx.raw_records("speed", "cand")
     ours = sum(1 for r in records if r.get("tags", {}).get("level") == 1 and r["tags"]["class"] == "code") * TOKENS
@@ -320,20 +295,20 @@ def test_contract_errors_name_the_line_and_field(tmp_path: Path) -> None:
     from campaign.errors import ContractError
 
     tmp_path.mkdir(parents=True, exist_ok=True)
-    path = write_contract(tmp_path, contract_body(rule="{levels: [8]}"))
+    path = write_contract(tmp_path, judge_contract(rule="{levels: [8]}"))
     with pytest.raises(ContractError, match=r"c.yaml:\d+: gates\[0\].*levels \[8\] are not in concurrency"):
         load_contract(path)
-    path = write_contract(tmp_path, contract_body(rule="{min_wins: 'most'}"))
+    path = write_contract(tmp_path, judge_contract(rule="{min_wins: 'most'}"))
     with pytest.raises(ContractError, match=r"gates\[0\]\.rule\.min_wins: .*not a count rule"):
         load_contract(path)
-    path = write_contract(tmp_path, contract_body(levels="[1, 1]"))
+    path = write_contract(tmp_path, judge_contract(levels="[1, 1]"))
     with pytest.raises(ContractError, match=r"gates\[0\]\.concurrency: .*distinct"):
         load_contract(path)
 
 
 def _row_with_reps_measuring(where: Path, rule: str, measured: dict, reps: tuple[int, ...] = (0, 1)):
     """The candidate's C1/code row judged after its rep records were given ``measured`` (for ``reps``)."""
-    gate, _, _ = make_gate(where, rule=rule)
+    gate, _, _ = judge_gate(where, rule=rule)
     write_visit(gate, "cand", rates())
     records = gate.ctx.raw_records("speed", "cand")
     gate.ctx.raw_path("speed", "cand").unlink()
@@ -379,7 +354,7 @@ def test_boots_a_busy_host_voided_are_named_as_the_cause_and_the_measured_figure
     host (not "the caveats say why"), and the headline shows what each lane measured, without a CI."""
     from campaign.gates.base import PAIRS_STOPPED
 
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates()], [rates(1.3)])
     write_visit(gate, "base@rerun1", rates(), always_void=True, host_busy=0.5)
     with JsonlAppender(gate.ctx.bundle / "journal.jsonl") as journal:
@@ -399,7 +374,7 @@ def test_boots_a_busy_host_voided_are_named_as_the_cause_and_the_measured_figure
 
 
 def test_a_decided_change_shows_its_ci_and_the_boot_pairs_it_rests_on(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(), rates(1.01), rates(0.995)], [rates(1.10, wobble=0.01), rates(1.11, wobble=-0.01)])
     first = gate.presentation(gate.judge(cand, ctrl)).headlines[0]
     assert first.label == "C1" and "97.5% CI" in str(first.value)
@@ -407,7 +382,7 @@ def test_a_decided_change_shows_its_ci_and_the_boot_pairs_it_rests_on(tmp_path: 
 
 
 def test_an_undecided_change_names_the_boots_a_busy_host_kept_out(tmp_path: Path) -> None:
-    gate, cand, ctrl = make_gate(tmp_path)
+    gate, cand, ctrl = judge_gate(tmp_path)
     write_boots(gate, [rates(1.02, wobble=0.004), rates(0.98), rates(1.01), rates(0.97)],
                 [rates(1.08, wobble=0.004), rates(0.96), rates(1.03)], always_void=True, host_busy=0.5)
     result = gate.judge(cand, ctrl)
@@ -423,7 +398,7 @@ def test_rows_a_busy_host_voided_and_re_ran_are_named_before_the_time_budget_the
     from campaign.gates.base import PAIRS_STOPPED
     from campaign.receipts.decision import decisions
 
-    gate, cand, ctrl = make_gate(tmp_path, pairs=4)
+    gate, cand, ctrl = judge_gate(tmp_path, pairs=4)
     write_boots(gate, [rates(), rates(1.01), rates(0.99)], [rates(1.03, wobble=0.04), rates(1.02, wobble=-0.04)],
                 void_attempts=1, host_busy=0.5)
     with JsonlAppender(gate.ctx.bundle / "journal.jsonl") as journal:
@@ -445,7 +420,7 @@ def test_a_level_without_an_estimate_still_counts_in_holms_share(tmp_path: Path)
     (p 1) and it stays in Holm's m, so the other level's FAIL needs p under alpha / 2, not alpha."""
     from campaign.gates.speed.sequential import Estimate, Look
 
-    gate, _, _ = make_gate(tmp_path, rule="{futility: none}")
+    gate, _, _ = judge_gate(tmp_path, rule="{futility: none}")
     alpha = 0.025
 
     def failing(p: float) -> dict:

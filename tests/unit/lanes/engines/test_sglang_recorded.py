@@ -28,19 +28,19 @@ from campaign.errors import EngineError
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import counter_deltas, parse_prometheus
 from campaign.lanes.engines.sglang import METRIC_TYPES, METRICS, SGLangAdapter
-from tests.unit.lanes.engines.test_sglang_adapter import lane, recorded, replaying
+from tests.support.sglang import sglang_lane, sglang_recorded, sglang_replaying
 
 DATA = Path(__file__).parents[3] / "data" / "sglang"
 
 
 def reply(name: str) -> dict[str, Any]:
-    record = recorded(name)
+    record = sglang_recorded(name)
     assert record["status"] == 200, record
     return record["response"]
 
 
 def test_teacher_forcing_reply_scores_every_prompt_token_but_the_first() -> None:
-    request = recorded("generate_score")["request"]
+    request = sglang_recorded("generate_score")["request"]
     path, body = SGLangAdapter().score_request("The capital of France is", max_new_tokens=4, top_logprobs=2)
     assert (path, body) == ("/generate", request)  # the adapter's own request is the one recorded
     parsed = SGLangAdapter.parse_generate(reply("generate_score"))
@@ -86,12 +86,12 @@ def test_generate_shapes_that_are_not_this_release_are_refused() -> None:
 
 
 async def test_tokenize_and_chat_token_count_agree_with_the_chat_usage() -> None:
-    assert SGLangAdapter.tokenize_request("The capital of France is") == ("/tokenize", recorded("tokenize_prompt")["request"])
+    assert SGLangAdapter.tokenize_request("The capital of France is") == ("/tokenize", sglang_recorded("tokenize_prompt")["request"])
     assert SGLangAdapter.parse_tokenize(reply("tokenize_prompt")) == [504, 3575, 282, 4649, 314]
     with pytest.raises(EngineError):
         SGLangAdapter.parse_tokenize({"tokens": [1], "count": 2, "max_model_len": 8192})
-    client = replaying({"/tokenize": (200, reply("tokenize_messages"))})
-    count = await SGLangAdapter().count_chat_tokens(client, lane(), [{"role": "user", "content": "What is 2+2?"}])
+    client = sglang_replaying({"/tokenize": (200, reply("tokenize_messages"))})
+    count = await SGLangAdapter().count_chat_tokens(client, sglang_lane(), [{"role": "user", "content": "What is 2+2?"}])
     await client.aclose()
     assert count == reply("chat")["usage"]["prompt_tokens"] == 37
 
@@ -104,7 +104,7 @@ def test_chat_reasoning_split_and_the_thinking_switch() -> None:
     parsed = SGLangAdapter.parse_chat_message(reply("parsers_chat"))
     assert parsed["content"] == "" and parsed["reasoning"] == plain["content"]
     # ...until enable_thinking: false, which the template ignores (same text) and only the parser reads
-    nothink = recorded("parsers_chat_nothink")
+    nothink = sglang_recorded("parsers_chat_nothink")
     assert nothink["request"]["chat_template_kwargs"] == SGLangAdapter.thinking_fields(False)["chat_template_kwargs"]
     off = SGLangAdapter.parse_chat_message(nothink["response"])
     assert off["content"] == plain["content"] and off["reasoning"] is None
@@ -178,12 +178,12 @@ def test_speculative_counters_as_the_code_defines_them() -> None:
 
 
 async def test_metrics_route_absent_without_enable_metrics() -> None:
-    disabled = recorded("metrics_disabled")
+    disabled = sglang_recorded("metrics_disabled")
     assert (disabled["status"], disabled["response"]) == (404, {"detail": "Not Found"})
-    off = replaying({})  # every path 404 {"detail": "Not Found"}, as recorded
+    off = sglang_replaying({})  # every path 404 {"detail": "Not Found"}, as sglang_recorded
     assert await SGLangAdapter().scrape_metrics(off) is None
     await off.aclose()
-    on = replaying({"/metrics": (200, (DATA / "metrics_after.prom").read_text())})
+    on = sglang_replaying({"/metrics": (200, (DATA / "metrics_after.prom").read_text())})
     assert "sglang:num_requests_total" in (await SGLangAdapter().scrape_metrics(on) or "")
     await on.aclose()
     broken = LaneClient("http://127.0.0.1:30000", lane="s")

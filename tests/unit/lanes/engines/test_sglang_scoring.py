@@ -18,7 +18,7 @@ from campaign.gates.teacher_forced import InstrumentCheck, check_instrument
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.scoring import TokenSeq
 from campaign.lanes.engines.sglang import SGLangAdapter
-from tests.unit.lanes.engines.test_sglang_adapter import lane
+from tests.support.sglang import sglang_lane
 
 RECORDS = [json.loads(line) for line in
            (Path(__file__).parents[3] / "data" / "sglang" / "teacher_forcing.jsonl").read_text().splitlines()]
@@ -69,8 +69,8 @@ async def test_generation_and_its_teacher_forcing_agree_within_float_rounding() 
     adapter = SGLangAdapter()
     prompt = TokenSeq.load(prepared("prompt", "recipe")["prompt"])
     async with answering() as client:
-        gen = await adapter.generate(client, lane(), prompt, max_tokens=24, top_k=10, sink=[], tags={})
-        scored = await adapter.score(client, lane(), prompt, gen.tokens, top_k=10, sink=[], tags={})
+        gen = await adapter.generate(client, sglang_lane(), prompt, max_tokens=24, top_k=10, sink=[], tags={})
+        scored = await adapter.score(client, sglang_lane(), prompt, gen.tokens, top_k=10, sink=[], tags={})
     generated = records("generate", part="generate")[0]["response"]
     assert list(gen.tokens.ids) == generated["output_ids"] and gen.finish == "length" and len(gen.tokens) == 24
     assert "".join(gen.tokens.pieces) == gen.tokens.text == generated["text"]
@@ -89,7 +89,7 @@ async def test_a_reference_is_scored_from_its_first_token_and_a_site_is_one_posi
     prompt, text = TokenSeq.load(ref["prompt"]), TokenSeq.load(ref["text"])
     site = records("site")[0]
     async with answering() as client:
-        scored = await adapter.score(client, lane(), prompt, text, top_k=10, sink=[], tags={})
+        scored = await adapter.score(client, sglang_lane(), prompt, text, top_k=10, sink=[], tags={})
     assert [p.token for p in scored[:-1]] == list(text.ids) and all(p.logprob is not None for p in scored[:-1])
     assert [p.text for p in scored[:-1]] == list(text.pieces)
     assert scored[-1].token == 2  # <|im_end|>: the model ends the reference there
