@@ -122,8 +122,9 @@ test: venv lint engine engine-python model vllm sglang $(if $(filter 1,$(CAMPAIG
 	[ $$unit -eq 0 ] && exit $$rest || exit $$unit
 
 test-unit: venv
-	$(VENV)/bin/python -m pytest -q $(UNIT_RUN)
-	$(VENV)/bin/python -m pytest -q -m "quiet"
+	@$(VENV)/bin/python -m pytest -q $(UNIT_RUN); unit=$$?; \
+	$(VENV)/bin/python -m pytest -q -m "quiet"; quiet=$$?; \
+	[ $$unit -eq 0 ] && exit $$quiet || exit $$unit
 
 # The fuzz tests (tests/fuzz) at length: thousands of random examples per property instead of CI's fixed few
 # (`make test` runs those). Failures are kept in $(CAMPAIGN_CACHE)/hypothesis and replayed first next time;

@@ -25,14 +25,18 @@ __all__ = ["CONTRACT_TESTS", "SESSION_CORPUS", "session_corpus"]
 CONTRACT_TESTS = Path(__file__).resolve().parents[1] / "unit" / "contracts"
 CORPUS_TEST = CONTRACT_TESTS / "test_json_schema.py"
 SESSION_CORPUS: list[dict[str, Any]] = []
-_state = {"recording": False, "complete": False, "deselected": False}
-_folder: dict[str, set[str]] = {"collected": set(), "ran": set()}
+_state = {"recording": False, "deselected": False}
+_folder: dict[str, set[str]] = {"files": set(), "collected": set(), "ran": set()}
 
 
 def session_corpus() -> list[dict[str, Any]] | None:
     """The documents this session's contract tests loaded, or None when the session did not run them all
     before the caller (then only a subprocess gives the whole corpus)."""
-    whole = _state["complete"] and _folder["ran"] == _folder["collected"]
+    # every file of the folder collected, nothing deselected (else the kept corpus is a part of it), and each
+    # collected test run by this process (a worker may run only some of the folder)
+    wanted = {str(path) for path in CONTRACT_TESTS.glob("test_*.py") if path != CORPUS_TEST}
+    whole = (not os.environ.get("CAMPAIGN_SCHEMA_CORPUS") and not _state["deselected"]
+             and _folder["files"] == wanted and _folder["ran"] == _folder["collected"])
     return list(SESSION_CORPUS) if whole else None
 
 
@@ -84,11 +88,8 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # the whole folder, nothing deselected: else the kept corpus would be a part of it
-    files = {item.path for item in session.items if _in_folder(item)}
-    wanted = {path for path in CONTRACT_TESTS.glob("test_*.py") if path != CORPUS_TEST}
+    _folder["files"] = {str(item.path) for item in session.items if _in_folder(item)}
     _folder["collected"] = {item.nodeid for item in session.items if _in_folder(item)}
-    _state["complete"] = not os.environ.get("CAMPAIGN_SCHEMA_CORPUS") and not _state["deselected"] and files == wanted
 
 
 @pytest.hookimpl(wrapper=True)
@@ -98,5 +99,5 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         return (yield)
     finally:
         _state["recording"] = False
-        if _in_folder(item):  # this process ran it (a worker may run only some of the folder)
+        if _in_folder(item):
             _folder["ran"].add(item.nodeid)

@@ -316,8 +316,10 @@ def _test_module_imports(path: Path) -> list[str]:
     """The test modules (``test_*.py`` under tests/) that ``path`` imports, at any depth of its code."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-            [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom):  # the module itself, or a test module imported from its package
+            names = [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
         found += [name for name in names if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")]
     return found
 
@@ -333,5 +335,8 @@ def test_no_test_module_imports_another() -> None:
 def test_the_test_import_check_sees_an_import_of_a_test_module(tmp_path: Path) -> None:
     module = tmp_path / "test_x.py"
     module.write_text("from tests.unit.window.test_judge import x\nimport tests.support.cli\n"
+                      "from tests.unit.window import test_promote, helper\n"
                       "def f():\n    import tests.fuzz.test_cli_output\n")
-    assert _test_module_imports(module) == ["tests.unit.window.test_judge", "tests.fuzz.test_cli_output"]
+    assert _test_module_imports(module) == ["tests.unit.window.test_judge", "tests.unit.window.test_promote",
+                                            "tests.fuzz.test_cli_output"]
+

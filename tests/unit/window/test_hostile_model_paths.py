@@ -15,6 +15,7 @@ from campaign.errors import PreflightError
 from campaign.window.doctor import _models, model_check
 from campaign.window.preflight import preflight
 from tests.support.contracts import free_port, write_contract
+from tests.support.specialfiles import make_special
 
 PIN = "0" * 64
 CONTRACT = """\
@@ -34,31 +35,22 @@ CONTRACT = """\
     """
 
 
-def _make(kind: str, path: Path) -> str:
-    """``path`` made into ``kind``; the words the failed line must hold."""
-    if kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-        return "is a device, not a regular file"
-    if kind == "fifo":
-        os.mkfifo(path)
-        return "is a FIFO (named pipe), not a regular file"
-    if kind == "folder":
-        path.mkdir()
-        return "is a folder, but model.sha256 pins a single file"
-    if kind == "loop":
-        path.symlink_to(path.name)
-        return "symlink loop"
-    return "no such model"
-
-
-KINDS = ["dev-zero", "fifo", "folder", "loop", "missing"]
+# what the doctor's failed line and the run's preflight say of each
+WORDS = {
+    "device": "is a device, not a regular file",
+    "fifo": "is a FIFO (named pipe), not a regular file",
+    "folder": "is a folder, but model.sha256 pins a single file",
+    "loop": "symlink loop",
+    "missing": "no such model",
+}
+KINDS = list(WORDS)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_doctor_gives_one_failed_line_naming_the_model_path(tmp_path: Path, kind: str) -> None:
     # validate refuses such a path (tests/unit/contracts/test_served_model.py): here it became one afterwards
     loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin=f", sha256: '{PIN}'")))
-    words = _make(kind, tmp_path / "model.gguf")
+    words = make_special(kind, tmp_path / "model.gguf", WORDS)
     started = time.monotonic()
     (check,) = _models(loaded)
     assert time.monotonic() - started < 2
@@ -71,7 +63,7 @@ def test_doctor_gives_one_failed_line_naming_the_model_path(tmp_path: Path, kind
 def test_run_preflight_refuses_the_model_path_in_one_line(tmp_path: Path, kind: str) -> None:
     # validate refuses such a path (tests/unit/contracts/test_served_model.py): here it became one afterwards
     loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin=f", sha256: '{PIN}'")))
-    words = _make(kind, tmp_path / "model.gguf")
+    words = make_special(kind, tmp_path / "model.gguf", WORDS)
     started = time.monotonic()
     with pytest.raises(PreflightError) as caught:
         preflight(loaded)
@@ -84,9 +76,9 @@ def test_an_unpinned_device_or_fifo_is_refused_too(tmp_path: Path) -> None:
     """Without a pin nothing is hashed, but an engine started on /dev/zero or a FIFO would hang its boot."""
     loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin="")))
     lane = loaded.lanes["a"]
-    for kind in ("dev-zero", "fifo"):
+    for kind in ("device", "fifo"):
         path = tmp_path / f"{kind}.gguf"
-        words = _make(kind, path)
+        words = make_special(kind, path, WORDS)
         check = model_check(lane, path)
         assert not check.ok and words in check.detail
 
@@ -116,7 +108,7 @@ def test_doctor_does_not_start_an_engine_on_an_unusable_model(tmp_path: Path) ->
     from campaign.window.doctor import _engines
 
     loaded = load_contract(write_contract(tmp_path, CONTRACT.format(port=free_port(), pin="")))
-    _make("fifo", tmp_path / "model.gguf")
+    make_special("fifo", tmp_path / "model.gguf")
     (check,) = _engines(loaded, smoke=True)
     assert not check.ok and "not started: its model is not usable" in check.detail
 
