@@ -33,6 +33,11 @@ __all__ = ["LaneRun", "boot_lane", "check_lane", "is_local", "lane_scratch", "la
            "model_sha256", "port_is_free", "files_unchanged", "read_back_files", "resolve_executable", "resolve_refs",
            "runtime_for"]
 
+# A lane whose boot failed is stopped with a short grace: nothing of it is kept, and an engine still loading
+# may not act on SIGTERM yet (in a container, an engine that is PID 1 ignores it until it installs a handler:
+# llama-server does so only once its model is loaded), which the default grace would wait out in full.
+FAILED_BOOT_GRACE_S = 5.0
+
 
 def lane_scratch(lane: EffectiveLane) -> Path:
     """A fresh folder for what the engine writes during one boot (temp files, caches).
@@ -114,7 +119,7 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
         run.inspect = redactor.snapshot(snapshot)
         run.engine_version = await adapter.version(client)
     except BaseException:
-        await run.stop()
+        await run.stop(timeout=FAILED_BOOT_GRACE_S)
         raise
     return run
 
