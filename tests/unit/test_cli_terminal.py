@@ -183,10 +183,15 @@ def test_a_path_argument_in_a_symlink_loop_is_one_line_naming_it(tmp_path: Path)
 def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     monkeypatch.setattr(cli, "_restore_orphans", lambda: None)
     monkeypatch.setattr(sys, "argv", ["campaign", *argv])
-    with pytest.raises(SystemExit) as exited:
-        cli.main()
-    # a host that calls main() in its own process keeps its Ctrl-C (only the program ignores one at its exit)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # a host with its own Ctrl-C (set here: a suite started in a script's background inherits SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli.main()
+        # a host that calls main() in its own process keeps its Ctrl-C (only the program ignores one at its exit)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return exited.value.code, capsys.readouterr().err
 
 
@@ -257,13 +262,19 @@ def test_ctrl_c_while_importing_is_one_line_and_130() -> None:
     assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
 
 
+def _sigint_as_a_terminal_leaves_it() -> None:
+    """The child's SIGINT at its default, as a command started at a terminal has it: a suite started in the
+    background of a script (no job control) runs with SIGINT ignored, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_at_any_moment_of_the_start_is_never_a_traceback() -> None:
     """The real thing: SIGINT at several moments after the interpreter has reached the campaign package."""
     outcomes = []
     for delay in (0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4):
         child = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "campaign.cli", "--help"], cwd=REPO,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 env={**os.environ, "COLUMNS": "120"})
+                                 env={**os.environ, "COLUMNS": "120"}, preexec_fn=_sigint_as_a_terminal_leaves_it)
         assert child.stderr is not None
         # -X importtime writes a line as each module's import ends: the first after the package's is one of
         # campaign/cli/__init__.py's own imports (Python's own start, and runpy finding the module, are not ours)
