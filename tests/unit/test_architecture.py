@@ -340,3 +340,26 @@ def test_the_test_import_check_sees_an_import_of_a_test_module(tmp_path: Path) -
     assert _test_module_imports(module) == ["tests.unit.window.test_judge", "tests.unit.window.test_promote",
                                             "tests.fuzz.test_cli_output"]
 
+
+
+SHARED_TEMP_LOOK = re.compile(r"gettempdir\(\)\)?\s*\.\s*(?:r?glob|iterdir)\(")
+
+
+def _looks_in_the_shared_temp_folder(text: str) -> bool:
+    """A test that lists the temp folder without a folder of its own (``own_tempdir``, or tempfile.tempdir set
+    by the test): under ``make test``'s two workers it sees the other worker's commands' files there."""
+    return bool(SHARED_TEMP_LOOK.search(text)) and "own_tempdir" not in text and \
+        'setattr(tempfile, "tempdir"' not in text
+
+
+def test_no_unit_test_lists_the_shared_temp_folder() -> None:
+    shared = [str(path.relative_to(TESTS)) for folder in ("unit", "fuzz")
+              for path in sorted((TESTS / folder).rglob("test_*.py")) if _looks_in_the_shared_temp_folder(path.read_text())]
+    assert shared == [], shared
+
+
+def test_the_temp_folder_check_sees_a_listing() -> None:
+    listing = 'before = set(Path(tempfile.gettempdir()).glob("campaign-verify-*"))'
+    assert _looks_in_the_shared_temp_folder(listing)
+    assert not _looks_in_the_shared_temp_folder(f'pytestmark = pytest.mark.usefixtures("own_tempdir")\n{listing}')
+    assert not _looks_in_the_shared_temp_folder("root = Path(tempfile.gettempdir()) / 'x'")

@@ -26,6 +26,9 @@ from campaign.receipts.bundle import ENVELOPE, copy_bundle, sign_bundle, verify_
 from campaign.receipts.publish import publish, unpacked_archive
 from campaign.signing import init_keys, load_signing_key, load_trusted
 
+# the checks of what a command left in the temp folder see this test's own, not another worker's
+pytestmark = pytest.mark.usefixtures("own_tempdir")
+
 GIB = 1 << 30
 
 

@@ -16,6 +16,9 @@ from campaign.receipts.publish import render_html, unpacked_archive
 from campaign.signing import load_trusted
 from campaign.window.report import load_report_data, publish
 
+# the checks of what a command left in the temp folder see this test's own, not another worker's
+pytestmark = pytest.mark.usefixtures("own_tempdir")
+
 
 def test_report_shows_bundle_values_and_rerenders_changes(bundle: Path) -> None:
     html = render_html(load_report_data(bundle))
