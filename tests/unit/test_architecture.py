@@ -341,7 +341,6 @@ def test_the_test_import_check_sees_an_import_of_a_test_module(tmp_path: Path) -
                                             "tests.fuzz.test_cli_output"]
 
 
-
 SHARED_TEMP_LOOK = re.compile(r"gettempdir\(\)\)?\s*\.\s*(?:r?glob|iterdir)\(")
 
 
