@@ -15,7 +15,7 @@ from campaign.errors import PreflightError
 from campaign.window.doctor import _models, model_check
 from campaign.window.preflight import preflight
 from tests.support.contracts import free_port, write_contract
-from tests.support.specialfiles import make_special
+from tests.support.specialfiles import REFUSAL, make_special
 
 PIN = "0" * 64
 CONTRACT = """\
@@ -35,10 +35,10 @@ CONTRACT = """\
     """
 
 
-# what the doctor's failed line and the run's preflight say of each
+# what the doctor's failed line and the run's preflight say of each: the contract's words for a device and a FIFO
 WORDS = {
-    "device": "is a device, not a regular file",
-    "fifo": "is a FIFO (named pipe), not a regular file",
+    "device": REFUSAL["device"],
+    "fifo": REFUSAL["fifo"],
     "folder": "is a folder, but model.sha256 pins a single file",
     "loop": "symlink loop",
     "missing": "no such model",
