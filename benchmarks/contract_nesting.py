@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import campaign.gates.registry  # noqa: F401 (every kind registered: the schema knows them)
 from campaign.contracts.load import load_contract
 from campaign.errors import ContractError
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+import campaign.gates.registry  # noqa: F401 (every kind registered: the schema knows them)
 from campaign.contracts.freeze import freeze
 from campaign.contracts.load import load_contract
 from campaign.signing import SigningKey

@@ -138,8 +138,9 @@ def has_unbounded_repeat(pattern: re.Pattern[str]) -> bool:
 def catalog() -> list[Entry]:
     """Every pattern that reads contract text (any value, key or comment of a contract) or log text (boot
     logs, redaction), each used the way its module uses it."""
-    from campaign.contracts import args, gatespecs, model, schema, secretrefs, units, yamlsafe
+    from campaign.contracts import args, model, schema, secretrefs, units, yamlsafe
     from campaign.gates import records, ruler
+    from campaign.gates.screen import gate as screen
     from campaign.lanes import bootlog, redact
     from campaign.lanes.engines import vllm
 
@@ -166,7 +167,7 @@ def catalog() -> list[Entry]:
         pattern_entry("model._FRACTION (match)", model._FRACTION, _match),
         pattern_entry("units._DURATION (match)", units._DURATION, _match),
         pattern_entry("units._SIZE (match)", units._SIZE, _match),
-        pattern_entry("gatespecs._CLAUSE (match)", gatespecs._CLAUSE, _match),
+        pattern_entry("screen._CLAUSE (match)", screen._CLAUSE, _match),
         pattern_entry("schema._IMAGE (match)", schema._IMAGE, _match),
         pattern_entry("args._NUMBER (match)", args._NUMBER, _match),
         pattern_entry("records._KEY (match)", records._KEY, _match),

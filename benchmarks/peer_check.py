@@ -88,7 +88,6 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from campaign.contracts.gatespecs import Level, SpeedSpec, level_tag, tail_samples_needed  # noqa: E402
 from campaign.fsutil import JsonlAppender  # noqa: E402
 from campaign.gates.common.inputs import Prompt  # noqa: E402
 from campaign.gates.common.stats import percentile  # noqa: E402
@@ -96,6 +95,7 @@ from campaign.gates.common.streams import StreamFacts, analyze_stream  # noqa: E
 from campaign.gates.speed.arrivals import rate_of  # noqa: E402
 from campaign.gates.speed.rows import RowAttempt  # noqa: E402
 from campaign.gates.speed.run import SpeedMeasurement  # noqa: E402
+from campaign.gates.speed.spec import Level, SpeedSpec, level_tag, tail_samples_needed  # noqa: E402
 from campaign.lanes.engines.client import LaneClient  # noqa: E402
 from campaign.lanes.engines.llamacpp import LlamaCppAdapter  # noqa: E402
 from campaign.lanes.hostcpu import host_busy_seconds  # noqa: E402

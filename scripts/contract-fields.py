@@ -25,7 +25,7 @@ def main(checkout: str) -> None:
             return [annotation]
         return [model for arg in typing.get_args(annotation) for model in nested(arg)]
 
-    queue: list[type[BaseModel]] = [Contract, *GATE_SPECS]
+    queue: list[type[BaseModel]] = [Contract, *(GATE_SPECS.values() if isinstance(GATE_SPECS, dict) else GATE_SPECS)]
     fields: set[str] = set()
     for model in queue:  # grows as nested models are found
         for name, info in model.model_fields.items():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import campaign.gates.registry  # noqa: F401 (every gate kind registered: the contract schema knows them all)
 from tests.support.contracts import MODEL
 
 # fixtures more than one test module uses

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 import typer
@@ -16,6 +16,9 @@ from rich.text import Text
 
 from campaign.errors import CampaignError, InputError
 from campaign.terminal import console, shown, styled
+
+if TYPE_CHECKING:
+    from campaign.contracts.load import LoadedContract
 
 # -h as well as --help, on every command (a click context passes its help option names to its children)
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -34,6 +37,20 @@ app.add_typer(failsafe_app, name="failsafe")
 # our own styling is a Text (`styled`).
 out = console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
 err = console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 240)
+
+
+def register_kinds() -> None:
+    """Every gate and engine kind registered, so the contract schema knows them: a command that reads a contract
+    calls this first (imported here, not at start, so that `campaign --help` does not pay for every gate)."""
+    import campaign.gates.registry  # noqa: F401
+
+
+def load_contract(path: Path, **options: Any) -> "LoadedContract":
+    """``contracts.load.load_contract``, once every kind is registered."""
+    register_kinds()
+    from campaign.contracts.load import load_contract as load
+
+    return load(path, **options)
 
 
 def _error(message: object) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Column, Table
 
-from campaign.cli._app import ALLOW_PATH_HELP, _allow, _cells, app, err, one_line_errors, out
+from campaign.cli._app import ALLOW_PATH_HELP, _allow, _cells, app, err, one_line_errors, out, register_kinds
 from campaign.errors import InputError
 
 
@@ -18,7 +18,7 @@ from campaign.errors import InputError
 @one_line_errors
 def validate(contract: Path, allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
     """Check a contract: schema, references, files, and the one-axis rule."""
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
     from campaign.promotion.promote import promoted_daily_summary
 
     _allow(allow_path)
@@ -35,8 +35,8 @@ def freeze(contract: Path, record: Optional[Path] = typer.Option(None, help="Whe
            allow_path: list[Path] = typer.Option([], "--allow-path", help=ALLOW_PATH_HELP)) -> None:
     """Freeze a contract: record and sign its canonical hash and every referenced file's sha256."""
     _allow(allow_path)
+    from campaign.cli._app import load_contract
     from campaign.contracts.freeze import freeze as do_freeze
-    from campaign.contracts.load import load_contract
     from campaign.signing import load_signing_key
 
     path, created = do_freeze(load_contract(contract), load_signing_key(), record)
@@ -48,7 +48,7 @@ def freeze(contract: Path, record: Optional[Path] = typer.Option(None, help="Whe
 def diff(a: Path, b: Optional[Path] = typer.Argument(None),
          lanes: Optional[str] = typer.Option(None, help="Two lanes of contract A, as NAME1,NAME2.")) -> None:
     """Show two contracts, or two lanes of one contract, side by side (only what differs)."""
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
 
     left = load_contract(a, check_files=False)
     if lanes:
@@ -124,6 +124,7 @@ def schema(reference: bool = typer.Option(False, "--reference", help="Print the 
                                                                      "field, type, unit, default and since which "
                                                                      "version), as in docs/contract.md.")) -> None:
     """Print the contract JSON Schema (for editors), or with --reference the contract reference."""
+    register_kinds()
     if reference:
         from campaign.contracts.reference import contract_reference
 

@@ -18,7 +18,7 @@ def daily_show(contract: Optional[Path] = typer.Argument(None, help="A contract 
     """What serves as the daily now: pid, command line, where its log is; and the last promotion."""
     import shlex
 
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
     from campaign.daily.daily import describe_daily, find_daily_pidfile
     from campaign.daily.ledger import Ledger
     from campaign.promotion.promote import unfinished_promotion
@@ -75,7 +75,7 @@ def _show_container_daily(spec: object) -> None:
 @one_line_errors
 def daily_start(contract: Path, log: Path = typer.Option(Path("runs/daily.log"), help="The daily's log.")) -> None:
     """Start the contract's incumbent lane as the daily, detached, unless it already runs."""
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
     from campaign.daily.daily import start_daily
 
     pid, started = start_daily(load_contract(contract), log)
@@ -89,7 +89,7 @@ def daily_stop(contract: Optional[Path] = typer.Argument(None, help="A contract 
                                                                  "`docker run`).")) -> None:
     """Stop the daily that `campaign daily start` started (or a container `campaign promote` created), by its
     pid or container. One started otherwise is refused unless --force; so is a daily a window holds."""
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
     from campaign.daily.daily import find_daily_pidfile, stop_daily
 
     loaded = load_contract(contract, check_files=False) if contract is not None else None

@@ -23,7 +23,7 @@ def cleanup(window: Optional[str] = typer.Option(None, help="Only containers of 
             remove: bool = typer.Option(False, "--remove", help="Stop and remove them (default: only list).")) -> None:
     """List (or remove) containers left by windows: lanes and stale box watchdogs, found by their campaign.*
     labels. A watchdog whose window is still armed on this machine is never listed."""
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
     from campaign.window.orphans import engines_to_sweep, leftover_containers, remove_leftover
 
     loaded = load_contract(engines_of, check_files=False) if engines_of is not None else None
@@ -48,7 +48,7 @@ def doctor(contract: Optional[Path] = typer.Argument(None, help="Also check this
            no_smoke: bool = typer.Option(False, "--no-smoke", help="Find engines without starting them.")) -> None:
     """Check what a window needs before it runs: each engine starts and serves here, model digests, ports,
     the Docker engine, the signing key, the failsafe, free disk. One line per check; exit 1 if any fails."""
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
     from campaign.window.doctor import run_checks
 
     loaded = load_contract(contract) if contract is not None else None

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from campaign.cli._app import _cells, app, err, one_line_errors, out
+from campaign.cli._app import _cells, app, err, one_line_errors, out, register_kinds
 
 
 @app.command()
@@ -21,6 +21,8 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
             explain: bool = typer.Option(False, "--explain", help="Under a refused gate's headline, its full reasoning.")) -> None:
     """Promote a candidate to daily from a verified bundle whose required gates all PASS."""
     from campaign.promotion.promote import promote as do_promote
+
+    register_kinds()
     from campaign.signing import load_signing_key, load_trusted
 
     key = load_signing_key()  # a dry run too: the promotion would need it to record itself
@@ -55,6 +57,8 @@ def promote(bundle: Path, candidate: Optional[str] = typer.Option(None, help="Ca
 def rollback() -> None:
     """Restore the previous daily from the ledger, prove it, record it."""
     from campaign.promotion.promote import rollback as do_rollback
+
+    register_kinds()
     from campaign.signing import load_signing_key
 
     entry = do_rollback(key=load_signing_key())

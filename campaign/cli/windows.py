@@ -97,7 +97,7 @@ def plan(contract: Path,
     under --out, else from its sizes), the restore reserve, and the check against failsafe.deadline: `run`
     refuses a window whose minimum cannot fit. Nothing is started or stopped."""
     _allow(allow_path)
-    from campaign.contracts.load import load_contract
+    from campaign.cli._app import load_contract
     from campaign.promotion.promote import promoted_daily_summary
     from campaign.window.plan import plan_window
 

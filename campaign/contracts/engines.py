@@ -1,15 +1,13 @@
-"""Engine kinds and the facts about each that a contract is checked against: the one place an engine
-kind is declared (its adapter registers itself beside its class, ``lanes.engines.base.register``; a test keeps
-the two in step).
-
-Adding an engine kind: an ``EngineFacts`` entry here (and the kind in ``EngineKind``) and its adapter module
-under ``lanes/engines/``, its class under ``@register``.
+"""What a contract is checked against about an engine kind: the shape of its facts (``EngineFacts``) and the
+checks that read them. Each kind declares its facts on its adapter class (``facts``), in its module under
+``lanes/engines/``, where it registers itself (``lanes.engines.base.register``); contracts/ imports no adapter, so
+the table is filled from above, and a contract can be read only after ``lanes.engines.registry`` is imported.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 __all__ = ["ENGINES", "INSTRUMENT_TOLERANCE", "EngineFacts", "EngineKind", "instrument_tolerance", "lane_context",
            "lane_dtype"]
@@ -34,33 +32,13 @@ class EngineFacts:
     underscores_are_dashes: bool = False  # its parser reads --a_b as --a-b
 
 
-# llama.cpp splits its context between the --parallel slots unless the KV cache is unified; its dtype is
-# the GGUF's and its kernels' (no flag).
-# Draft flags, from each engine's own source or --help: llama-server 0.5.0-dev (`--help`, build 0c1e570);
-# vLLM 0.32.0 (engine/arg_utils.py: `--speculative-config`/`-sc` JSON with `model`, `--spec-model`; its
-# FlexibleArgumentParser also reads `--speculative-config.model X` and `--a_b` as `--a-b`; there is no
-# `--speculative-model` any more); SGLang from its documented server arguments (no source on this machine).
-ENGINES: dict[str, EngineFacts] = {
-    "llamacpp": EngineFacts(context_options=("--ctx-size", "-c"), context_split_by_slots=True,
-                            build_hint="make engine",
-                            draft_options=("--spec-draft-model", "--model-draft", "-md"),
-                            draft_env=("LLAMA_ARG_SPEC_DRAFT_MODEL",),
-                            hub_draft_options=("--spec-draft-hf", "--hf-repo-draft", "-hfd", "-hfrd"),
-                            hub_draft_env=("LLAMA_ARG_SPEC_DRAFT_HF_REPO",)),
-    "llama-cpp-python": EngineFacts(context_options=("--n_ctx",), build_hint="make engine-python"),
-    "vllm": EngineFacts(context_options=("--max-model-len",), dtype_options=("--dtype",), build_hint="make vllm",
-                        draft_options=("--spec-model", "--speculative-config.model", "-sc.model"),
-                        draft_json_keys=(("--speculative-config", "model"), ("-sc", "model")),
-                        underscores_are_dashes=True),
-    "sglang": EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",), build_hint="make sglang",
-                          # 0.5.23: --speculative-draft-model is its alias (srt/arg_groups/fields/spec.py L36-42)
-                          draft_options=("--speculative-draft-model-path", "--speculative-draft-model",
-                                         "--speculative-draft"),
-                          underscores_are_dashes=True),
-}
-# the schema's engine field accepts exactly the kinds above (spelled out for mypy; tests/unit/test_architecture.py
-# keeps it in step with ENGINES)
-EngineKind = Literal["llamacpp", "llama-cpp-python", "vllm", "sglang"]
+# Engine kinds to their facts, filled by ``contracts.kinds.complete_engine_kinds`` once the engines package has
+# registered every adapter (``lanes.engines.registry``); each kind's facts live on its adapter class (``facts``).
+ENGINES: dict[str, EngineFacts] = {}
+
+if TYPE_CHECKING:
+    EngineKind = str
+# else: the schema's engine field accepts exactly the registered kinds, a Literal set by complete_engine_kinds
 
 
 class LaneLike(Protocol):

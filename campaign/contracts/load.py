@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from campaign.contracts.args import parse_args
 from campaign.contracts.gatespecs import BUNDLE_COPY
 from campaign.contracts.hashing import canonical_sha256
+from campaign.contracts.kinds import require_kinds
 from campaign.contracts.manifest import MANIFEST_BYTES, ManifestError, parse_manifest
 from campaign.contracts.model import INPUT_FILE_BYTES, SERVED_ROLE
 from campaign.contracts.modelrefs import draft_problems, model_refs, option_values
@@ -153,6 +154,7 @@ def load_contract(path: str | Path, *, check_files: bool = True, allow_paths: li
 
 
 def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None, bundle_copy: bool) -> LoadedContract:
+    require_kinds()
     document = load_located(path)
     read_as: list[str] = []
     try:

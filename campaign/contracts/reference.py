@@ -91,7 +91,7 @@ def contract_reference() -> str:
     from campaign.contracts.gatespecs import GATE_SPECS
     from campaign.contracts.schema import Contract
 
-    found: list[type[BaseModel]] = [Contract, *GATE_SPECS]
+    found: list[type[BaseModel]] = [Contract, *GATE_SPECS.values()]
     lines = ["# Contract reference", "",
              f"Generated from the schema of campaign {__version__} by `campaign schema --reference`; do not edit.",
              "Every field, its type and unit, its default (what a contract that leaves it out is judged by) and",

@@ -8,12 +8,11 @@ Readiness budgets and boot-log rules are checks on a lane, not how it serves, so
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
 from campaign.contracts.args import arg_axis_keys, axis_key, last_values, merge_args, parse_args, render_args
-from campaign.contracts.engines import EngineKind
 from campaign.contracts.model import FILE_REF, MODEL_REF, MODELS_MOUNT_ROOT, LaneModel, StrictModel, unique_file_names
 from campaign.contracts.modelrefs import substitute_arg, substitute_value
 from campaign.contracts.schema import (
@@ -30,6 +29,10 @@ from campaign.contracts.schema import (
     model_roles,
 )
 from campaign.contracts.units import format_cpuset, parse_cpuset
+
+if TYPE_CHECKING:
+    from campaign.contracts.engines import EngineKind
+# else: named by contracts.kinds once every engine kind is registered
 
 __all__ = ["FILE_REF", "MODEL_REF", "EffectiveLane", "axis_difference", "contract_docker_host", "effective_lane",
            "flatten_serving", "implied_by_models", "normalize_axis"]

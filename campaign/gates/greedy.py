@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any
+from typing import Any, Literal
 
-from campaign.contracts.gatespecs import GreedySpec
-from campaign.contracts.model import parse_fraction
+from pydantic import Field
+
+from campaign.contracts.gatespecs import GateSpecBase
+from campaign.contracts.model import CountRule, StrictModel, parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.fsutil import JsonlAppender
 from campaign.gates.base import LiveGate, Visit, metric_headlines, register
@@ -34,7 +36,24 @@ from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
-__all__ = ["MARGIN_P", "GreedyGate", "sign_test_p"]
+__all__ = ["MARGIN_P", "GreedyGate", "GreedyRule", "GreedySpec", "sign_test_p"]
+
+
+class GreedyRule(StrictModel):
+    self_identical: CountRule = Field(description="Prompts whose repeats are byte-identical, at least k/N, e.g. '20/20'.")
+    cross_identical: CountRule | None = Field(
+        None, description="Prompts byte-identical to control, at least k/N. A kernel-shape diagnostic, "
+                          "not a quality verdict; omit to report without judging.")
+
+
+class GreedySpec(GateSpecBase):
+    kind: Literal["greedy"]
+    input: str = Field(description="Name of an input set of prompts.")
+    repeats: int = Field(3, ge=2, le=100, description="Self-repeats per prompt per lane.")
+    max_tokens: int = Field(64, ge=1, le=65536, description="Tokens generated per prompt.")
+    rule: GreedyRule
+
+
 
 # the one-sided sign test's level for a FAIL: an A/A FAILs at most this often, whatever the engine's own
 # nondeterminism (its discordant prompts split evenly under the null)

@@ -11,9 +11,12 @@ bound on its true probability); how often that happened is reported.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
-from campaign.contracts.gatespecs import KlRule, KlSpec
+from pydantic import Field, model_validator
+
+from campaign.contracts.gatespecs import GateSpecBase
+from campaign.contracts.model import StrictModel
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
@@ -28,7 +31,30 @@ from campaign.lanes.engines.scoring import Position
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Bound, Plot, Points, PointSeries, Presentation
 
-__all__ = ["KlGate", "TAIL_TREATMENT", "kl_topk", "percentile"]
+__all__ = ["TAIL_TREATMENT", "KlGate", "KlRule", "KlSpec", "kl_topk", "percentile"]
+
+
+class KlRule(StrictModel):
+    max_mean: float | None = Field(None, ge=0, description="nats: mean per-token KL(oracle || lane), all texts.")
+    max_p99: float | None = Field(None, ge=0, description="nats: 99th percentile per-token KL, all texts.")
+    max_max: float | None = Field(None, ge=0, description="nats: largest per-token KL.")
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> "KlRule":
+        if self.max_mean is None and self.max_p99 is None and self.max_max is None:
+            raise ValueError("give at least one of max_mean, max_p99, max_max")
+        return self
+
+
+class KlSpec(GateSpecBase):
+    kind: Literal["kl"]
+    input: str = Field(description="Input set of reference texts (rows with `text`).")
+    oracle: str | None = Field(None, description="Lane whose distributions are the reference; default: the "
+                                                 "candidate's control.")
+    top_k: int = Field(20, ge=2, le=200, description="Top-k logprobs asked for at every position.")
+    rule: KlRule
+
+
 
 TAIL_TREATMENT = ("KL over the oracle's top-k tokens plus one bucket for the rest of the vocabulary (a lower "
                   "bound of the full KL); an oracle top-k token missing from the lane's top-k gets the lane's "

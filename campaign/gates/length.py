@@ -17,18 +17,69 @@ zero, so it never FAILs but by the CI's own error rate.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from campaign.contracts.gatespecs import LengthRule, LengthSpec
+from campaign.contracts.gatespecs import GateSpecBase, LoadedContract
+from campaign.contracts.model import MAX_COUNT, NAME_PATTERN, StrictModel
 from campaign.contracts.resolve import EffectiveLane
 from campaign.gates.base import Gate, each_plot, register
 from campaign.gates.common.replies import chat_reply
+from campaign.gates.greedy import GreedySpec
 from campaign.gates.result import GateResult, Metric, Verdict
+from campaign.gates.task.spec import TaskSpec
 from campaign.presentation import Bars, BarSeries, Bound, Headline, Interval, Intervals, Plot, Presentation
 
-__all__ = ["LengthGate", "ratio_ci"]
+__all__ = ["LengthGate", "LengthRule", "LengthSpec", "ratio_ci"]
+
+
+class LengthRule(StrictModel):
+    """The candidate's mean reply length (tokens, as the engine counts them) against the control's, over the
+    items both answered: PASS when the whole CI of the relative change lies within +-max_mean_change, FAIL
+    when it lies wholly beyond it, INCONCLUSIVE when it straddles a bound."""
+
+    SINCE: ClassVar[str] = "0.3.0"  # the reference's "since" column for each of its fields
+
+    max_mean_change: float = Field(gt=0, le=10, description="Largest relative change of the mean reply length "
+                                                            "(0.2: the candidate's replies are within 20% as "
+                                                            "long as the control's).")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="Two-sided confidence of the paired bootstrap CI "
+                                                              "(over items, seeded: a rejudge gives the same).")
+    max_left_out: float = Field(0.2, ge=0, lt=1, description="Largest share of items left out of the comparison: "
+                                                             "a reply cut at max_tokens on both lanes (its length "
+                                                             "censored), a failed request, an item one lane did "
+                                                             "not answer. More: INCONCLUSIVE. A reply cut on one "
+                                                             "lane only bounds the change: FAIL or INCONCLUSIVE, "
+                                                             "never PASS.")
+    min_pairs: int = Field(5, ge=2, le=MAX_COUNT, description="Fewest items weighed (measured on both lanes, none "
+                                                              "left out) for a verdict.")
+
+
+class LengthSpec(GateSpecBase):
+    """Reads the replies another gate gathered (its raw records, each lane's first boot) and sends nothing."""
+
+    SINCE: ClassVar[str] = "0.3.0"  # the reference's "since" column for each of its fields
+
+    kind: Literal["length"]
+    input: None = Field(None, description="None: the items are the source gate's.")
+    source: str = Field(pattern=NAME_PATTERN, description="Id of the gate whose replies are measured: a greedy "
+                                                          "or task gate of this contract.")
+    rule: LengthRule
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        gates = {gate.gate_id: gate for gate in loaded.contract.gates}
+        source = gates.get(self.source)
+        if source is None:
+            raise loaded.error(("gates", index, "source"),
+                               f"{self.source!r} names no gate of this contract (gates: {', '.join(sorted(gates))})")
+        if not isinstance(source, (GreedySpec, TaskSpec)):
+            raise loaded.error(("gates", index, "source"),
+                               f"gate {self.source!r} is a {source.kind} gate: replies are read from a greedy or "
+                               "task gate")
+
+
 
 RESAMPLES = 10_000
 

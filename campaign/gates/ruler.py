@@ -32,7 +32,10 @@ import re
 import statistics
 from typing import Any, Literal
 
-from campaign.contracts.gatespecs import RulerSpec, SpeedSpec
+from pydantic import Field, field_validator
+
+from campaign.contracts.gatespecs import GateSpecBase
+from campaign.contracts.model import StrictModel, valid_regexes
 from campaign.contracts.resolve import EffectiveLane, normalize_axis
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
@@ -40,6 +43,7 @@ from campaign.gates.base import LiveGate, Visit, metric_headlines, register
 from campaign.gates.common.inputs import load_prompts
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.speed.gate import SpeedGate
+from campaign.gates.speed.spec import SpeedSpec
 from campaign.lanes.bootlog import read_log
 from campaign.lanes.engines import prometheus
 from campaign.lanes.engines.declared import Evidence, Finding
@@ -48,8 +52,63 @@ from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
-__all__ = ["ACTING", "EXERCISES", "PARSED", "RulerGate", "counter_deltas", "generated_text", "moved_differently",
-           "normalize_boot_log", "parse_prometheus"]
+__all__ = ["ACTING", "EXERCISES", "PARSED", "Observable", "RulerGate", "RulerRule", "RulerSpec", "ThinkingSwitch",
+           "counter_deltas", "generated_text", "moved_differently", "normalize_boot_log", "parse_prometheus"]
+
+
+Observable = Literal["outputs", "logprobs", "metrics", "speed", "boot_log", "props"]
+
+
+class RulerRule(StrictModel):
+    observe: list[Observable] = Field(
+        default_factory=lambda: list[Observable](["outputs", "logprobs", "metrics", "boot_log", "props"]),
+        description="What may show the axis taking effect; indistinguishable on all of them: axis may be inert. "
+                    "`speed` is opt-in: a few short probes on a shared host differ by 2-3x from noise alone.")
+    speed_tolerance: float = Field(
+        0.25, gt=0, description="Relative probe-speed change that counts as a difference (and only when the "
+                                "per-probe ranges do not overlap): small probes on a shared host are noisy.")
+    require_counters: list[str] = Field(
+        default_factory=list, description="Metric names that must be non-zero on the candidate after its probes.")
+    require_boot_log: list[str] = Field(
+        default_factory=list, description="Regexes the candidate's boot log must match.")
+    inert_verdict: Literal["FAIL", "INCONCLUSIVE"] = Field(
+        "FAIL", description="Verdict when the candidate is indistinguishable from control.")
+
+    @field_validator("require_boot_log")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        return valid_regexes(patterns)
+
+
+class ThinkingSwitch(StrictModel):
+    """A request-level thinking switch, proven on every lane before anything is measured with it: the
+    same probes sent with it on and off must come back different (reasoning text, or the reply where
+    the engine parses no reasoning). A template that ignores the switch makes every 'thinking off'
+    number a 'thinking on' number without anyone noticing."""
+
+    on: dict[str, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"enable_thinking": True}},
+                               description="Request fields that turn thinking on.")
+    off: dict[str, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"enable_thinking": False}},
+                                description="Request fields that turn thinking off.")
+    max_tokens: int = Field(48, ge=1, le=4096, description="Greedy tokens per switch probe.")
+
+
+class RulerSpec(GateSpecBase):
+    kind: Literal["ruler"]
+    input: str = Field(description="Input set of probe prompts.")
+    probes: int = Field(3, ge=1, le=100, description="How many of the input's prompts are sent.")
+    max_tokens: int = Field(16, ge=1, le=4096, description="Greedy tokens per probe.")
+    top_k: int = Field(5, ge=1, le=100, description="Top-k logprobs compared per token.")
+    thinking: ThinkingSwitch | None = Field(None, description="A thinking switch to prove on every lane: its "
+                                                              "probes must differ with it on and off.")
+    exercise: list[Literal["repetition", "long_prompt"]] = Field(
+        default_factory=lambda: list[Literal["repetition", "long_prompt"]](["repetition"]),
+        description="Built-in probes sent after the input's, to exercise common axes: `repetition` (a passage "
+                    "to copy: n-gram speculation drafts only on repeated context), `long_prompt` (prefill of "
+                    "~1.5k tokens: cache and context flags). An axis no probe exercises is INCONCLUSIVE.")
+    rule: RulerRule = Field(default_factory=RulerRule)
+
+
 
 # Observables that show a flag acting on what the engine computes, and those that only show it was parsed
 # (a deprecated no-op flag prints a warning and changes the boot log): the second kind never makes a PASS.

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
+from pydantic import Field
 
-from campaign.contracts.gatespecs import StructuredSpec
-from campaign.contracts.model import parse_fraction
+from campaign.contracts.gatespecs import GateSpecBase
+from campaign.contracts.model import CountRule, StrictModel, parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
@@ -26,7 +27,24 @@ from campaign.gates.result import GateResult, Metric, Verdict, combine
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
-__all__ = ["OUTCOMES", "StructuredGate", "classify"]
+__all__ = ["OUTCOMES", "StructuredGate", "StructuredRule", "StructuredSpec", "classify"]
+
+
+class StructuredRule(StrictModel):
+    correct: CountRule = Field(description="Rows whose output is valid, schema-valid and equal to the oracle answer, "
+                                     "at least k/N.")
+    schema_valid: CountRule | None = Field(None, description="Rows whose output is schema-valid JSON, at least k/N.")
+
+
+class StructuredSpec(GateSpecBase):
+    kind: Literal["structured"]
+    input: str = Field(description="Rows {id, prompt|messages, schema, answer}.")
+    constrained: bool = Field(True, description="Send each row's schema as a json_schema response format "
+                                                "(false: ask in the prompt only, as unconstrained chat does).")
+    max_tokens: int = Field(128, ge=1, le=8192, description="Token budget per reply.")
+    rule: StructuredRule
+
+
 
 OUTCOMES = ("correct", "wrong_value", "schema_invalid", "prose_appended", "prose_prepended", "duplicated_json",
             "extra_braces", "code_fenced", "reasoning_in_content", "truncated", "not_json", "empty", "error")

@@ -22,10 +22,13 @@ margin of the rank-1 check. Then per site: |delta logprob| between the two lanes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from campaign.contracts.engines import instrument_tolerance
-from campaign.contracts.gatespecs import TeacherForcedRule, TeacherForcedSpec
+from pydantic import Field
+
+from campaign.contracts.engines import ENGINES, instrument_tolerance
+from campaign.contracts.gatespecs import SINCE_0_3, GateSpecBase, LoadedContract
+from campaign.contracts.model import StrictModel
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
@@ -39,7 +42,80 @@ from campaign.lanes.engines.scoring import Generation, Position, TokenSeq
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Bars, BarSeries, Bound, Plot, Presentation
 
-__all__ = ["TeacherForcedGate", "check_instrument", "first_divergence", "scoring_cap", "settle_measured"]
+__all__ = ["TeacherForcedGate", "TeacherForcedRule", "TeacherForcedSpec", "check_instrument", "first_divergence",
+           "scoring_cap", "settle_measured"]
+
+
+class TeacherForcedRule(StrictModel):
+    instrument: Literal["generation", "scoring"] = Field(
+        "generation", description="What the instrument check holds the teacher-forced scores to. generation: each "
+                                  "lane's greedy tokens come back with their generation-time logprobs within "
+                                  "instrument_tolerance, at rank 1 (CPU engines give them back exactly). scoring: "
+                                  "every margin is scored on one path (teacher-forced on both servers), so the "
+                                  "check is that path's own: the drift from generation is measured per lane on "
+                                  "this engine and device and recorded, must stay within instrument_tolerance (or, "
+                                  "left out, the rule's smallest margin), and each greedy token must be rank 1 "
+                                  "within twice that drift (each of two tokens may move by it). For GPU engines, whose decode and prefill kernels "
+                                  "differ (llama-server with CUDA on an H200: up to 0.5 nats on SmolLM2-135M).",
+        json_schema_extra=SINCE_0_3)
+    instrument_tolerance: float | None = Field(
+        None, ge=0, description="nats: the most a lane's own greedy token may move between its generation-time "
+                                "logprob and its teacher-forced score (and its rank-1 tie margin); beyond it the "
+                                "scoring instrument is broken and the gate is INCONCLUSIVE. Left out: each lane's "
+                                "default for the dtype its args declare (vLLM/SGLang `--dtype`: bfloat16 0.5, "
+                                "float32 0.001, see contracts.engines.INSTRUMENT_TOLERANCE); a lane whose "
+                                "dtype is not declared makes leaving it out a contract error.")
+    max_site_delta: float | None = Field(
+        None, ge=0, description="nats: at every divergence site, |logp(control token) - logp(candidate token)| "
+                                "on the control's server is at most this: the lanes disagree only at near-ties.")
+    max_cross_server_delta: float | None = Field(
+        None, ge=0, description="nats: the same token at the same site scored on both servers differs by at "
+                                "most this (0.0: the servers share prefill numerics).")
+    noninferiority_max: float | None = Field(
+        None, ge=0, description="nats: max |delta logprob| over all reference-text tokens, candidate vs control.")
+    noninferiority_mean: float | None = Field(
+        None, ge=0, description="nats: mean |delta logprob| over all reference-text tokens.")
+    min_self_fidelity: float | None = Field(
+        None, ge=0, le=1, description="Fraction of the candidate's greedy tokens that are strictly rank 1 "
+                                      "when teacher-forced on its own server.")
+    nothing_to_weigh: Literal["INCONCLUSIVE", "PASS"] = Field(
+        "INCONCLUSIVE", description="Verdict when no rule had anything to weigh (no divergence site and no "
+                                    "other rule): a rule over zero items is not met. PASS says so in words.")
+
+
+class TeacherForcedSpec(GateSpecBase):
+    kind: Literal["teacher_forced"]
+    input: str = Field(description="Input set of prompts (prompt, messages or raw context) generated greedily.")
+    references: str | None = Field(None, description="Input set of reference texts (rows with `text`) "
+                                                     "teacher-forced on both lanes for noninferiority.")
+    max_tokens: int = Field(32, ge=1, le=4096, description="Greedy tokens generated per prompt.")
+    top_k: int = Field(20, ge=2, le=200, description="Top-k logprobs asked for at every scored position.")
+    rule: TeacherForcedRule
+
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        """A rule without ``instrument_tolerance`` takes each lane's default for its dtype, so every lane must
+        declare one; the default is a function of the frozen contract, written into every result."""
+        if self.rule.instrument_tolerance is not None:
+            return
+        if self.rule.instrument == "scoring":
+            if not any(getattr(self.rule, name) is not None
+                       for name in ("max_site_delta", "noninferiority_max", "noninferiority_mean")):
+                raise loaded.error(("gates", index, "rule"), "instrument: scoring measures its drift and caps it "
+                                                             "by instrument_tolerance or the rule's smallest margin "
+                                                             "(max_site_delta, noninferiority_max or "
+                                                             "noninferiority_mean): give one")
+            return
+        for lane in loaded.lanes.values():
+            try:
+                instrument_tolerance(None, lane)
+            except ValueError as exc:
+                options = " or ".join(ENGINES[lane.engine].dtype_options) or "its engine has no dtype option here"
+                raise loaded.error(("gates", index, "rule"),
+                                   f"no instrument_tolerance and no default: {exc}. Give instrument_tolerance "
+                                   f"in nats, or the lane's dtype ({options})") from None
+
+
 
 _MAX_EVIDENCE = 20
 

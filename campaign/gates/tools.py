@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
-from campaign.contracts.gatespecs import ToolsSpec
-from campaign.contracts.model import parse_fraction
+from pydantic import Field
+
+from campaign.contracts.gatespecs import GateSpecBase
+from campaign.contracts.model import CountRule, StrictModel, parse_fraction
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
@@ -22,7 +24,22 @@ from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation
 
-__all__ = ["OUTCOMES", "ToolsGate", "check_call", "judge_episode"]
+__all__ = ["OUTCOMES", "ToolsGate", "ToolsRule", "ToolsSpec", "check_call", "judge_episode"]
+
+
+class ToolsRule(StrictModel):
+    passed: CountRule = Field(description="Episodes whose every expected call was parsed with the right function "
+                                    "and arguments, at least k/N.")
+
+
+class ToolsSpec(GateSpecBase):
+    kind: Literal["tools"]
+    input: str = Field(description="Episodes {id, prompt|messages, tools, expect: [calls], results: [...], "
+                                   "optional tool_choice (call turns), final_tool_choice, final_contains}.")
+    max_tokens: int = Field(128, ge=1, le=8192, description="Token budget per turn.")
+    rule: ToolsRule
+
+
 
 OUTCOMES = ("passed", "no_call", "wrong_function", "unparsable_arguments", "wrong_arguments", "no_final_answer",
             "final_missing_fact", "reasoning_in_content", "error")

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any, Iterator
 
 import pydantic
 
-__all__ = ["patched_default"]
+__all__ = ["patched_default", "spec_modules"]
+
+
+def spec_modules() -> list[ModuleType]:
+    """The modules a contract's models are defined in: contracts' own and each gate kind's (its spec and rule)."""
+    import campaign.gates.registry  # noqa: F401 (every kind registered, so GATE_SPECS is whole)
+    from campaign.contracts import gatespecs, model, resolve, schema
+
+    own = [model, gatespecs, schema, resolve]
+    return own + [module for module in dict.fromkeys(sys.modules[spec.__module__]
+                                                     for spec in gatespecs.GATE_SPECS.values()) if module not in own]
 
 
 def _contract_models() -> list[type[pydantic.BaseModel]]:
-    from campaign.contracts import gatespecs, model, resolve, schema
-
-    return [value for module in (model, gatespecs, schema, resolve) for value in vars(module).values()
+    return [value for module in spec_modules() for value in vars(module).values()
             if isinstance(value, type) and issubclass(value, pydantic.BaseModel) and value.__module__ == module.__name__]
 
 

@@ -15,10 +15,15 @@ first rung, so it can never pass.
 
 from __future__ import annotations
 
+import itertools
 import statistics
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from campaign.contracts.gatespecs import NeedleRule, NeedleSpec
+from pydantic import Field, field_validator, model_validator
+
+from campaign.contracts.engines import ENGINES, lane_context
+from campaign.contracts.gatespecs import GateSpecBase, LoadedContract
+from campaign.contracts.model import MAX_CONTEXT_TOKENS, MAX_SEED, StrictModel
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender
@@ -30,7 +35,64 @@ from campaign.lanes.engines.registry import adapter_for
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Marker, Plot, Points, PointSeries, Presentation, Role
 
-__all__ = ["NeedleGate"]
+__all__ = ["NeedleGate", "NeedleRule", "NeedleSpec"]
+
+
+class NeedleRule(StrictModel):
+    reach: int | None = Field(None, ge=1, le=MAX_CONTEXT_TOKENS,
+                              description="The candidate must pass every rung up to this one "
+                                                      "(prompt tokens; one of `rungs`). Default: the top rung.")
+    not_below_control: bool = Field(True, description="And its highest passed rung must be at least the control's.")
+
+
+class NeedleSpec(GateSpecBase):
+    kind: Literal["needle"]
+    input: None = Field(None, description="None: the needle prompts are generated from the seed.")
+    rungs: list[Annotated[int, Field(le=MAX_CONTEXT_TOKENS)]] = Field(
+        min_length=1, max_length=64, description="Target prompt sizes in tokens, ascending (at most 64 rungs); each "
+                                                 "must fit the context of every lane (checked at validation).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Filler and keys are a pure function of the seed, rung "
+                                                        "and variant.")
+    max_tokens: int = Field(64, ge=8, le=4096, description="Tokens per answer (five keys need about 50).")
+    tolerance: float = Field(0.01, gt=0, le=0.05, description="Allowed relative miss of a rung's target, "
+                                                              "counted by the engine's tokenizer.")
+    rule: NeedleRule = Field(default_factory=NeedleRule)
+
+    @field_validator("rungs")
+    @classmethod
+    def _ascending(cls, rungs: list[int]) -> list[int]:
+        if any(r < 128 for r in rungs):
+            raise ValueError("rungs are prompt sizes in tokens, at least 128 (room for five keys and a question)")
+        if any(b <= a for a, b in itertools.pairwise(rungs)):
+            raise ValueError("rungs must be strictly ascending")
+        return rungs
+
+    @model_validator(mode="after")
+    def _reach_is_a_rung(self) -> "NeedleSpec":
+        if self.rule.reach is not None and self.rule.reach not in self.rungs:
+            raise ValueError(f"rule.reach {self.rule.reach} is not one of the rungs {self.rungs}")
+        return self
+
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        """Every rung, plus its answer, must fit the context of every lane that runs it. The context is read
+        from the lane's args (per engine) or its declared ``context`` field; a lane that says neither is
+        refused, because then a rung that does not fit could only be discovered mid-window."""
+        for lane in loaded.lanes.values():
+            context, source = lane_context(lane)
+            if context is None:
+                hint = f" ({source})" if source else ""
+                options = " or ".join(ENGINES[lane.engine].context_options) or "an engine context option"
+                raise loaded.error(("gates", index, "rungs"),
+                                   f"lane {lane.name}'s context is not known{hint}: give it {options} in args, "
+                                   "or `context:`, so rungs can be checked before the window")
+            for rung_index, rung in enumerate(self.rungs):
+                if rung + self.max_tokens > context:
+                    raise loaded.error(("gates", index, "rungs", rung_index),
+                                       f"rung {rung} tokens + max_tokens {self.max_tokens} does not fit lane "
+                                       f"{lane.name}'s context of {context} tokens ({source})")
+
+
 
 MAX_SIZING_ROUNDS = 12
 ATTEMPTS = 2  # the first try and one retry with a fresh seed

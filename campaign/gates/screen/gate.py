@@ -15,14 +15,19 @@ import hashlib
 import json
 import math
 import operator
+import re
 import time
 import traceback
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Annotated, Any, Literal, TypeGuard
 
-from campaign.contracts.gatespecs import ScreenSpec, parse_clause
+from pydantic import AfterValidator, Field, model_validator
+
+from campaign.contracts.gatespecs import GateSpecBase, LoadedContract
 from campaign.contracts.hashing import sha256_file
+from campaign.contracts.model import MAX_COUNT, SHA256_PATTERN, LaneFile, StrictModel, StrList, unique_file_names
 from campaign.contracts.resolve import FILE_REF, EffectiveLane
+from campaign.contracts.units import Duration, Size
 from campaign.errors import CampaignError, InputError
 from campaign.fsutil import JsonlAppender, read_bounded
 from campaign.gates.base import Screen, metric_headlines, register
@@ -30,7 +35,99 @@ from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.task.sandbox import SandboxLimits, run_python
 from campaign.presentation import Presentation
 
-__all__ = ["ScreenGate", "evaluate"]
+__all__ = ["CacheReplay", "Clause", "ScreenGate", "ScreenRule", "ScreenScript", "ScreenSpec", "evaluate",
+           "parse_clause"]
+
+
+# The schema's gate union is built from this tuple: a kind is accepted exactly when its spec is here.
+# run on stripped text; the number's digits are split only at a '.', so the pattern is linear on any text
+_CLAUSE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\-]*+)\s*+(>=|<=|>|<)\s*+([-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+)$")
+
+
+def parse_clause(text: str) -> tuple[str, str, float]:
+    """``"hit_rate >= 0.75"`` -> ("hit_rate", ">=", 0.75)."""
+    match = _CLAUSE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a rule like 'hit_rate >= 0.75' (a metric, one of >= > <= <, a number)")
+    return match.group(1), match.group(2), float(match.group(3))
+
+
+Clause = Annotated[str, AfterValidator(lambda text: (parse_clause(text), text)[1])]
+
+
+class ScreenRule(StrictModel):
+    require: list[Clause] = Field(min_length=1, description="Clauses over the screen's metrics, all of which "
+                                                            "must hold, e.g. ['hit_rate >= 0.75'].")
+
+
+class ScreenScript(StrictModel):
+    path: str = Field(description="A Python script, relative to the contract; it prints one JSON object of metrics.")
+    sha256: str = Field(pattern=SHA256_PATTERN, description="Pinned digest of the script.")
+    args: StrList = Field(default_factory=list, description="Its arguments; ${file:NAME} is the path of one of the "
+                                                           "screen's files or of the candidate lane's files.")
+
+
+class CacheReplay(StrictModel):
+    trace: str = Field(description="The screen file holding the routing trace (.npz or .jsonl).")
+    slot_map: str = Field(description="The lane file (of each candidate and its control) holding the per-layer "
+                                      "slot counts, e.g. slotmap.")
+    policy: Literal["lru", "static", "belady", "lookahead"] = Field(
+        "lru", description="The policy the rule's hit_rate and misses_per_layer_step refer to (the live cache's).")
+    compare: list[Literal["lru", "static", "belady", "lookahead"]] = Field(
+        default_factory=lambda: list[Literal["lru", "static", "belady", "lookahead"]](
+            ["static", "belady", "lookahead"]),
+        description="Policies replayed beside it, reported as <policy>.hit_rate (belady is the upper bound).")
+    lookahead: int = Field(1, ge=1, le=64, description="Steps of known routing the lookahead policy prefetches.")
+    n_experts: int | None = Field(None, ge=1, le=1 << 16, description="Experts per layer, if the trace does not "
+                                                                      "say (at most 65,536).")
+    sample_every: int = Field(1, ge=1, le=MAX_COUNT,
+                              description="Replay only every Nth decode step: a declared subsample, "
+                                                   "never called exact. 1 (the default) is the exact replay.")
+
+
+class ScreenSpec(GateSpecBase):
+    """Offline, before any lane boots: a window can end here ("not worth a live window") without the daily
+    ever being stopped. A candidate goes live only if every screen of it PASSes."""
+
+    kind: Literal["screen"]
+    files: list[LaneFile] = Field(default_factory=list, description="Pinned inputs (a routing trace...).")
+    script: ScreenScript | None = Field(None, description="A user screen, run in the task sandbox's fences.")
+    cache_replay: CacheReplay | None = Field(None, description="The built-in routing-trace cache replay.")
+    timeout: Duration = Field(600.0, description="Wall-clock limit of a script screen, per candidate (the built-in "
+                                                 "replay runs in the runner, bounded by the trace's size).")
+    memory: Size = Field(4 * 1024 ** 3, description="Address-space limit of a script screen.")
+    rule: ScreenRule
+
+    @model_validator(mode="after")
+    def _one_screen(self) -> "ScreenSpec":
+        if (self.script is None) == (self.cache_replay is None):
+            raise ValueError("a screen needs exactly one of `script` or `cache_replay`")
+        unique_file_names(self.files, "screen file names")
+        if self.cache_replay is not None and {"timeout", "memory"} & self.model_fields_set:
+            raise ValueError("`timeout` and `memory` limit a script screen; the built-in replay runs in the runner")
+        return self
+
+    def check_contract(self, loaded: LoadedContract, index: int, check_files: bool) -> None:
+        names = {f.name for f in self.files}
+        if self.script is not None:  # each reference resolves for every candidate, or the screen cannot run
+            for lane in (lane for lane in loaded.lanes.values() if lane.role == "candidate"):
+                known = names | {f.name for f in lane.files}
+                for arg in self.script.args:
+                    for name in FILE_REF.findall(arg):
+                        if name not in known:
+                            raise loaded.error(("gates", index, "script", "args"),
+                                               f"${{file:{name}}} names no screen file and no file of lane "
+                                               f"{lane.name!r}")
+        if self.cache_replay is not None:
+            if self.cache_replay.trace not in names:
+                raise loaded.error(("gates", index, "cache_replay", "trace"),
+                                   f"no screen file named {self.cache_replay.trace!r} (files: {sorted(names)})")
+            for lane in loaded.lanes.values():
+                if lane.role == "candidate" and self.cache_replay.slot_map not in {f.name for f in lane.files}:
+                    raise loaded.error(("gates", index, "cache_replay", "slot_map"),
+                                       f"lane {lane.name!r} has no file named {self.cache_replay.slot_map!r}")
+
+
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 # A screen script is a page or two of Python; 4 MiB bounds what is read before its sha256 is checked.

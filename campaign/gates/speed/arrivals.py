@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from campaign.contracts.gatespecs import RATE_UNIT, Arrival
+from campaign.gates.speed.spec import RATE_UNIT, Arrival
 
 __all__ = ["rate_of", "schedule"]
 

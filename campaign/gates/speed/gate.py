@@ -24,7 +24,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from campaign.contracts.gatespecs import Level, SpeedRule, SpeedSpec, level_tag, tail_samples_needed
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import PreflightError
 from campaign.fsutil import JsonlAppender
@@ -50,6 +49,7 @@ from campaign.gates.speed.sequential import (
     reachable,
     tail_value,
 )
+from campaign.gates.speed.spec import Level, SpeedRule, SpeedSpec, level_tag, tail_samples_needed
 from campaign.lanes.hostcpu import pinned_threads
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Presentation

@@ -17,8 +17,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from campaign.contracts.gatespecs import Level, Slo, load_order
 from campaign.gates.common.streams import StreamStats
+from campaign.gates.speed.spec import Level, Slo, load_order
 
 __all__ = ["BootGoodput", "highest_meeting", "is_good", "knee", "paired_share_change", "pooled", "samples"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from campaign.contracts.gatespecs import Level, SpeedRule, level_of_key, level_tag, load_order
 from campaign.gates.base import each_plot
+from campaign.gates.speed.spec import Level, SpeedRule, level_of_key, level_tag, load_order
 from campaign.presentation import (
     HEADLINE_CHARS,
     Bars,

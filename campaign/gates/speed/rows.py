@@ -14,8 +14,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from campaign.contracts.gatespecs import Arrival, Level, SpeedRule, level_tag, load_order
 from campaign.gates.common.streams import StreamFacts, StreamStats, analyze_stream
+from campaign.gates.speed.spec import Arrival, Level, SpeedRule, level_tag, load_order
 from campaign.lanes.engines.prometheus import counter_deltas, parse_prometheus
 
 __all__ = ["BUSY_HOST", "RowAttempt", "RowResult", "evaluate_row", "facts_from", "group_attempts", "spread"]

@@ -25,7 +25,6 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
-from campaign.contracts.gatespecs import Level, SpeedSpec
 from campaign.errors import EngineError
 from campaign.fsutil import JsonlAppender, jsonl_line
 from campaign.gates.common.inputs import Prompt
@@ -33,6 +32,7 @@ from campaign.gates.common.stats import percentile
 from campaign.gates.common.streams import StreamFacts, streamed_text
 from campaign.gates.speed.arrivals import schedule
 from campaign.gates.speed.rows import BUSY_HOST, RowAttempt, RowResult, evaluate_row
+from campaign.gates.speed.spec import Level, SpeedSpec
 from campaign.lanes.engines.base import EngineAdapter
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import parse_prometheus

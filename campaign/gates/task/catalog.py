@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from campaign.contracts.gatespecs import ArithmeticTasks, HumanEvalTasks
 from campaign.contracts.hashing import sha256_bytes
 from campaign.errors import ContractError, PreflightError
 from campaign.fsutil import UnreadableFile, read_bounded
 from campaign.gates.common.inputs import read_jsonl_rows
 from campaign.gates.task.sandbox import SandboxLimits, SandboxResult, run_python
+from campaign.gates.task.spec import ArithmeticTasks, HumanEvalTasks
 
 __all__ = ["Score", "Task", "arithmetic_tasks", "extract_answer", "humaneval_tasks", "match_answer",
            "score_reply", "user_tasks"]

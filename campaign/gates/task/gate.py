@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from campaign.contracts.gatespecs import TaskRule, TaskSpec
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
@@ -29,6 +28,7 @@ from campaign.gates.common.stats import clopper_pearson_upper
 from campaign.gates.result import GateResult, Metric, Verdict
 from campaign.gates.task.catalog import Score, Task, arithmetic_tasks, humaneval_tasks, score_reply, user_tasks
 from campaign.gates.task.sandbox import SandboxLimits
+from campaign.gates.task.spec import TaskRule, TaskSpec
 from campaign.lanes.lanerun import LaneRun
 from campaign.presentation import Bars, BarSeries, Bound, Plot, Presentation
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from campaign.contracts.engines import EngineFacts
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import CapabilityError, EngineError
 from campaign.kinds import add_kind
@@ -42,7 +43,8 @@ class Readiness:
 
 
 class EngineAdapter(ABC):
-    name: str
+    name: str  # the engine kind a contract names (`engine:`)
+    facts: EngineFacts  # what the contract checks read about its command line
 
     @abstractmethod
     def server_args(self, lane: EffectiveLane, model_path: str) -> list[str]:
@@ -218,13 +220,11 @@ A = TypeVar("A", bound=type[EngineAdapter])
 
 
 def register(cls: A) -> A:
-    """Beside an adapter class: the adapter of the engine kind its ``name`` says (one of
-    ``contracts.engines.ENGINES``, where the kind's facts for the contract checks live)."""
-    from campaign.contracts.engines import ENGINES
-
-    name = vars(cls).get("name")
-    if name not in ENGINES:
-        raise TypeError(f"{cls.__name__}: a registered adapter names its engine kind (`name`, one of "
-                        f"{sorted(ENGINES)})")
+    """Beside an adapter class: the adapter of the engine kind its ``name`` says, with the facts the contract
+    checks read (``facts``, declared on the class itself: a subclass never inherits another kind's)."""
+    name, facts = vars(cls).get("name"), vars(cls).get("facts")
+    if not isinstance(name, str) or not name or not isinstance(facts, EngineFacts):
+        raise TypeError(f"{cls.__name__}: a registered adapter declares its engine kind (`name`) and its "
+                        "`facts` (contracts.engines.EngineFacts)")
     add_kind(ADAPTERS, name, cls)
     return cls

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from campaign.contracts.engines import EngineFacts
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness, register
@@ -42,6 +43,13 @@ __all__ = ["LlamaCppAdapter"]
 @register
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
+    # its context is split between the --parallel slots unless the KV cache is unified; its dtype is the GGUF's
+    # and its kernels' (no flag). Draft flags from llama-server 0.5.0-dev's `--help` (build 0c1e570).
+    facts = EngineFacts(context_options=("--ctx-size", "-c"), context_split_by_slots=True, build_hint="make engine",
+                        draft_options=("--spec-draft-model", "--model-draft", "-md"),
+                        draft_env=("LLAMA_ARG_SPEC_DRAFT_MODEL",),
+                        hub_draft_options=("--spec-draft-hf", "--hf-repo-draft", "-hfd", "-hfrd"),
+                        hub_draft_env=("LLAMA_ARG_SPEC_DRAFT_HF_REPO",))
     # typed as the base types them, so an adapter built on this one may set None or another table
     api_key_env: str | None = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY"), comma-separated
     declared_observables: Mapping[str, Observable] = OBSERVABLES  # what bounds each flag's value, and where the server shows it

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from campaign.contracts.engines import EngineFacts
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness, register
@@ -34,6 +35,7 @@ GREEDY = {"repeat_penalty": 1.0}  # the server's own default is 1.1: not greedy 
 @register
 class LlamaCppPythonAdapter(EngineAdapter):
     name = "llama-cpp-python"
+    facts = EngineFacts(context_options=("--n_ctx",), build_hint="make engine-python")
     api_key_option = "--api_key"  # llama_cpp/server/cli.py: one option per settings field, by its own name
     capabilities = frozenset({"tokenize", "generate", "score", "json_schema", "tools"})
 

@@ -59,6 +59,7 @@ import os
 import re
 from typing import Any
 
+from campaign.contracts.engines import EngineFacts
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt, register
@@ -101,6 +102,12 @@ METRIC_TYPES = {  # as each is declared there (Counter / Gauge / Histogram)
 @register
 class SGLangAdapter(EngineAdapter):
     name = "sglang"
+    # Draft flags from its documented server arguments; 0.5.23: --speculative-draft-model is an alias
+    # (srt/arg_groups/fields/spec.py L36-42).
+    facts = EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",), build_hint="make sglang",
+                        draft_options=("--speculative-draft-model-path", "--speculative-draft-model",
+                                       "--speculative-draft"),
+                        underscores_are_dashes=True)
     reasoning_field = "reasoning_content"
     metrics_flag = "--enable-metrics"
     capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "json_schema", "tools", "metrics"})

@@ -41,6 +41,7 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
+from campaign.contracts.engines import EngineFacts
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt, register
@@ -60,6 +61,13 @@ _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 @register
 class VllmAdapter(EngineAdapter):
     name = "vllm"
+    # Draft flags from vLLM 0.32.0's engine/arg_utils.py: `--speculative-config`/`-sc` JSON with `model`,
+    # `--spec-model`; its FlexibleArgumentParser also reads `--speculative-config.model X` and `--a_b` as `--a-b`;
+    # there is no `--speculative-model` any more.
+    facts = EngineFacts(context_options=("--max-model-len",), dtype_options=("--dtype",), build_hint="make vllm",
+                        draft_options=("--spec-model", "--speculative-config.model", "-sc.model"),
+                        draft_json_keys=(("--speculative-config", "model"), ("-sc", "model")),
+                        underscores_are_dashes=True)
     declared_observables = OBSERVABLES  # a speculative depth, by the per-position acceptance counters
     api_key_env = "VLLM_API_KEY"  # 0.32 envs.py; --api-key wins over it (entrypoints/serve/middleware/register.py)
     capabilities = frozenset({"render_chat", "tokenize", "generate", "score", "metrics"})

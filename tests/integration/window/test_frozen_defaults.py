@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from campaign.contracts.freeze import ToolDefaultsChanged, freeze
-from campaign.contracts.gatespecs import GreedySpec
 from campaign.contracts.load import load_contract
 from campaign.fsutil import load_json_strict, read_jsonl
+from campaign.gates.greedy import GreedySpec
 from campaign.receipts.publish import publish
 from campaign.signing import init_keys, load_signing_key, load_trusted
 from campaign.window.run import run_window
@@ -59,7 +59,7 @@ def test_a_tool_with_another_default_refuses_then_runs_when_told_and_the_bundle_
 
 
 # the CLI of a newer tool: this one with GreedySpec.max_tokens defaulting to 6 (run in a child process)
-_NEWER_TOOL = ("from campaign.cli import main\nfrom campaign.contracts.gatespecs import GreedySpec\n"
+_NEWER_TOOL = ("from campaign.cli import main\nfrom campaign.gates.greedy import GreedySpec\n"
                "from tests.support.schema import patched_default\n"
                "with patched_default(GreedySpec, 'max_tokens', 6):\n    main()\n")
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from campaign.contracts.freeze import ToolDefaultsChanged, check_frozen, freeze
-from campaign.contracts.gatespecs import GreedySpec
 from campaign.contracts.hashing import canonical_json, canonical_sha256
 from campaign.contracts.load import load_contract
 from campaign.fsutil import atomic_write_json, load_json_strict
+from campaign.gates.greedy import GreedySpec
 from campaign.signing import init_keys, load_signing_key, load_trusted
 from tests.support.contracts import demo_like, write_contract
-from tests.support.schema import patched_default
+from tests.support.schema import patched_default, spec_modules
 
 
 def _frozen_without(tmp_path: Path, line: str) -> Path:
@@ -179,10 +179,11 @@ def test_each_field_added_since_names_one_field_wherever_a_contract_model_has_it
 
     from pydantic import BaseModel
 
-    from campaign.contracts import gatespecs, resolve, schema
+    from campaign.contracts import model
     from campaign.contracts.effective import ADDED_AS_BEFORE
 
-    models = {cls for module in (gatespecs, resolve, schema) for _, cls in inspect.getmembers(module, inspect.isclass)
+    models = {cls for module in spec_modules() if module is not model
+              for _, cls in inspect.getmembers(module, inspect.isclass)
               if issubclass(cls, BaseModel) and cls.__module__ == module.__name__}
     from pydantic import TypeAdapter
 

@@ -29,9 +29,12 @@ def missing_declarations(cls: type[Gate]) -> list[str]:
 def test_every_kind_declares_what_the_tool_reads_of_it(kind: str) -> None:
     cls = GATES[kind]
     spec = typing.get_type_hints(cls)["spec"]
-    assert spec in GATE_SPECS and typing.get_args(spec.model_fields["kind"].annotation) == (kind,)
+    assert GATE_SPECS[kind] is spec and typing.get_args(spec.model_fields["kind"].annotation) == (kind,)
     assert cls.__module__.startswith("campaign.gates.")
     assert missing_declarations(cls) == []
+    # the kind lives in one place: its spec in its gate's module, or in its gate's own package (gates/speed/)
+    home = cls.__module__ if cls.__module__.count(".") == 2 else cls.__module__.rsplit(".", 1)[0]
+    assert spec.__module__ == home or spec.__module__.startswith(home + "."), (spec.__module__, cls.__module__)
 
 
 def test_a_kind_that_leaves_a_declaration_to_the_default_is_named() -> None:
@@ -50,4 +53,4 @@ def test_a_kind_is_registered_once_and_only_by_a_class_that_names_its_spec() -> 
         register(type("GreedyAgain", (GATES["greedy"],), {}))
     with pytest.raises(TypeError, match="annotates `spec`"):
         register(type("NoSpec", (Gate,), {}))
-    assert {kind for kind in GATES} == {typing.get_args(s.model_fields["kind"].annotation)[0] for s in GATE_SPECS}
+    assert {kind for kind in GATES} == {typing.get_args(s.model_fields["kind"].annotation)[0] for s in GATE_SPECS.values()}

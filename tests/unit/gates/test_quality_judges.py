@@ -277,8 +277,7 @@ def test_the_scoring_path_measures_its_drift_and_ranks_within_it() -> None:
 
 
 def test_the_scoring_path_is_capped_by_the_rules_smallest_margin() -> None:
-    from campaign.contracts.gatespecs import TeacherForcedRule
-    from campaign.gates.teacher_forced import scoring_cap
+    from campaign.gates.teacher_forced import TeacherForcedRule, scoring_cap
 
     rule = TeacherForcedRule(instrument="scoring", max_site_delta=1.0, noninferiority_max=0.8)
     assert scoring_cap(rule) == (0.8, "the scoring path, drift measured on this engine and device, capped by "

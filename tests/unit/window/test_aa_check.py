@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from campaign.contracts.gatespecs import NeedleRule, RulerRule, SpeedRule
 from campaign.contracts.load import load_contract
 from campaign.fsutil import JsonlAppender, atomic_write_json
+from campaign.gates.needle.gate import NeedleRule
 from campaign.gates.registry import GATES
+from campaign.gates.ruler import RulerRule
+from campaign.gates.speed.spec import SpeedRule
 from campaign.receipts.decision import decisions
 from campaign.receipts.publish import render_html, render_markdown
 from campaign.window.judge import LaneOutcome, build_gates, input_copies, judge_bundle, summarize

@@ -127,7 +127,7 @@ def _window_whose_lanes_differ(tmp_path: Path) -> Path:
 
 
 def test_a_rejudge_keeps_the_frozen_rules_and_shows_what_the_tool_defaults_would_decide(tmp_path: Path) -> None:
-    from campaign.contracts.gatespecs import GreedyRule
+    from campaign.gates.greedy import GreedyRule
     from tests.support.schema import patched_default
 
     source = _window_whose_lanes_differ(tmp_path)

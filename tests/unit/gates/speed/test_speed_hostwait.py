@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from campaign.contracts.gatespecs import SpeedSpec
 from campaign.fsutil import JsonlAppender
 from campaign.gates.speed.run import SpeedMeasurement
+from campaign.gates.speed.spec import SpeedSpec
 from tests.support.speedrecords import judge_gate, rates, write_boots
 
 BURN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"

@@ -3,8 +3,8 @@ the bar once, and whole levels only (a headline is never cut inside a CI)."""
 
 from __future__ import annotations
 
-from campaign.contracts.gatespecs import SpeedRule
 from campaign.gates.speed.present import headline_words
+from campaign.gates.speed.spec import SpeedRule
 from campaign.presentation import HEADLINE_CHARS
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from campaign.contracts.gatespecs import Arrival, Slo
 from campaign.errors import ContractError
 from campaign.gates.common.streams import StreamStats
 from campaign.gates.speed.arrivals import schedule
 from campaign.gates.speed.latency import BootGoodput, highest_meeting, is_good, knee, paired_share_change
+from campaign.gates.speed.spec import Arrival, Slo
 from tests.support.speedrecords import load_gates, rates, speed_contract, write_visit
 
 LANES = """\

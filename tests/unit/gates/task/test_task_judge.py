@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from campaign.contracts.gatespecs import ArithmeticTasks
 from campaign.contracts.load import load_contract
 from campaign.errors import ContractError
 from campaign.fsutil import JsonlAppender
@@ -15,6 +14,7 @@ from campaign.gates.base import GateContext
 from campaign.gates.registry import gate_for
 from campaign.gates.result import Verdict
 from campaign.gates.task.catalog import arithmetic_tasks, extract_answer, match_answer, user_tasks
+from campaign.gates.task.spec import ArithmeticTasks
 from tests.support.contracts import demo_like, write_contract
 
 SOLUTION_53 = "```python\ndef add(x: int, y: int):\n    return x + y\n```"
