@@ -177,6 +177,10 @@ def catalog() -> list[Entry]:
         pattern_entry("bootlog._NOT_STARTED (search)", bootlog._NOT_STARTED, _search),
     ]
     entries += [pattern_entry(f"bootlog.{cause} (search)", pattern, _search) for cause, pattern in bootlog._CAUSES]
+    from campaign.lanes.engines.registry import ADAPTERS
+
+    entries += [pattern_entry(f"{kind} facts.boot_failures {cause} (search)", pattern, _search)
+                for kind, adapter in sorted(ADAPTERS.items()) for cause, pattern in adapter.facts.boot_failures]
     entries += [pattern_entry(f"yamlsafe.{name}", getattr(yamlsafe, name), _search)
                 for name in ("_NON_PRINTABLE", "_NUL_OR_SURROGATE") if hasattr(yamlsafe, name)]
     entries += _yaml_resolvers()

@@ -6,8 +6,9 @@ the table is filled from above, and a contract can be read only after ``lanes.en
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 __all__ = ["ENGINES", "INSTRUMENT_TOLERANCE", "EngineFacts", "EngineKind", "instrument_tolerance", "lane_context",
            "lane_dtype"]
@@ -18,6 +19,8 @@ class EngineFacts:
     """What the contract checks need to know about an engine's command line."""
 
     context_options: tuple[str, ...]  # options that set the per-request context
+    # what its served model is: a file (a GGUF), a folder (Hugging Face's layout, pinned by sha256_manifest)
+    model_forms: tuple[Literal["file", "directory"], ...]
     dtype_options: tuple[str, ...] = ()  # options that set the compute dtype (none: the model file's)
     context_split_by_slots: bool = False  # the context is shared by --parallel slots unless --kv-unified
     build_hint: str = ""  # how this project makes the engine's executable, shown by `campaign doctor`
@@ -30,6 +33,10 @@ class EngineFacts:
     hub_draft_options: tuple[str, ...] = ()
     hub_draft_env: tuple[str, ...] = ()
     underscores_are_dashes: bool = False  # its parser reads --a_b as --a-b
+    # Its own words for a failed boot, read before the words every engine shares (``lanes.bootlog``): (cause,
+    # pattern), the cause one of bootlog's (``HINTS`` says what to do about each). Patterns are linear (no
+    # nested repeats: benchmarks/patterns.py measures every one).
+    boot_failures: tuple[tuple[str, re.Pattern[str]], ...] = ()
 
 
 # Engine kinds to their facts, filled by ``contracts.kinds.complete_engine_kinds`` once the engines package has

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from campaign.contracts.args import parse_args
+from campaign.contracts.engines import ENGINES
 from campaign.contracts.gatespecs import BUNDLE_COPY
 from campaign.contracts.hashing import canonical_sha256
 from campaign.contracts.kinds import require_kinds
@@ -195,6 +196,8 @@ def _load_contract(path: Path, check_files: bool, allow_paths: list[Path] | None
         _check_files(loaded)
         _check_models(loaded)
         _check_served_models(loaded)
+    if not bundle_copy:  # a bundle's copy is judged as it ran
+        _check_model_forms(loaded, check_files)
     _check_literal_secrets(loaded)
     _check_file_refs(loaded)
     _check_model_refs(loaded, draft_flags=not bundle_copy)
@@ -299,6 +302,31 @@ def _check_served_models(loaded: LoadedContract) -> None:
         except UnreadableFile as exc:
             raise loaded.error(where, file_problem(loaded, model.path, exc) + (
                 " (a directory is pinned by sha256_manifest)" if folder else "")) from None
+
+
+_FORM_WORDS = {"file": "a model file (a GGUF, pinned by sha256)",
+               "directory": "a model folder (Hugging Face's layout, pinned by sha256_manifest)"}
+
+
+def _check_model_forms(loaded: LoadedContract, check_files: bool) -> None:
+    """Each lane's served model is of a form its engine serves (its adapter's ``facts.model_forms``): a GGUF
+    handed to vLLM, or a folder to llama-server, fails only at boot, after the daily went down. The form is
+    the pin's (``sha256_manifest``: a folder), else, where the files are read, the path's own."""
+    for index, lane in enumerate(loaded.contract.lanes):
+        effective = loaded.lanes[lane.name]
+        model, forms = effective.model, ENGINES[effective.engine].model_forms
+        if model.sha256_manifest is not None or model.sha256 is not None:
+            form = "directory" if model.sha256_manifest is not None else "file"
+        elif check_files and (effective.runtime != "docker" or engine_is_local(effective.docker_host)) \
+                and os.path.exists(loaded.resolve(model.path)):
+            form = "directory" if os.path.isdir(loaded.resolve(model.path)) else "file"
+        else:
+            continue
+        if form not in forms:
+            where = ("lanes", index, "set", "model", "path") if lane.set.model is not None else \
+                ("lane_defaults", "model", "path")
+            raise loaded.error(where, f"{model.path!r} is {_FORM_WORDS[form]}; engine {effective.engine} serves "
+                                      f"{' or '.join(_FORM_WORDS[f] for f in forms)}")
 
 
 def _is_loop(path: Path) -> bool:

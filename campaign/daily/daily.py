@@ -82,7 +82,7 @@ def start_daily(loaded: LoadedContract, log_path: Path, *, wait: float = 300.0) 
                 size = handle.seek(0, os.SEEK_END)
                 handle.seek(max(offset, size - (1 << 20)))
                 text = handle.read(1 << 20).decode(errors="replace")
-            cause = classify_failure(text, popen.returncode)
+            cause = classify_failure(text, popen.returncode, engine=adapter_for(lane.engine).facts)
             hint = f": {HINTS[cause]}" if cause in HINTS else f" ({cause})"
             raise RunError(f"daily {describe_exit(popen.returncode)} while loading{hint}; see {log_path}")
         try:

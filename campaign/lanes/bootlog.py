@@ -11,10 +11,11 @@ import re
 import signal
 from pathlib import Path
 
+from campaign.contracts.engines import EngineFacts
 from campaign.contracts.schema import BootLogRules
 from campaign.fsutil import UnreadableFile, open_regular
 
-__all__ = ["BOOT_LOG_BYTES", "HINTS", "TAIL_BYTES", "check_rules", "classify_failure", "describe_exit", "log_tail",
+__all__ = ["BOOT_LOG_BYTES", "HINTS", "HUB_REFUSED", "TAIL_BYTES", "check_rules", "classify_failure", "describe_exit", "log_tail",
            "read_log"]
 
 # A boot log is what an engine printed while loading: tens to hundreds of KB (vLLM, llama.cpp verbose). An
@@ -29,20 +30,20 @@ _CAUSES: list[tuple[str, re.Pattern[str]]] = [
                                  r"\bBus error\b|SIGBUS", re.I)),
     ("gpu_unavailable", re.compile(r"could not select device driver|nvidia-container-cli|no CUDA-capable device|"
                                    r"unknown or invalid runtime name: nvidia", re.I)),
-    # PyTorch's words, CUDA's, and llama.cpp's (a cudaMalloc that failed while loading weights or the KV cache)
-    ("gpu_out_of_memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation|"
-                                     r"cudaMalloc failed: out of memory|unable to allocate CUDA\d* buffer", re.I)),
-    ("out_of_memory", re.compile(r"out of memory|Cannot allocate memory|std::bad_alloc|failed to allocate|"
-                                 r"less than desired (?:CPU|GPU) memory utilization|"  # vLLM's memory budget
-                                 r"No available memory for the cache blocks", re.I)),
+    # PyTorch's words and CUDA's (an engine's own, such as llama.cpp's cudaMalloc, are its adapter's)
+    ("gpu_out_of_memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation",
+                                     re.I)),
+    ("out_of_memory", re.compile(r"out of memory|Cannot allocate memory|std::bad_alloc|failed to allocate", re.I)),
     ("bad_argument", re.compile(r"unknown argument|unrecognized argument|invalid argument|error: argument|"
                                 r"no such option|unknown option", re.I)),
     ("port_in_use", re.compile(r"address already in use|couldn't bind|bind failed", re.I)),
     ("model_load_failed", re.compile(r"failed to load model|error loading model|unable to load model|"
-                                     r"No such file or directory|"
-                                     r"HFValidationError|LocalEntryNotFoundError|OfflineModeIsEnabled", re.I)),
+                                     r"No such file or directory", re.I)),
     ("missing_image", re.compile(r"No such image|pull access denied|manifest unknown", re.I)),
 ]
+# The Hugging Face hub client refusing a model path (offline, or a folder that is not a model): the words of
+# every engine that loads through it (vLLM's and SGLang's facts name it).
+HUB_REFUSED = re.compile(r"HFValidationError|LocalEntryNotFoundError|OfflineModeIsEnabled")
 # Said by the engine when it could not even exec the command (docker start), before any log exists.
 _NOT_STARTED = re.compile(r"executable file not found|exec format error|no such file or directory|"
                           r"permission denied|not a directory", re.I)
@@ -116,10 +117,11 @@ def describe_exit(exit_code: int | None) -> str:
 
 
 def classify_failure(log_text: str, exit_code: int | None, *, oom_killed: bool = False,
-                     started: bool = True) -> str:
+                     started: bool = True, engine: EngineFacts | None = None) -> str:
     """A short cause for a lane that exited or never became ready. ``oom_killed`` is the kernel's or the
     engine's own word (docker's State.OOMKilled, a cgroup's oom_kill count); ``started=False`` means the
-    runtime could not exec the command."""
+    runtime could not exec the command; ``engine``'s own words (``boot_failures``) are read before the shared
+    ones."""
     if oom_killed:
         return "oom_killed"
     if not started and not _CAUSES[1][1].search(log_text) and _NOT_STARTED.search(log_text):
@@ -130,7 +132,7 @@ def classify_failure(log_text: str, exit_code: int | None, *, oom_killed: bool =
         return _SIGNAL_CAUSES[sig]
     if exit_code == 127:
         return "missing_executable"
-    for cause, pattern in _CAUSES:
+    for cause, pattern in (*(engine.boot_failures if engine else ()), *_CAUSES):
         if pattern.search(log_text):
             return cause
     if sig is not None and sig in _SIGNAL_CAUSES:

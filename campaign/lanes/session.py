@@ -187,7 +187,7 @@ async def _wait_ready(run: LaneRun, log_path: Path, started: float) -> None:
             # the whole log: vLLM prints the root cause a hundred lines before its last traceback
             full = read_log(log_path) or tail
             cause = classify_failure(f"{full}\n{facts.get('error', '')}", code,
-                                     oom_killed=bool(facts.get("oom_killed")))
+                                     oom_killed=bool(facts.get("oom_killed")), engine=run.adapter.facts)
             hint = f": {HINTS[cause]}" if cause in HINTS else ""
             raise LaunchError(f"lane {lane.name}: {describe_exit(code)} before it was ready{why}{hint}",
                               cause=cause, log_tail=tail)

@@ -24,6 +24,7 @@ and prompt token counters are what tell another client's traffic apart.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -45,7 +46,11 @@ class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     # its context is split between the --parallel slots unless the KV cache is unified; its dtype is the GGUF's
     # and its kernels' (no flag). Draft flags from llama-server 0.5.0-dev's `--help` (build 0c1e570).
-    facts = EngineFacts(context_options=("--ctx-size", "-c"), context_split_by_slots=True, build_hint="make engine",
+    facts = EngineFacts(context_options=("--ctx-size", "-c"), model_forms=("file",), context_split_by_slots=True,
+                        build_hint="make engine",
+                        # a cudaMalloc that failed while loading weights or the KV cache
+                        boot_failures=(("gpu_out_of_memory", re.compile(
+                            r"cudaMalloc failed: out of memory|unable to allocate CUDA\d* buffer", re.I)),),
                         draft_options=("--spec-draft-model", "--model-draft", "-md"),
                         draft_env=("LLAMA_ARG_SPEC_DRAFT_MODEL",),
                         hub_draft_options=("--spec-draft-hf", "--hf-repo-draft", "-hfd", "-hfrd"),

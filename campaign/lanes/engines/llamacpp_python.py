@@ -25,6 +25,7 @@ from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
 from campaign.lanes.engines.base import EngineAdapter, Readiness, register
 from campaign.lanes.engines.client import LaneClient
+from campaign.lanes.engines.llamacpp import LlamaCppAdapter
 from campaign.lanes.engines.scoring import Alt, Generation, Position, TokenSeq
 
 __all__ = ["GREEDY", "LlamaCppPythonAdapter"]
@@ -35,7 +36,9 @@ GREEDY = {"repeat_penalty": 1.0}  # the server's own default is 1.1: not greedy 
 @register
 class LlamaCppPythonAdapter(EngineAdapter):
     name = "llama-cpp-python"
-    facts = EngineFacts(context_options=("--n_ctx",), build_hint="make engine-python")
+    # llama.cpp underneath: the same words for a failed allocation on a GPU build
+    facts = EngineFacts(context_options=("--n_ctx",), model_forms=("file",), build_hint="make engine-python",
+                        boot_failures=LlamaCppAdapter.facts.boot_failures)
     api_key_option = "--api_key"  # llama_cpp/server/cli.py: one option per settings field, by its own name
     capabilities = frozenset({"tokenize", "generate", "score", "json_schema", "tools"})
 

@@ -62,6 +62,7 @@ from typing import Any
 from campaign.contracts.engines import EngineFacts
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
+from campaign.lanes.bootlog import HUB_REFUSED
 from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt, register
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, parse_prometheus, series_sum, totals
@@ -104,7 +105,8 @@ class SGLangAdapter(EngineAdapter):
     name = "sglang"
     # Draft flags from its documented server arguments; 0.5.23: --speculative-draft-model is an alias
     # (srt/arg_groups/fields/spec.py L36-42).
-    facts = EngineFacts(context_options=("--context-length",), dtype_options=("--dtype",), build_hint="make sglang",
+    facts = EngineFacts(context_options=("--context-length",), model_forms=("directory",), dtype_options=("--dtype",),
+                        build_hint="make sglang", boot_failures=(("model_load_failed", HUB_REFUSED),),
                         draft_options=("--speculative-draft-model-path", "--speculative-draft-model",
                                        "--speculative-draft"),
                         underscores_are_dashes=True)

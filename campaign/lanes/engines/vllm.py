@@ -44,6 +44,7 @@ from typing import Any, cast
 from campaign.contracts.engines import EngineFacts
 from campaign.contracts.resolve import EffectiveLane
 from campaign.errors import EngineError, ScoreError
+from campaign.lanes.bootlog import HUB_REFUSED
 from campaign.lanes.engines.base import EngineAdapter, Readiness, fresh_cache_salt, register
 from campaign.lanes.engines.client import LaneClient
 from campaign.lanes.engines.prometheus import Samples, series, series_sum
@@ -64,7 +65,12 @@ class VllmAdapter(EngineAdapter):
     # Draft flags from vLLM 0.32.0's engine/arg_utils.py: `--speculative-config`/`-sc` JSON with `model`,
     # `--spec-model`; its FlexibleArgumentParser also reads `--speculative-config.model X` and `--a_b` as `--a-b`;
     # there is no `--speculative-model` any more.
-    facts = EngineFacts(context_options=("--max-model-len",), dtype_options=("--dtype",), build_hint="make vllm",
+    facts = EngineFacts(context_options=("--max-model-len",), model_forms=("directory",), dtype_options=("--dtype",),
+                        build_hint="make vllm", boot_failures=(
+                            # its memory budget, on CPU and GPU alike; a model folder the hub client refused
+                            ("out_of_memory", re.compile(r"less than desired (?:CPU|GPU) memory utilization|"
+                                                         r"No available memory for the cache blocks", re.I)),
+                            ("model_load_failed", HUB_REFUSED)),
                         draft_options=("--spec-model", "--speculative-config.model", "-sc.model"),
                         draft_json_keys=(("--speculative-config", "model"), ("-sc", "model")),
                         underscores_are_dashes=True)

@@ -23,7 +23,7 @@ contract: t-served
 version: 1
 lane_defaults:
   runtime: {runtime}
-  engine: llamacpp
+  engine: {engine}
   {where_defaults}
   port: 18123
   model: {{path: {defaults_path}{pin}}}
@@ -41,13 +41,14 @@ inputs:
 
 
 def contract(folder: Path, *, defaults_path: str = str(MODEL), candidate_path: str = str(MODEL),
-             runtime: str = "process", pin: str = f", sha256: '{PIN}'") -> Path:
+             runtime: str = "process", pin: str = f", sha256: '{PIN}'", engine: str = "llamacpp") -> Path:
     if candidate_path == defaults_path:  # the same file, spelled otherwise: the candidate's one axis is model.path
         head, _, name = candidate_path.rpartition("/")
         candidate_path = f"{head}/./{name}" if head else f"./{name}"
     where = "executable: llama-server" if runtime == "process" else \
         "image: campaign-test-base@sha256:" + "1" * 64 + "\n  docker_host: tcp://gpu-box.example:2376"
-    return write_contract(folder, CONTRACT.format(runtime=runtime, where_defaults=where, defaults_path=defaults_path,
+    return write_contract(folder, CONTRACT.format(runtime=runtime, engine=engine, where_defaults=where,
+                                                  defaults_path=defaults_path,
                                                   candidate_path=candidate_path, pin=pin))
 
 
@@ -70,7 +71,7 @@ def test_a_lane_of_its_own_model_is_refused_at_its_set(tmp_path: Path) -> None:
 def test_a_folder_is_a_served_model_when_unpinned_or_pinned_by_manifest_and_a_file_is_not_a_manifests(
         tmp_path: Path) -> None:
     (tmp_path / "hf").mkdir()
-    load_contract(contract(tmp_path, defaults_path="hf", candidate_path="hf", pin=""))  # vLLM's folder, no pin
+    load_contract(contract(tmp_path, defaults_path="hf", candidate_path="hf", pin="", engine="vllm"))  # no pin
     (tmp_path / "hf.sha256").write_text("")
     with pytest.raises(ContractError, match="'m.gguf' is not a directory"):
         (tmp_path / "m.gguf").write_bytes(b"GGUF")
@@ -84,6 +85,28 @@ def test_a_model_not_there_yet_is_the_preflights_and_another_boxs_path_is_not_lo
     load_contract(contract(tmp_path, defaults_path="m.gguf", candidate_path="m.gguf", runtime="docker"))
 
 
+@pytest.mark.parametrize("engine, model, pin, form", [
+    ("llamacpp", "hf", ", sha256_manifest: hf.sha256", "a model folder"),  # pinned as a folder: llama-server's?
+    ("vllm", "m.gguf", f", sha256: '{PIN}'", "a model file"),  # a GGUF pinned for vLLM
+    ("vllm", "m.gguf", "", "a model file"),  # unpinned: the path says it is a file
+    ("llamacpp", "hf", "", "a model folder"),
+])
+def test_a_model_of_a_form_its_engine_does_not_serve_is_refused_at_its_line(
+        tmp_path: Path, engine: str, model: str, pin: str, form: str) -> None:
+    """Before the window, not at the boot after the daily went down: each engine's adapter says which forms
+    it serves (``facts.model_forms``)."""
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    path = contract(tmp_path, defaults_path=model, candidate_path=model, pin=pin, engine=engine)
+    with pytest.raises(ContractError) as refused:
+        load_contract(path, check_files=bool(pin) is False)  # a pin says the form without reading the path
+    said = str(refused.value)
+    assert "lane_defaults.model.path: " in said and f"is {form}" in said and f"engine {engine} serves" in said, said
+    other = "vllm" if engine == "llamacpp" else "llamacpp"
+    load_contract(contract(tmp_path, defaults_path=model, candidate_path=model, pin=pin, engine=other),
+                  check_files=bool(pin) is False)
+
+
 @given(kind=st.sampled_from(SPECIAL_KINDS), place=st.sampled_from(["defaults", "candidate", "both"]),
        pinned=st.booleans())
 @settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -91,8 +114,8 @@ def test_any_special_kind_in_any_place_is_refused_whatever_the_pin(tmp_path_fact
                                                                      kind: str, place: str, pinned: bool) -> None:
     folder = tmp_path_factory.mktemp("served")
     words = make_special(kind, folder / "m.gguf")
-    if kind == "folder" and not pinned:
-        words = ""  # an unpinned folder is a folder model (vLLM's): accepted, checked by the pre-flight
+    if kind == "folder" and not pinned:  # a folder model (vLLM's), but these lanes are llama-server's
+        words = "is a model folder (Hugging Face's layout, pinned by sha256_manifest); engine llamacpp serves a model file"
     paths = {"defaults_path": "m.gguf" if place != "candidate" else str(MODEL),
              "candidate_path": "m.gguf" if place != "defaults" else str(MODEL)}
     path = contract(folder, **paths, pin=f", sha256: '{PIN}'" if pinned else "")

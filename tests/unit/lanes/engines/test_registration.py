@@ -32,3 +32,16 @@ def test_an_adapter_without_its_kind_or_its_own_facts_or_of_a_kind_taken_is_refu
     with pytest.raises(TypeError, match="registered twice"):
         register(type("VllmAgain", (ADAPTERS["vllm"],), {"name": "vllm", "facts": facts}))
     assert "tgi" not in ADAPTERS and "tgi" not in ENGINES
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_every_engine_kind_declares_its_model_forms_and_its_own_boot_words_are_causes_the_log_knows(
+        kind: str) -> None:
+    """The contract checks a lane's model against its form; a failed boot names a cause that has a hint or a
+    shared pattern, never a word nobody reads."""
+    from campaign.lanes import bootlog
+
+    facts = ADAPTERS[kind].facts
+    assert facts.model_forms and set(facts.model_forms) <= {"file", "directory"}
+    known = {cause for cause, _ in bootlog._CAUSES} | set(bootlog.HINTS)
+    assert all(cause in known and pattern.pattern for cause, pattern in facts.boot_failures), facts.boot_failures

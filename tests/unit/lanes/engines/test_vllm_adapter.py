@@ -307,8 +307,12 @@ def test_token_pieces_from_vocabulary_strings(strs: list[str], text: str, pieces
 ])
 def test_vllm_launch_failures_are_classified_from_their_own_words(line: str, cause: str) -> None:
     """Lines as vLLM 0.32 printed them when launched with the default memory fraction, a missing
-    model directory and an unknown flag; the root cause sits far above the last traceback."""
+    model directory and an unknown flag; the root cause sits far above the last traceback. The first two are
+    vLLM's own words (its adapter's ``facts.boot_failures``): another engine's lane reads them as no cause."""
     from campaign.lanes.bootlog import classify_failure
+    from campaign.lanes.engines.llamacpp import LlamaCppAdapter
 
     log = "\n".join(["INFO starting"] * 5 + [line] + ["RuntimeError: Engine core initialization failed."] * 100)
-    assert classify_failure(log, 1) == cause
+    assert classify_failure(log, 1, engine=VllmAdapter.facts) == cause
+    shared = cause == "bad_argument"
+    assert (classify_failure(log, 1, engine=LlamaCppAdapter.facts) == cause) is shared
