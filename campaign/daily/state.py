@@ -94,8 +94,10 @@ class LaneProcess(BaseModel):
     start_time: int | None = None
     container: str | None = None
     docker_host: dict[str, Any] | None = None
-    scratch: str | None = Field(None, description="The lane's scratch folder on this machine (lanes/scratch.py): "
-                                "removed once the restore has stopped the lane, so a killed runner leaves none.")
+    scratch: str | None = Field(None, description="The lane's scratch folder on this machine (lanes/scratch.py), "
+                                "recorded before the folder is made (pid and container come once the lane "
+                                "starts): removed once the restore has stopped the lane, or found empty, so a "
+                                "killed runner leaves none.")
 
 
 class FailsafeFailure(BaseModel):

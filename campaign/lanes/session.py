@@ -127,7 +127,7 @@ async def boot_lane(lane: EffectiveLane, *, model_path: str, log_path: Path, war
 async def _stop_late_start(launching: asyncio.Future[RunningLane]) -> None:
     """A window interrupted while its lane starts: a thread cannot be cancelled, so the start goes on (a container
     created and started, on the daily's port) after the interrupt; it is waited for and stopped here, else nothing
-    knows of it (the state records a lane only once started) and it outlives the window."""
+    knows of it (the state records a lane's pid or container only once started) and it outlives the window."""
     try:
         running = await launching
     except LaunchError:

@@ -1,5 +1,6 @@
-"""One visit of a lane in a window: boot it (tracked in the window's state from the moment it starts, so the
-failsafe can stop it if the runner dies mid-boot), record what runs, run the visit's live gates, stop it.
+"""One visit of a lane in a window: boot it (tracked in the window's state from before its scratch folder is
+made, and with what runs from the moment it starts, so the failsafe can stop it and remove the folder if the
+runner dies mid-boot), record what runs, run the visit's live gates, stop it.
 A launch failure is recorded as the lane's outcome, not raised: it is not a finding."""
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ async def _run_lane(w: Window, visit: Visit, gates: list[LiveGate], journal: Any
     def started(running: Any) -> None:
         _track_lane(w, visit, running)
 
+    _record_visit(w, visit)
     with JsonlAppender(bundle / "raw" / "warmup" / f"{visit.key}.jsonl") as warm_sink:
         try:
             run = await boot_lane(lane, model_path=w.model_paths[lane.name], log_path=lane_dir / "boot.log",
@@ -70,15 +72,32 @@ async def _run_lane(w: Window, visit: Visit, gates: list[LiveGate], journal: Any
         journal.done("stop", lane=str(visit.key), exit_code=code)
 
 
+def _record_visit(w: Window, visit: Visit) -> None:
+    """Recorded before the boot makes the lane's scratch folder: a runner killed before the lane starts leaves
+    that folder empty, and the restore removes an empty folder of a lane it finds recorded but not running."""
+    with w.state.locked():
+        state = w.state.reload()
+        state.lanes.append(LaneProcess(visit=str(visit.key), scratch=str(scratch_path(visit.lane))))
+        state.save()
+        w.state = state
+
+
 def _track_lane(w: Window, visit: Visit, running: Any) -> None:
-    """Recorded the moment the lane starts, so the failsafe can stop it if the runner dies mid-boot."""
+    """Recorded the moment the lane starts, so the failsafe can stop it if the runner dies mid-boot: in the
+    entry ``_record_visit`` made (the last of this visit's not started), so the restore meets each lane once."""
     pid = getattr(running, "pid", None)
     container = getattr(getattr(running, "container", None), "id", None)
     host = visit.lane.docker_host.model_dump(mode="json") if visit.lane.docker_host else None
+    tracked = LaneProcess(visit=str(visit.key), pid=pid, start_time=process_start_time(pid) if pid else None,
+                          container=container, docker_host=host, scratch=str(scratch_path(visit.lane)))
     with w.state.locked():
         state = w.state.reload()
-        state.lanes.append(LaneProcess(visit=str(visit.key), pid=pid, start_time=process_start_time(pid) if pid else None,
-                                       container=container, docker_host=host,
-                                       scratch=str(scratch_path(visit.lane))))
+        # an earlier attempt at this visit (a resumed window) may have left an entry that never started too
+        at = max((i for i, lane in enumerate(state.lanes)
+                  if lane.visit == tracked.visit and lane.pid is None and lane.container is None), default=None)
+        if at is None:
+            state.lanes.append(tracked)
+        else:
+            state.lanes[at] = tracked
         state.save()
         w.state = state
