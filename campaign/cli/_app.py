@@ -141,7 +141,6 @@ def _allow(paths: list[Path]) -> None:
         os.environ[ALLOW_PATH_ENV] = os.pathsep.join(str(p.resolve()) for p in paths)
 
 
-
 def _print_version(shown_now: bool) -> None:
     if shown_now:
         from campaign import __version__
@@ -156,7 +155,6 @@ def _options(version: bool = typer.Option(False, "--version", "-V", is_eager=Tru
     """Frozen-contract experiment windows for LLM inference serving."""
 
 
-
 EXPLAIN_HELP = "Under each candidate's headline, its deciding gate's full reasoning."
 
 
@@ -166,7 +164,6 @@ def _print_outcome(summary: dict[str, Any], bundle: Path, explain: bool = False)
 
     for line in outcome_lines(summary, bundle, explain=explain):
         out.print(line)
-
 
 
 def _clock(seconds: float) -> str:

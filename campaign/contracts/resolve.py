@@ -40,7 +40,6 @@ __all__ = ["FILE_REF", "MODEL_REF", "EffectiveLane", "axis_difference", "contrac
 _NOT_AXES = {"readiness", "boot_log", "stop"}
 
 
-
 class EffectiveLane(StrictModel):
     name: str
     role: Role

@@ -54,7 +54,6 @@ class GreedySpec(GateSpecBase):
     rule: GreedyRule
 
 
-
 # the one-sided sign test's level for a FAIL: an A/A FAILs at most this often, whatever the engine's own
 # nondeterminism (its discordant prompts split evenly under the null)
 MARGIN_P = 0.01

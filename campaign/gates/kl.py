@@ -55,7 +55,6 @@ class KlSpec(GateSpecBase):
     rule: KlRule
 
 
-
 TAIL_TREATMENT = ("KL over the oracle's top-k tokens plus one bucket for the rest of the vocabulary (a lower "
                   "bound of the full KL); an oracle top-k token missing from the lane's top-k gets the lane's "
                   "lowest returned probability")

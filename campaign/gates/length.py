@@ -80,7 +80,6 @@ class LengthSpec(GateSpecBase):
                                "task gate")
 
 
-
 RESAMPLES = 10_000
 
 

@@ -109,7 +109,6 @@ class RulerSpec(GateSpecBase):
     rule: RulerRule = Field(default_factory=RulerRule)
 
 
-
 # Observables that show a flag acting on what the engine computes, and those that only show it was parsed
 # (a deprecated no-op flag prints a warning and changes the boot log): the second kind never makes a PASS.
 ACTING = ("outputs", "logprobs", "metrics", "speed")

@@ -45,7 +45,6 @@ class StructuredSpec(GateSpecBase):
     rule: StructuredRule
 
 
-
 OUTCOMES = ("correct", "wrong_value", "schema_invalid", "prose_appended", "prose_prepended", "duplicated_json",
             "extra_braces", "code_fenced", "reasoning_in_content", "truncated", "not_json", "empty", "error")
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*?)\n?```\s*$", re.S)

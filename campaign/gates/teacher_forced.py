@@ -116,7 +116,6 @@ class TeacherForcedSpec(GateSpecBase):
                                    f"in nats, or the lane's dtype ({options})") from None
 
 
-
 _MAX_EVIDENCE = 20
 
 
@@ -664,7 +663,6 @@ class TeacherForcedGate(LiveGate):
                 continue
             same += item in first and again.tokens.ids == first[item].tokens.ids
         return same, len(prompts)
-
 
 
 @dataclass

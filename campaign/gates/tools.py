@@ -40,7 +40,6 @@ class ToolsSpec(GateSpecBase):
     rule: ToolsRule
 
 
-
 OUTCOMES = ("passed", "no_call", "wrong_function", "unparsable_arguments", "wrong_arguments", "no_final_answer",
             "final_missing_fact", "reasoning_in_content", "error")
 

@@ -93,7 +93,6 @@ class NeedleSpec(GateSpecBase):
                                        f"{lane.name}'s context of {context} tokens ({source})")
 
 
-
 MAX_SIZING_ROUNDS = 12
 ATTEMPTS = 2  # the first try and one retry with a fresh seed
 

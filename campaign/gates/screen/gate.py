@@ -128,7 +128,6 @@ class ScreenSpec(GateSpecBase):
                                        f"lane {lane.name!r} has no file named {self.cache_replay.slot_map!r}")
 
 
-
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 # A screen script is a page or two of Python; 4 MiB bounds what is read before its sha256 is checked.
 SCRIPT_BYTES = 4 << 20

@@ -329,7 +329,6 @@ class VllmAdapter(EngineAdapter):
         return summary
 
 
-
 def _choice(record: dict[str, Any]) -> dict[str, Any]:
     choices = (record.get("response") or {}).get("choices") or []
     if len(choices) != 1 or not isinstance(choices[0], dict):

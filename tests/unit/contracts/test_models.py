@@ -40,6 +40,9 @@ def _contract(directory: Path, *, engine: str = "llamacpp", runtime: str = "proc
               defaults_args: str = '[--ctx-size, "512"]') -> Path:
     image = "" if runtime == "process" else f"\n          image: img@sha256:{'0' * 64}\n          mounts: " \
         f"[{{host: {MODEL.parent}, container: /m}}]"
+    # the served model in the form the engine serves: llama.cpp's GGUF, a folder for vLLM and SGLang
+    served = f"{{path: {MODEL}, sha256: {MODEL_SHA256}}}" if engine == "llamacpp" else \
+        f"{{path: served, sha256_manifest: served.sha256, sha256: {_draft_dir(directory, 'served', b'w')}}}"
     return write_contract(directory, f"""\
         contract: t-models
         version: 1
@@ -48,7 +51,7 @@ def _contract(directory: Path, *, engine: str = "llamacpp", runtime: str = "proc
           engine: {engine}
           executable: {"srv" if runtime == "process" else "/app/srv"}{image}
           port: 18001
-          model: {{path: {MODEL}, sha256: {MODEL_SHA256}}}
+          model: {served}
           args: {defaults_args}{defaults_models}
         lanes:
           - name: base

@@ -17,7 +17,7 @@ CONTRACT = """\
     version: 1
     lane_defaults:
       runtime: process
-      engine: llamacpp
+      engine: vllm
       executable: sh
       port: {port}
       model: {{path: model-dir, sha256_manifest: model.sha256}}

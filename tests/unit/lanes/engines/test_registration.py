@@ -22,7 +22,7 @@ def test_every_registered_adapter_is_a_kind_the_contract_accepts_with_its_own_fa
 
 
 def test_an_adapter_without_its_kind_or_its_own_facts_or_of_a_kind_taken_is_refused() -> None:
-    facts = EngineFacts(context_options=("--ctx",), build_hint="make engine")
+    facts = EngineFacts(context_options=("--ctx",), model_forms=("file",), build_hint="make engine")
     with pytest.raises(TypeError, match="declares its engine kind"):
         register(type("Nameless", (EngineAdapter,), {"facts": facts}))
     with pytest.raises(TypeError, match="declares its engine kind"):
