@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-__all__ = ["ENGINES", "INSTRUMENT_TOLERANCE", "EngineFacts", "EngineKind", "instrument_tolerance", "lane_context",
+__all__ = ["ENGINES", "INSTRUMENT_TOLERANCE", "EngineFacts", "instrument_tolerance", "lane_context",
            "lane_dtype"]
 
 

@@ -279,8 +279,7 @@ def _check_served_models(loaded: LoadedContract) -> None:
         effective = loaded.lanes[lane.name]
         if effective.runtime == "docker" and not engine_is_local(effective.docker_host):
             continue
-        where = ("lanes", index, "set", "model", "path") if lane.set.model is not None else \
-            ("lane_defaults", "model", "path")
+        where = _served_model_place(lane, index)
         if where in checked:
             continue
         checked.add(where)
@@ -315,18 +314,23 @@ def _check_model_forms(loaded: LoadedContract, check_files: bool) -> None:
     for index, lane in enumerate(loaded.contract.lanes):
         effective = loaded.lanes[lane.name]
         model, forms = effective.model, ENGINES[effective.engine].model_forms
+        path = loaded.resolve(model.path)
         if model.sha256_manifest is not None or model.sha256 is not None:
             form = "directory" if model.sha256_manifest is not None else "file"
         elif check_files and (effective.runtime != "docker" or engine_is_local(effective.docker_host)) \
-                and os.path.exists(loaded.resolve(model.path)):
-            form = "directory" if os.path.isdir(loaded.resolve(model.path)) else "file"
+                and os.path.exists(path):
+            form = "directory" if os.path.isdir(path) else "file"
         else:
             continue
         if form not in forms:
-            where = ("lanes", index, "set", "model", "path") if lane.set.model is not None else \
-                ("lane_defaults", "model", "path")
-            raise loaded.error(where, f"{model.path!r} is {_FORM_WORDS[form]}; engine {effective.engine} serves "
+            raise loaded.error(_served_model_place(lane, index), f"{model.path!r} is {_FORM_WORDS[form]}; engine {effective.engine} serves "
                                       f"{' or '.join(_FORM_WORDS[f] for f in forms)}")
+
+
+def _served_model_place(lane: Any, index: int) -> tuple[Any, ...]:
+    """Where a lane's served model is written: its own ``set.model``, else ``lane_defaults.model``."""
+    return ("lanes", index, "set", "model", "path") if lane.set.model is not None else \
+        ("lane_defaults", "model", "path")
 
 
 def _is_loop(path: Path) -> bool:

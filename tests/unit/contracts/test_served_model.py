@@ -99,12 +99,12 @@ def test_a_model_of_a_form_its_engine_does_not_serve_is_refused_at_its_line(
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
     path = contract(tmp_path, defaults_path=model, candidate_path=model, pin=pin, engine=engine)
     with pytest.raises(ContractError) as refused:
-        load_contract(path, check_files=bool(pin) is False)  # a pin says the form without reading the path
+        load_contract(path, check_files=not pin)  # a pin says the form without reading the path
     said = str(refused.value)
     assert "lane_defaults.model.path: " in said and f"is {form}" in said and f"engine {engine} serves" in said, said
     other = "vllm" if engine == "llamacpp" else "llamacpp"
     load_contract(contract(tmp_path, defaults_path=model, candidate_path=model, pin=pin, engine=other),
-                  check_files=bool(pin) is False)
+                  check_files=not pin)
 
 
 @given(kind=st.sampled_from(SPECIAL_KINDS), place=st.sampled_from(["defaults", "candidate", "both"]),
