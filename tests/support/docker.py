@@ -4,6 +4,7 @@ fails, so CI can never pass by skipping what it was meant to prove."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from campaign.daily.state import process_start_time
 from tests.support.contracts import MODEL, MODEL_SHA256, REPO
 
 TEST_IMAGE = os.environ.get("CAMPAIGN_TEST_IMAGE", "campaign-test-base:2")
@@ -25,6 +27,36 @@ ENGINE_DIR = LLAMA_SERVER.parent.parent
 MODELS_DIR = Path(os.path.realpath(MODEL)).parent
 EXAMPLE_ENGINE_DIR = "/root/.cache/campaign/engines/llama-server-0.3.36"
 ZERO_DIGEST = "sha256:" + "0" * 64
+# A daily a test starts by hand (`docker run --restart unless-stopped`, as the field does) carries the test
+# session's pid and start time: a session killed before its teardown leaves a daily that every dockerd start
+# brings back, and the next session removes it (sweep_dead_sessions) instead of leaving it to a person.
+SESSION_LABEL = "campaign-test.session"
+
+
+def session_label() -> list[str]:
+    """`docker run` options that mark a container as this test session's."""
+    return ["--label", f"{SESSION_LABEL}={os.getpid()}-{process_start_time(os.getpid())}"]
+
+
+def sweep_dead_sessions() -> list[str]:
+    """Remove the containers of test sessions that no longer run (by the label's pid and start time); their
+    names. A live session's, another terminal's included, stay."""
+    listed = docker("ps", "-a", "--filter", f"label={SESSION_LABEL}", "--format",
+                    f'{{{{.Names}}}} {{{{.Label "{SESSION_LABEL}"}}}}')
+    dead = []
+    for line in listed.stdout.splitlines():
+        name, _, session = line.partition(" ")
+        pid, _, start = session.partition("-")
+        if not (pid.isdigit() and str(process_start_time(int(pid))) == start):
+            dead.append(name)
+    if dead:
+        docker("rm", "-f", *dead)
+    return dead
+
+
+@functools.cache
+def _sweep_once() -> None:
+    sweep_dead_sessions()
 
 
 def need_docker() -> str:
@@ -36,7 +68,9 @@ def need_docker() -> str:
         client = docker.from_env(version="1.41", timeout=20)
         client.ping()
         try:
-            return client.images.get(TEST_IMAGE).id
+            image = client.images.get(TEST_IMAGE).id
+            _sweep_once()
+            return image
         except docker.errors.ImageNotFound:
             problem = f"test image {TEST_IMAGE} missing: run scripts/docker-test-image.sh"
     except Exception as exc:  # no SDK, no engine, no permission: all mean "no docker here"

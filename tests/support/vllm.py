@@ -20,6 +20,9 @@ VLLM_MANIFEST = REPO / "examples" / "manifests" / "smollm2-135m-hf.sha256"
 # the fraction stays low; eager mode skips torch.compile (minutes on 2 cores, nothing to gain at 135M).
 VLLM_ARGS = ["--dtype", "bfloat16", "--enforce-eager", "--gpu-memory-utilization", "0.12",
              "--kv-cache-memory-bytes", "1073741824", "--max-model-len", "2048"]
+# The logprobs' rank count (vllm/v1/sample/ops/logprobs.py, 0.32.0) is a torch.compile kernel, compiled again at
+# each boot's first request with logprobs (15 s here); with dynamo off it runs eagerly and gives the same ranks.
+NO_DYNAMO_ENV = {"TORCHDYNAMO_DISABLE": "1"}
 NGRAM_SPEC = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
 # Generation-time vs teacher-forced logprobs differ by kernel numerics (decode vs prefill): measured
 # here (benchmarks/vllm_logprob_drift.py) at max 0.21, p95 0.08, mean 0.018 nats per token in bf16 and

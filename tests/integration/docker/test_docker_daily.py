@@ -28,7 +28,7 @@ from tests.support.daily import (
     runner_past_the_daily_stop,
     serves,
 )
-from tests.support.docker import ENGINE_DIR, MODELS_DIR, docker, inspect, need_docker, need_engine_files
+from tests.support.docker import ENGINE_DIR, MODELS_DIR, docker, inspect, need_docker, need_engine_files, session_label
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +42,8 @@ def container_daily(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llama_serve
     need_engine_files()
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     port, name = free_port(), f"campaign-test-daily-{uuid.uuid4().hex[:8]}"
-    started = docker("run", "-d", "--name", name, "--network", "host", "--restart", "unless-stopped", "--shm-size", "96m",
-                     "-v", f"{ENGINE_DIR}:/opt/llama-server:ro", "-v", f"{MODELS_DIR}:/models:ro",
+    started = docker("run", "-d", "--name", name, *session_label(), "--network", "host", "--restart", "unless-stopped",
+                     "--shm-size", "96m", "-v", f"{ENGINE_DIR}:/opt/llama-server:ro", "-v", f"{MODELS_DIR}:/models:ro",
                      "-e", f"HF_TOKEN={SECRET}", image, "/opt/llama-server/bin/llama-server",
                      "-m", "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "--host", "127.0.0.1", "--port", str(port),
                      "--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--seed", "0", "--no-webui")
@@ -221,7 +221,9 @@ def test_promote_a_candidate_container_to_daily_then_roll_back_to_the_same_conta
     (root / "lanes").mkdir()
     lanes = pinned_demo_docker(root / "lanes", container_daily["image"], container_daily["port"])
     contract = lanes.with_name("docker-lanes.yaml")
-    contract.write_text(lanes.read_text() + textwrap.dedent(f"""\
+    # the demo's greedy gate at 8 tokens, not 48: a promotable candidate is what this test needs, and each
+    # token of the window's 64 replies costs it here
+    contract.write_text(lanes.read_text().replace("max_tokens: 48", "max_tokens: 8") + textwrap.dedent(f"""\
         incumbent:
           runtime: docker
           container: {name}

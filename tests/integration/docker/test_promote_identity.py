@@ -26,6 +26,7 @@ from tests.support.docker import (
     inspect,
     need_docker,
     need_engine_files,
+    session_label,
 )
 
 pytestmark = pytest.mark.integration
@@ -42,7 +43,7 @@ def start_daily(name: str, image: str, network: str, port: int) -> None:
     listen = ["--host", "0.0.0.0", "--port", "8000"] if network == "bridge" else ["--host", "127.0.0.1",
                                                                                   "--port", str(port)]
     key = ["-e", f"LLAMA_API_KEY={KEY}"] if network == "bridge" else []
-    started = docker("run", "-d", "--name", name, *where, "--restart", "unless-stopped", *key,
+    started = docker("run", "-d", "--name", name, *session_label(), *where, "--restart", "unless-stopped", *key,
                      "-v", f"{ENGINE_DIR}:/opt/llama-server:ro", "-v", f"{MODELS_DIR}:/models:ro", image,
                      "/opt/llama-server/bin/llama-server", "-m", "/models/SmolLM2-135M-Instruct.Q4_1.gguf", *listen,
                      *ARGS, *([] if network == "bridge" else ["--api-key", KEY]))

@@ -28,6 +28,7 @@ from tests.support.contracts import free_port
 from tests.support.vllm import (
     BF16_DRIFT_TOLERANCE,
     NGRAM_SPEC,
+    NO_DYNAMO_ENV,
     VLLM_ARGS,
     VLLM_MODEL,
     installed_vllm_version,
@@ -47,6 +48,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("vllm")
     lane = EffectiveLane(name="vllm-ngram", role="control", runtime="process", engine="vllm",
                          executable=executable, args=[*VLLM_ARGS, "--speculative-config", NGRAM_SPEC],
+                         env=NO_DYNAMO_ENV,
                          port=free_port(), model=ModelSpec(path=str(VLLM_MODEL), served_name="smollm2"))
     probes: list[tuple[float, str]] = []
     real_probe = VllmAdapter.probe

@@ -40,7 +40,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     body = contract_yaml(
         "t-lcp",
         defaults=process_defaults(free_port(), engine="llama-cpp-python", executable=python,
-                                  args=["--n_ctx", "2048", "--n_threads", "1", "--seed", "0", "--chat_format",
+                                  args=["--n_ctx", "2048", "--n_threads", "2", "--seed", "0", "--chat_format",
                                         "chatml-function-calling"]),
         lanes=[control(), candidate("fa", ["args.flash_attn"], args={"--flash_attn": "true"})],
         inputs={"chatml": {"file": EXAMPLES / "prompts/chatml2.jsonl"}, "raw": {"file": EXAMPLES / "prompts/raw2.jsonl"},

@@ -27,7 +27,15 @@ import pytest
 from campaign.fsutil import load_json_strict, read_jsonl
 from campaign.lanes.engines.vllm import VllmAdapter
 from tests.support.contracts import EXAMPLES, candidate, contract_yaml, control, free_port, process_defaults
-from tests.support.vllm import NGRAM_SPEC, VLLM_ARGS, VLLM_MANIFEST, VLLM_MODEL, installed_vllm_version, vllm_executable
+from tests.support.vllm import (
+    NGRAM_SPEC,
+    NO_DYNAMO_ENV,
+    VLLM_ARGS,
+    VLLM_MANIFEST,
+    VLLM_MODEL,
+    installed_vllm_version,
+    vllm_executable,
+)
 from tests.support.windows import window_bundle
 
 pytestmark = pytest.mark.integration
@@ -41,15 +49,14 @@ def contract(port: int) -> str:
             model={"path": VLLM_MODEL, "sha256_manifest": "smollm2-135m-hf.sha256", "served_name": "smollm2"},
             # the engine core in the API server's process: 35 s a boot instead of 76 here (two fewer interpreters
             # importing torch); numerics and counters are the same, and the engine tests keep the production layout
-            # TORCHDYNAMO_DISABLE: the logprobs' rank count (vllm/v1/sample/ops/logprobs.py) is a torch.compile
-            # kernel, compiled again at each boot's first request with logprobs (15 s here); eager gives the same
-            env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TORCHDYNAMO_DISABLE": "1"}, boot_log={"require": ["speculative_config=None"]}),
+            env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **NO_DYNAMO_ENV}, boot_log={"require": ["speculative_config=None"]}),
         lanes=[control(), candidate("spec", ["args.speculative-config"], args={"--speculative-config": NGRAM_SPEC},
                                     boot_log={"require": ["speculative_config=SpeculativeConfig\\(method='ngram'"]})],
         inputs={"tf": {"file": EXAMPLES / "prompts/tf-vllm4.jsonl"}, "refs": {"file": EXAMPLES / "prompts/refs2.jsonl"},
                 "speed": {"file": EXAMPLES / "prompts/speed4.jsonl"}},
         gates=[
-            {"kind": "greedy", "input": "tf", "repeats": 2, "max_tokens": 16, "rule": {"self_identical": "4/4"}},
+            # 8 tokens: the verdict and the replies' count are what is read here; teacher forcing generates its own 48
+            {"kind": "greedy", "input": "tf", "repeats": 2, "max_tokens": 8, "rule": {"self_identical": "4/4"}},
             # every scored token is one prefill of its prefix: the cost grows with the square
             {"kind": "teacher_forced", "input": "tf", "references": "refs", "max_tokens": 48, "top_k": 10,
              "rule": {"max_site_delta": 0.5, "noninferiority_max": 0.5}},
