@@ -108,22 +108,28 @@ demo-vllm: venv vllm keys
 # integration tests and the `quiet` ones one at a time, since a second worker would share the engines' cores
 # and be the load the speed gates and the host-load tests measure. Both run; the first failure sets the exit code.
 UNIT_WORKERS ?= auto
-UNIT_RUN = -m "not integration and not quiet" -n $(UNIT_WORKERS)
+UNIT_RUN = -m "not integration and not quiet and not after_unit" -n $(UNIT_WORKERS)
+# The JSON Schema test reads the documents the contract tests loaded on every worker (tests/support/schemacorpus.py),
+# recorded in a folder of this run's own; the `after_unit` tests run in the second part, once the workers are done.
+CORPUS_DIR = export CAMPAIGN_SCHEMA_CORPUS_DIR="$$(mktemp -d -t campaign-corpus-XXXXXX)"; \
+	trap 'rm -rf "$$CAMPAIGN_SCHEMA_CORPUS_DIR"' EXIT
 test: venv lint engine engine-python model vllm sglang $(if $(filter 1,$(CAMPAIGN_REQUIRE_DOCKER)),docker)
 	@bin_dir="$$(scripts/build-llama-server.sh --where)/bin"; \
 	lcp_python="$$(scripts/build-llama-cpp-python.sh --where)"; \
 	test -x "$$bin_dir/llama-server" && test -x "$$lcp_python" || \
 	  { echo "make: an engine build is missing ($$bin_dir, $$lcp_python): run make engine engine-python"; exit 1; }; \
 	export PATH="$$bin_dir:$(VLLM_BIN):$(SGLANG_BIN):$$PATH" LLAMA_CPP_PYTHON="$$lcp_python"; \
+	$(CORPUS_DIR); \
 	echo "make: test: unit and fuzz tests, $(UNIT_WORKERS) workers"; \
 	$(VENV)/bin/python -m pytest -q -rs --durations=5 $(UNIT_RUN); unit=$$?; \
-	echo "make: test: integration and quiet tests, one at a time"; \
-	$(VENV)/bin/python -m pytest -q -rs --durations=15 -m "integration or quiet"; rest=$$?; \
+	echo "make: test: integration, quiet and after-unit tests, one at a time"; \
+	$(VENV)/bin/python -m pytest -q -rs --durations=15 -m "integration or quiet or after_unit"; rest=$$?; \
 	[ $$unit -eq 0 ] && exit $$rest || exit $$unit
 
 test-unit: venv
-	@$(VENV)/bin/python -m pytest -q $(UNIT_RUN); unit=$$?; \
-	$(VENV)/bin/python -m pytest -q -m "quiet"; quiet=$$?; \
+	@$(CORPUS_DIR); \
+	$(VENV)/bin/python -m pytest -q $(UNIT_RUN); unit=$$?; \
+	$(VENV)/bin/python -m pytest -q -m "quiet or after_unit"; quiet=$$?; \
 	[ $$unit -eq 0 ] && exit $$quiet || exit $$unit
 
 # The fuzz tests (tests/fuzz) at length: thousands of random examples per property instead of CI's fixed few
